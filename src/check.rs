@@ -1,0 +1,249 @@
+//! Preflight: what the kernel and this process's privileges allow, and what
+//! each missing piece costs. Used by `emberd check` and, in short form, before
+//! loading anything.
+
+use std::fmt;
+use std::path::Path;
+
+/// Linux capability numbers emberd cares about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cap {
+    /// CAP_SYS_ADMIN (21): covers BPF and perf on kernels without the newer caps.
+    SysAdmin = 21,
+    /// CAP_SYS_PTRACE (19): read other users' /proc/PID/maps and map_files.
+    SysPtrace = 19,
+    /// CAP_SYSLOG (34): real addresses in /proc/kallsyms.
+    Syslog = 34,
+    /// CAP_PERFMON (38): perf events on every CPU and process.
+    Perfmon = 38,
+    /// CAP_BPF (39): load BPF programs and create maps.
+    Bpf = 39,
+}
+
+impl Cap {
+    fn name(self) -> &'static str {
+        match self {
+            Cap::SysAdmin => "CAP_SYS_ADMIN",
+            Cap::SysPtrace => "CAP_SYS_PTRACE",
+            Cap::Syslog => "CAP_SYSLOG",
+            Cap::Perfmon => "CAP_PERFMON",
+            Cap::Bpf => "CAP_BPF",
+        }
+    }
+}
+
+/// The effective capability set of this process.
+pub fn effective_caps() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Whether this process has `cap` in its effective set.
+pub fn has_cap(cap: Cap) -> bool {
+    effective_caps() & (1 << cap as u64) != 0
+}
+
+/// Why sampling cannot start, found before touching the kernel.
+#[derive(Debug, thiserror::Error)]
+pub enum PrivilegeError {
+    /// Neither root nor the capabilities.
+    #[error(
+        "emberd needs privileges to load BPF programs and open perf events on every CPU: missing {missing}\n\
+         hint: run as root (sudo emberd ...), or grant CAP_BPF, CAP_PERFMON (and CAP_SYSLOG, CAP_SYS_PTRACE for names)"
+    )]
+    MissingCaps {
+        /// The capabilities that are missing, comma-separated.
+        missing: String,
+    },
+    /// No BTF.
+    #[error(
+        "this kernel exposes no BTF at /sys/kernel/btf/vmlinux: emberd's BPF programs need it (CONFIG_DEBUG_INFO_BTF=y, Linux 5.8 or later)"
+    )]
+    NoBtf,
+}
+
+/// Checks what loading the sampler needs, with an error naming what is
+/// missing and what to do.
+pub fn require_sampling_privileges() -> Result<(), PrivilegeError> {
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Err(PrivilegeError::NoBtf);
+    }
+    if has_cap(Cap::SysAdmin) {
+        return Ok(());
+    }
+    let missing: Vec<&str> = [Cap::Bpf, Cap::Perfmon]
+        .into_iter()
+        .filter(|&c| !has_cap(c))
+        .map(Cap::name)
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(PrivilegeError::MissingCaps {
+            missing: missing.join(", "),
+        })
+    }
+}
+
+/// The state of one checked item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Present and usable.
+    Ok,
+    /// Missing, but emberd works with less.
+    Degraded,
+    /// Missing, and emberd cannot sample without it.
+    Fatal,
+}
+
+/// One line of the preflight report.
+#[derive(Debug, Clone)]
+pub struct Item {
+    /// What was checked.
+    pub what: &'static str,
+    /// The result.
+    pub status: Status,
+    /// What was found, and if missing, what it costs and how to fix it.
+    pub detail: String,
+}
+
+impl fmt::Display for Item {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tag = match self.status {
+            Status::Ok => "ok     ",
+            Status::Degraded => "limited",
+            Status::Fatal => "MISSING",
+        };
+        write!(f, "[{tag}] {:<22} {}", self.what, self.detail)
+    }
+}
+
+fn read_trim(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
+}
+
+/// Runs every check. Loads (and unloads) the real sampler to prove BPF and
+/// perf events work.
+pub fn run() -> Vec<Item> {
+    let mut items = Vec::new();
+    let euid = nix::unistd::geteuid();
+    let caps = effective_caps();
+    items.push(Item {
+        what: "privileges",
+        status: if has_cap(Cap::SysAdmin) || (has_cap(Cap::Bpf) && has_cap(Cap::Perfmon)) {
+            Status::Ok
+        } else {
+            Status::Fatal
+        },
+        detail: format!(
+            "euid {euid}, effective capabilities {caps:#x} ({})",
+            [Cap::SysAdmin, Cap::Bpf, Cap::Perfmon, Cap::Syslog, Cap::SysPtrace]
+                .into_iter()
+                .map(|c| format!("{}{}", if has_cap(c) { "+" } else { "-" }, c.name()))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    });
+    let btf = Path::new("/sys/kernel/btf/vmlinux").exists();
+    items.push(Item {
+        what: "BTF",
+        status: if btf { Status::Ok } else { Status::Fatal },
+        detail: if btf {
+            "/sys/kernel/btf/vmlinux present".into()
+        } else {
+            "no /sys/kernel/btf/vmlinux: BPF programs cannot be loaded (needs CONFIG_DEBUG_INFO_BTF)".into()
+        },
+    });
+    let paranoid = read_trim("/proc/sys/kernel/perf_event_paranoid").unwrap_or_else(|| "?".into());
+    items.push(Item {
+        what: "perf_event_paranoid",
+        status: Status::Ok,
+        detail: format!(
+            "{paranoid} (irrelevant with CAP_PERFMON or root; without them only -1 allows system-wide sampling)"
+        ),
+    });
+    let max_stack = read_trim("/proc/sys/kernel/perf_event_max_stack").unwrap_or_else(|| "?".into());
+    items.push(Item {
+        what: "perf_event_max_stack",
+        status: Status::Ok,
+        detail: format!("{max_stack} frames (emberd keeps 127 per stack; deeper stacks end in [truncated])"),
+    });
+    // Real load and attach: the only honest test of BPF and perf events.
+    match crate::collect::CpuSampler::start(crate::collect::SamplerOptions::default()) {
+        Ok(s) => items.push(Item {
+            what: "BPF + perf events",
+            status: Status::Ok,
+            detail: format!(
+                "sampler loaded and attached to cpu-clock on CPUs {:?}",
+                s.cpus()
+            ),
+        }),
+        Err(e) => items.push(Item {
+            what: "BPF + perf events",
+            status: Status::Fatal,
+            detail: format!("cannot sample: {e}"),
+        }),
+    }
+    items.push(match crate::symbolize::kallsyms_readable() {
+        Ok(true) => Item {
+            what: "kallsyms",
+            status: Status::Ok,
+            detail: "/proc/kallsyms shows real addresses: kernel frames get names".into(),
+        },
+        Ok(false) => Item {
+            what: "kallsyms",
+            status: Status::Degraded,
+            detail: format!(
+                "addresses read as zero (kernel.kptr_restrict={}, CAP_SYSLOG {}): kernel frames show as [kernel]+0xADDR; run as root or set kernel.kptr_restrict=0",
+                read_trim("/proc/sys/kernel/kptr_restrict").unwrap_or_else(|| "?".into()),
+                if has_cap(Cap::Syslog) { "present" } else { "missing" }
+            ),
+        },
+        Err(e) => Item {
+            what: "kallsyms",
+            status: Status::Degraded,
+            detail: format!("cannot read /proc/kallsyms ({e}): kernel frames unnamed"),
+        },
+    });
+    let ptrace = has_cap(Cap::SysPtrace) || euid.is_root();
+    items.push(Item {
+        what: "other processes",
+        status: if ptrace { Status::Ok } else { Status::Degraded },
+        detail: if ptrace {
+            "can read other users' /proc/PID/maps and binaries".into()
+        } else {
+            "without CAP_SYS_PTRACE other users' frames show as [exited]+0xADDR".into()
+        },
+    });
+    let tracefs = std::fs::read_to_string("/proc/mounts")
+        .map(|m| m.lines().any(|l| l.split_whitespace().nth(2) == Some("tracefs")))
+        .unwrap_or(false);
+    items.push(Item {
+        what: "tracefs",
+        status: if tracefs { Status::Ok } else { Status::Degraded },
+        detail: if tracefs {
+            "mounted".into()
+        } else {
+            "not mounted: classic tracepoints unavailable (emberd uses raw tracepoints, so nothing is lost today); mount -t tracefs nodev /sys/kernel/tracing".into()
+        },
+    });
+    let bpffs = std::fs::read_to_string("/proc/mounts")
+        .map(|m| m.lines().any(|l| l.split_whitespace().nth(2) == Some("bpf")))
+        .unwrap_or(false);
+    items.push(Item {
+        what: "bpffs",
+        status: if bpffs { Status::Ok } else { Status::Degraded },
+        detail: if bpffs {
+            "mounted".into()
+        } else {
+            "not mounted: nothing is pinned, which emberd does not need".into()
+        },
+    });
+    items
+}

@@ -1,0 +1,110 @@
+//! The `emberd` command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use emberd::check::{self, Status};
+use emberd::collect::{defaults, Pid, SamplerOptions};
+use emberd::profile::Grouping;
+use emberd::record::{self, RecordOptions};
+
+/// emberd: an always-on sampling profiler for this Linux host.
+#[derive(Debug, Parser)]
+#[command(version, arg_required_else_help = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Sample every CPU (or one process) for N seconds and write a profile,
+    /// like `perf record -F 99 -a -g` followed by flamegraph.pl.
+    Record(RecordArgs),
+    /// Say which kernel features and privileges are present, and what each
+    /// missing one costs.
+    Check,
+}
+
+#[derive(Debug, clap::Args)]
+struct RecordArgs {
+    /// How long to sample, in seconds. Ctrl-C stops early and still writes.
+    #[arg(long, short = 's', default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    seconds: u64,
+    /// Only this process (stops when it exits).
+    #[arg(long, short = 'p')]
+    pid: Option<u32>,
+    /// Samples per second per CPU; 99 avoids lock-step with timed work.
+    #[arg(long, short = 'F', default_value_t = defaults::FREQUENCY_HZ)]
+    frequency: u64,
+    /// Output file: *.folded for folded stacks, *.svg for a flame graph.
+    #[arg(long, short = 'o')]
+    output: PathBuf,
+    /// First frame of each stack: process (comm), pid (comm-PID) or thread (comm-PID/TID).
+    #[arg(long, default_value_t = Grouping::Process)]
+    group: Grouping,
+    /// Keep samples of the idle task.
+    #[arg(long)]
+    idle: bool,
+    /// Entries of each BPF stack map (two are kept, about 1 KiB kernel memory each).
+    #[arg(long, default_value_t = defaults::STACK_MAP_ENTRIES)]
+    stack_map_entries: u32,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("EMBERD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Record(args) => run_record(args),
+        Command::Check => run_check(),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("emberd: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_record(args: RecordArgs) -> anyhow::Result<ExitCode> {
+    let mut sampler = SamplerOptions::default();
+    sampler.frequency_hz = args.frequency;
+    sampler.pid = args.pid.map(Pid);
+    sampler.include_idle = args.idle;
+    sampler.stack_map_entries = args.stack_map_entries;
+    let options = RecordOptions {
+        duration: Duration::from_secs(args.seconds),
+        sampler,
+        grouping: args.group,
+        output: args.output,
+    };
+    let summary = record::record(&options)?;
+    eprintln!("{}", summary.report());
+    eprintln!("[ wrote {} ]", options.output.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_check() -> anyhow::Result<ExitCode> {
+    let items = check::run();
+    for item in &items {
+        println!("{item}");
+    }
+    let fatal = items.iter().filter(|i| i.status == Status::Fatal).count();
+    if fatal > 0 {
+        println!("\nemberd cannot sample here: fix the MISSING items above.");
+        Ok(ExitCode::FAILURE)
+    } else {
+        println!("\nemberd can sample here.");
+        Ok(ExitCode::SUCCESS)
+    }
+}

@@ -1,0 +1,135 @@
+//! Profiles: named stacks aggregated into folded form, by a chosen grouping.
+//!
+//! This is the in-memory shape every renderer reads. The daemon's time-sliced
+//! store (later) keeps many of these; `emberd record` keeps one.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+
+use crate::symbolize::SymbolizedSample;
+
+/// What the first frame of every stack names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Grouping {
+    /// The process name (`comm`), all processes of that name together.
+    #[default]
+    Process,
+    /// `comm-PID`: one tower per process.
+    Pid,
+    /// `comm-PID/TID`: one tower per thread (the thread's own name).
+    Thread,
+}
+
+impl FromStr for Grouping {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "process" => Ok(Grouping::Process),
+            "pid" => Ok(Grouping::Pid),
+            "thread" => Ok(Grouping::Thread),
+            other => Err(format!(
+                "unknown grouping {other:?}: use process, pid or thread"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Grouping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Grouping::Process => "process",
+            Grouping::Pid => "pid",
+            Grouping::Thread => "thread",
+        })
+    }
+}
+
+/// One folded stack: frames root first joined by `;`, without the count.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FoldedStack(String);
+
+impl FoldedStack {
+    /// Builds a folded stack from frame strings, making each safe for the
+    /// format: `;` separates frames and a newline ends the line, so both are
+    /// replaced inside names.
+    pub fn from_frames<'a>(frames: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut s = String::new();
+        for (i, f) in frames.into_iter().enumerate() {
+            if i > 0 {
+                s.push(';');
+            }
+            s.extend(f.chars().map(|c| match c {
+                ';' => ':',
+                '\n' | '\r' => ' ',
+                c => c,
+            }));
+        }
+        Self(s)
+    }
+
+    /// The folded text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The frames, root first.
+    pub fn frames(&self) -> impl Iterator<Item = &str> {
+        self.0.split(';')
+    }
+}
+
+/// Stacks and their values (samples for CPU profiles).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Profile {
+    stacks: HashMap<FoldedStack, u64>,
+}
+
+impl Profile {
+    /// An empty profile.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a symbolized sample under `grouping`.
+    pub fn add_sample(&mut self, s: &SymbolizedSample, grouping: Grouping) {
+        let root = match grouping {
+            Grouping::Process => s.process_comm.to_string(),
+            Grouping::Pid => format!("{}-{}", s.process_comm, s.pid),
+            Grouping::Thread => format!("{}-{}/{}", s.thread_comm, s.pid, s.tid),
+        };
+        let names: Vec<String> = s.frames.iter().map(|f| f.to_string()).collect();
+        let stack =
+            FoldedStack::from_frames(std::iter::once(root.as_str()).chain(names.iter().map(String::as_str)));
+        self.add(stack, s.count);
+    }
+
+    /// Adds `value` to `stack`.
+    pub fn add(&mut self, stack: FoldedStack, value: u64) {
+        *self.stacks.entry(stack).or_insert(0) += value;
+    }
+
+    /// Sum of all values.
+    pub fn total(&self) -> u64 {
+        self.stacks.values().sum()
+    }
+
+    /// Number of distinct stacks.
+    pub fn len(&self) -> usize {
+        self.stacks.len()
+    }
+
+    /// Whether the profile has no stacks.
+    pub fn is_empty(&self) -> bool {
+        self.stacks.is_empty()
+    }
+
+    /// Stacks and values, sorted by stack (the folded format's habit, which
+    /// also makes output deterministic).
+    pub fn sorted(&self) -> Vec<(&FoldedStack, u64)> {
+        let mut v: Vec<_> = self.stacks.iter().map(|(k, &v)| (k, v)).collect();
+        v.sort();
+        v
+    }
+}

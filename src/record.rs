@@ -1,0 +1,233 @@
+//! `emberd record`: one profile of the next N seconds, written as folded text
+//! or an SVG flame graph. The same stages as the daemon, run once.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::collect::{Counter, Counters, CpuSampler, Pid, SamplerOptions};
+use crate::profile::{Grouping, Profile};
+use crate::render;
+use crate::symbolize::{Misses, Symbolizer, SymbolizerOptions};
+
+/// How often the BPF maps are drained and symbolized.
+pub const DRAIN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The output formats `record` writes, chosen by file extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// `.folded`: folded stacks.
+    Folded,
+    /// `.svg`: interactive flame graph.
+    Svg,
+}
+
+impl OutputFormat {
+    /// The format for `path`, or an error naming the extensions known.
+    pub fn for_path(path: &std::path::Path) -> anyhow::Result<Self> {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("folded") | Some("txt") => Ok(OutputFormat::Folded),
+            Some("svg") => Ok(OutputFormat::Svg),
+            _ => bail!(
+                "cannot tell the output format of {}: name it *.folded (folded stacks) or *.svg (flame graph)",
+                path.display()
+            ),
+        }
+    }
+}
+
+/// What to record.
+#[derive(Debug, Clone)]
+pub struct RecordOptions {
+    /// How long to sample.
+    pub duration: Duration,
+    /// Sampler settings (frequency, pid filter, idle, map sizes).
+    pub sampler: SamplerOptions,
+    /// The first frame of each stack.
+    pub grouping: Grouping,
+    /// Where to write, format by extension.
+    pub output: PathBuf,
+}
+
+/// What a recording collected, for the summary line.
+#[derive(Debug, Clone)]
+pub struct RecordSummary {
+    /// The profile.
+    pub profile: Profile,
+    /// BPF counters at the end.
+    pub counters: Counters,
+    /// Stack ids missing at drain time.
+    pub missing_stacks: u64,
+    /// Symbolization misses.
+    pub misses: Misses,
+    /// How long sampling really ran.
+    pub elapsed: Duration,
+    /// CPUs sampled.
+    pub cpus: usize,
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Makes Ctrl-C end the recording early and still write the output, as
+/// `perf record` does.
+fn catch_interrupt() {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let action = SigAction::new(
+        SigHandler::Handler(on_interrupt),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is
+        // async-signal-safe.
+        let _ = unsafe { sigaction(sig, &action) };
+    }
+}
+
+fn process_alive(pid: Pid) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// How often new processes are looked for between drains: a process that
+/// lives at least this long is named even if it exits before the drain.
+pub const NEW_PROCESS_POLL: Duration = Duration::from_millis(100);
+
+/// Until `until`, reads the mappings of every process the sampler sees for
+/// the first time.
+fn watch_new_processes(
+    sampler: &mut CpuSampler,
+    symbolizer: &mut Symbolizer,
+    until: Instant,
+) -> anyhow::Result<()> {
+    loop {
+        for pid in sampler.new_processes()? {
+            symbolizer.note_process(pid);
+        }
+        let now = Instant::now();
+        if now >= until || INTERRUPTED.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        std::thread::sleep(NEW_PROCESS_POLL.min(until - now));
+    }
+}
+
+/// Samples for `options.duration` (or until Ctrl-C, or until the profiled
+/// process exits) and returns the profile, without writing it.
+pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
+    crate::check::require_sampling_privileges()?;
+    if let Some(pid) = options.sampler.pid {
+        if !process_alive(pid) {
+            bail!("no process with pid {pid}: check the -p argument");
+        }
+    }
+    let mut symbolizer = Symbolizer::new(SymbolizerOptions::default());
+    let mut sampler = CpuSampler::start(options.sampler.clone())?;
+    catch_interrupt();
+    let start = Instant::now();
+    let deadline = start + options.duration;
+    let mut profile = Profile::new();
+    let mut missing_stacks = 0;
+    loop {
+        let now = Instant::now();
+        let done = now >= deadline
+            || INTERRUPTED.load(Ordering::SeqCst)
+            || options.sampler.pid.is_some_and(|p| !process_alive(p));
+        if !done {
+            let next_drain = now + DRAIN_INTERVAL.min(deadline - now);
+            watch_new_processes(&mut sampler, &mut symbolizer, next_drain)?;
+        }
+        let drain = sampler.drain().context("draining samples")?;
+        missing_stacks += drain.missing_stacks;
+        for s in symbolizer.symbolize(drain.samples) {
+            profile.add_sample(&s, options.grouping);
+        }
+        if done {
+            break;
+        }
+    }
+    let elapsed = start.elapsed();
+    let counters = sampler.counters()?;
+    let cpus = sampler.cpus().len();
+    drop(sampler);
+    Ok(RecordSummary {
+        profile,
+        counters,
+        missing_stacks,
+        misses: symbolizer.misses(),
+        elapsed,
+        cpus,
+    })
+}
+
+/// Records and writes the output file; returns the summary.
+pub fn record(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
+    let format = OutputFormat::for_path(&options.output)?;
+    // Fail on an unwritable path before sampling, not after.
+    let file = std::fs::File::create(&options.output)
+        .with_context(|| format!("cannot create {}", options.output.display()))?;
+    let summary = collect(options)?;
+    let w = std::io::BufWriter::new(file);
+    match format {
+        OutputFormat::Folded => render::folded::write(&summary.profile, w),
+        OutputFormat::Svg => {
+            let host = nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "localhost".into());
+            let mut svg = render::flamegraph::SvgOptions::new(
+                format!(
+                    "CPU Flame Graph: {host}, {:.0} s at {} Hz{}",
+                    summary.elapsed.as_secs_f64(),
+                    options.sampler.frequency_hz,
+                    options
+                        .sampler
+                        .pid
+                        .map(|p| format!(", pid {p}"))
+                        .unwrap_or_default()
+                ),
+                "samples",
+            );
+            svg.subtitle = Some(format!(
+                "event cpu-clock, {} samples on {} CPUs, {} lost stacks",
+                summary.profile.total(),
+                summary.cpus,
+                summary.counters.lost_stacks() + summary.missing_stacks
+            ));
+            render::flamegraph::write(&summary.profile, &svg, w)
+        }
+    }
+    .with_context(|| format!("writing {}", options.output.display()))?;
+    Ok(summary)
+}
+
+impl RecordSummary {
+    /// A one-paragraph report for stderr, like perf record's.
+    pub fn report(&self) -> String {
+        let c = &self.counters;
+        format!(
+            "[ emberd record: {:.1} s, {} samples kept in {} stacks ({} seen, {} idle skipped, {} other processes) ]\n\
+             [ lost: {} stack collisions, {} stack-map full, {} counts-map full, {} missing at drain; unnamed addresses: {} ]",
+            self.elapsed.as_secs_f64(),
+            self.profile.total(),
+            self.profile.len(),
+            c.get(Counter::Samples),
+            c.get(Counter::IdleSkipped),
+            c.get(Counter::Filtered),
+            c.get(Counter::KernelStackCollision) + c.get(Counter::UserStackCollision),
+            c.get(Counter::StackMapFull),
+            c.get(Counter::CountsFull),
+            self.missing_stacks,
+            self.misses.process_gone
+                + self.misses.unmapped
+                + self.misses.anon_no_perf_map
+                + self.misses.elf_error
+                + self.misses.no_symbol
+                + self.misses.kernel_no_symbol,
+        )
+    }
+}

@@ -1,0 +1,61 @@
+//! Interactive SVG flame graphs, rendered by inferno.
+
+use std::io::{self, Write};
+
+use inferno::flamegraph::{self, color::MultiPalette, Palette};
+
+use crate::profile::Profile;
+
+/// What the SVG says about itself.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SvgOptions {
+    /// The title, e.g. "CPU Flame Graph: host, 30 s at 99 Hz".
+    pub title: String,
+    /// A subtitle (window, sample counts), if any.
+    pub subtitle: Option<String>,
+    /// What a value counts ("samples").
+    pub count_name: String,
+}
+
+impl SvgOptions {
+    /// Options with a title and the unit of the values.
+    pub fn new(title: impl Into<String>, count_name: impl Into<String>) -> Self {
+        Self {
+            title: title.into(),
+            subtitle: None,
+            count_name: count_name.into(),
+        }
+    }
+}
+
+/// Writes `profile` as an interactive SVG. An empty profile gives a valid SVG
+/// that says there was nothing to show.
+pub fn write<W: Write>(profile: &Profile, options: &SvgOptions, w: W) -> io::Result<()> {
+    let mut opts = flamegraph::Options::default();
+    opts.title = options.title.clone();
+    opts.subtitle = options.subtitle.clone();
+    opts.count_name = options.count_name.clone();
+    // The Java multi-palette colours by the suffixes emberd writes: `_[k]`
+    // kernel, `_[j]` JIT, `_[i]` inlined (as flamegraph.pl --colors=java).
+    opts.colors = Palette::Multi(MultiPalette::Java);
+    opts.deterministic = true;
+    if profile.is_empty() {
+        // inferno refuses to render nothing; one labelled stack of zero width
+        // is not possible either, so give a single frame that says why.
+        let mut opts_empty = opts;
+        opts_empty.count_name = options.count_name.clone();
+        return flamegraph::from_lines(
+            &mut opts_empty,
+            ["[no samples in this window] 1"],
+            w,
+        )
+        .map_err(io::Error::other);
+    }
+    let lines: Vec<String> = profile
+        .sorted()
+        .into_iter()
+        .map(|(s, v)| format!("{} {v}", s.as_str()))
+        .collect();
+    flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w).map_err(io::Error::other)
+}

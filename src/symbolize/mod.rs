@@ -1,0 +1,605 @@
+//! Symbolize: names for the addresses of [`RawSample`]s, found while the
+//! process is still alive.
+//!
+//! - kernel frames from kallsyms (blazesym's `Kernel` source, vmlinux off);
+//! - user frames from the ELF file behind each executable mapping, with DWARF
+//!   line and inline information (blazesym's `Elf` source, file offsets);
+//! - JIT frames from `/tmp/perf-PID.map` (see [`perfmap`]);
+//! - anything no source can name as `module+0xoffset`, never a bare
+//!   `[unknown]`, with the reason counted in [`Misses`].
+//!
+//! Results are cached by what they depend on: kernel frames by address, file
+//! frames by (device, inode, file offset). A restarted binary, an exec or a
+//! reused pid therefore cannot inherit another program's names.
+
+pub mod perfmap;
+mod procmaps;
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use blazesym::symbolize::source::{Elf, Kernel, Source};
+use blazesym::symbolize::{Input, Symbolized};
+use blazesym::MaybeDefault;
+
+use crate::collect::{Pid, RawSample, RawStack, Tid};
+use perfmap::PerfMap;
+use procmaps::{FileId, MappingKind, ProcessMaps};
+
+/// Cache entries kept before a cache is emptied and refilled; bounds memory
+/// whatever the host runs (a few hundred bytes an entry).
+const MAX_CACHED_ADDRS: usize = 200_000;
+/// ELF files and perf maps unused for this long are dropped from the caches.
+const IDLE_EVICT: Duration = Duration::from_secs(120);
+
+/// What kind of code a frame is; decides its folded suffix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FrameKind {
+    /// Native user-space code.
+    User,
+    /// A function inlined into its caller (`_[i]`).
+    Inlined,
+    /// JIT-compiled code named by a perf map (`_[j]`).
+    Jit,
+    /// Kernel code (`_[k]`).
+    Kernel,
+    /// A frame emberd adds to show data quality: `[lost]`, `[truncated]`.
+    Marker,
+}
+
+/// One named frame.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Frame {
+    /// Function name (demangled), or `module+0xoffset`.
+    pub name: Arc<str>,
+    /// What kind of code it is.
+    pub kind: FrameKind,
+}
+
+impl Frame {
+    fn new(name: impl Into<Arc<str>>, kind: FrameKind) -> Self {
+        Self {
+            name: name.into(),
+            kind,
+        }
+    }
+
+    /// The folded-stack suffix of this kind of frame.
+    pub fn suffix(&self) -> &'static str {
+        match self.kind {
+            FrameKind::User | FrameKind::Marker => "",
+            FrameKind::Inlined => "_[i]",
+            FrameKind::Jit => "_[j]",
+            FrameKind::Kernel => "_[k]",
+        }
+    }
+}
+
+impl fmt::Display for Frame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.name, self.suffix())
+    }
+}
+
+/// A sample with its stack named, root first: user frames, then kernel frames.
+#[derive(Debug, Clone)]
+pub struct SymbolizedSample {
+    /// Process.
+    pub pid: Pid,
+    /// Thread.
+    pub tid: Tid,
+    /// The thread's name.
+    pub thread_comm: Arc<str>,
+    /// The process's name (its main thread's), or the thread's if the process is gone.
+    pub process_comm: Arc<str>,
+    /// Frames, root first.
+    pub frames: Vec<Frame>,
+    /// Number of samples.
+    pub count: u64,
+}
+
+/// Addresses that could not be named, by reason. Cumulative.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Misses {
+    /// The process exited before its maps could be read.
+    pub process_gone: u64,
+    /// No mapping of the process holds the address.
+    pub unmapped: u64,
+    /// An anonymous mapping without a perf map entry.
+    pub anon_no_perf_map: u64,
+    /// The ELF file could not be read or parsed.
+    pub elf_error: u64,
+    /// The ELF file has no symbol for the address.
+    pub no_symbol: u64,
+    /// kallsyms has no symbol for the address (or is unreadable).
+    pub kernel_no_symbol: u64,
+    /// Perf-map lines skipped as malformed.
+    pub perf_map_malformed_lines: u64,
+}
+
+/// Options of the [`Symbolizer`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SymbolizerOptions {
+    /// Where perf maps live, `/tmp` by default. Looked up through
+    /// `/proc/PID/root` so that a container's own `/tmp` is found.
+    pub perf_map_dir: PathBuf,
+}
+
+impl Default for SymbolizerOptions {
+    fn default() -> Self {
+        Self {
+            perf_map_dir: PathBuf::from("/tmp"),
+        }
+    }
+}
+
+struct CachedPerfMap {
+    stamp: Option<FileStamp>,
+    map: Arc<PerfMap>,
+    last_used: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+/// Mappings (and name) of a process, read while it lived.
+struct MapsSnapshot {
+    maps: Arc<ProcessMaps>,
+    comm: Option<Arc<str>>,
+    taken: Instant,
+}
+
+/// Processes whose mappings are remembered; beyond this the oldest half goes.
+const MAX_SNAPSHOTS: usize = 8192;
+
+/// Names addresses of sampled stacks; keeps caches across drains.
+pub struct Symbolizer {
+    snapshots: HashMap<Pid, MapsSnapshot>,
+    blaze: blazesym::symbolize::Symbolizer,
+    kernel_source: Source<'static>,
+    kernel_readable: bool,
+    kernel_cache: HashMap<u64, Arc<[Frame]>>,
+    file_cache: HashMap<(FileId, u64), Arc<[Frame]>>,
+    elf_last_used: HashMap<PathBuf, Instant>,
+    perf_maps: HashMap<Pid, CachedPerfMap>,
+    options: SymbolizerOptions,
+    misses: Misses,
+}
+
+impl fmt::Debug for Symbolizer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Symbolizer")
+            .field("kernel_readable", &self.kernel_readable)
+            .field("kernel_cache", &self.kernel_cache.len())
+            .field("file_cache", &self.file_cache.len())
+            .field("perf_maps", &self.perf_maps.len())
+            .field("misses", &self.misses)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether `/proc/kallsyms` shows real addresses to this process. With
+/// `kernel.kptr_restrict` set, or without CAP_SYSLOG, every address reads as
+/// zero and kernel symbolization silently finds nothing.
+pub fn kallsyms_readable() -> Result<bool, std::io::Error> {
+    use std::io::BufRead;
+    let f = std::io::BufReader::new(std::fs::File::open("/proc/kallsyms")?);
+    for line in f.lines().take(64) {
+        let line = line?;
+        if let Some(addr) = line.split_whitespace().next() {
+            if u64::from_str_radix(addr, 16).is_ok_and(|a| a != 0) {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+impl Symbolizer {
+    /// A symbolizer with empty caches. Logs a warning if kernel addresses are
+    /// hidden.
+    pub fn new(options: SymbolizerOptions) -> Self {
+        let kernel_readable = match kallsyms_readable() {
+            Ok(true) => true,
+            Ok(false) => {
+                tracing::warn!(
+                    "/proc/kallsyms shows zeroed addresses (kernel.kptr_restrict, or no CAP_SYSLOG): \
+                     kernel frames will be named [kernel]+0xADDR; run as root or set kernel.kptr_restrict=0"
+                );
+                false
+            }
+            Err(e) => {
+                tracing::warn!("cannot read /proc/kallsyms ({e}): kernel frames will be unnamed");
+                false
+            }
+        };
+        let kernel = Kernel {
+            kallsyms: MaybeDefault::Default,
+            vmlinux: MaybeDefault::None,
+            debug_syms: false,
+            ..Default::default()
+        };
+        Self {
+            snapshots: HashMap::new(),
+            blaze: blazesym::symbolize::Symbolizer::builder()
+                .enable_code_info(true)
+                .enable_inlined_fns(true)
+                .enable_demangling(true)
+                .build(),
+            kernel_source: Source::Kernel(kernel),
+            kernel_readable,
+            kernel_cache: HashMap::new(),
+            file_cache: HashMap::new(),
+            elf_last_used: HashMap::new(),
+            perf_maps: HashMap::new(),
+            options,
+            misses: Misses::default(),
+        }
+    }
+
+    /// Whether kernel addresses can be named.
+    pub fn kernel_readable(&self) -> bool {
+        self.kernel_readable
+    }
+
+    /// Addresses that could not be named so far, by reason.
+    pub fn misses(&self) -> Misses {
+        self.misses
+    }
+
+    /// Reads and remembers the mappings of a process that just appeared, so
+    /// that its samples can be named even if it exits before the next drain.
+    pub fn note_process(&mut self, pid: Pid) {
+        self.snapshot(pid, Instant::now());
+    }
+
+    fn snapshot(&mut self, pid: Pid, now: Instant) -> Option<Arc<ProcessMaps>> {
+        let maps = Arc::new(ProcessMaps::read(pid).ok()?);
+        if self.snapshots.len() >= MAX_SNAPSHOTS {
+            let mut ages: Vec<Instant> = self.snapshots.values().map(|s| s.taken).collect();
+            ages.sort_unstable();
+            let cutoff = ages[ages.len() / 2];
+            self.snapshots.retain(|_, s| s.taken > cutoff);
+        }
+        self.snapshots.insert(
+            pid,
+            MapsSnapshot {
+                maps: maps.clone(),
+                comm: read_process_comm(pid),
+                taken: now,
+            },
+        );
+        Some(maps)
+    }
+
+    /// Names the stacks of one drain's samples.
+    pub fn symbolize(&mut self, samples: Vec<RawSample>) -> Vec<SymbolizedSample> {
+        let now = Instant::now();
+        self.symbolize_kernel(&samples);
+
+        // Unique lookup addresses per process.
+        let mut user_addrs: HashMap<Pid, HashSet<u64>> = HashMap::new();
+        for s in &samples {
+            if let RawStack::Ips { ips, .. } = &s.user {
+                let set = user_addrs.entry(s.pid).or_default();
+                set.extend(lookup_addrs(ips));
+            }
+        }
+        let mut user_frames: HashMap<Pid, HashMap<u64, Arc<[Frame]>>> = HashMap::new();
+        let mut process_comms: HashMap<Pid, Arc<str>> = HashMap::new();
+        for (pid, addrs) in user_addrs {
+            user_frames.insert(pid, self.symbolize_process(pid, addrs, now));
+        }
+
+        let out = samples
+            .into_iter()
+            .map(|s| {
+                let thread_comm: Arc<str> = Arc::from(s.comm.as_str());
+                let snapshots = &self.snapshots;
+                let process_comm = process_comms
+                    .entry(s.pid)
+                    .or_insert_with(|| {
+                        read_process_comm(s.pid)
+                            .or_else(|| snapshots.get(&s.pid).and_then(|m| m.comm.clone()))
+                            .unwrap_or_else(|| thread_comm.clone())
+                    })
+                    .clone();
+                let mut frames = Vec::new();
+                let empty = HashMap::new();
+                let names = user_frames.get(&s.pid).unwrap_or(&empty);
+                push_stack(&mut frames, &s.user, |a| names.get(&a).cloned());
+                let kcache = &self.kernel_cache;
+                push_stack(&mut frames, &s.kernel, |a| kcache.get(&a).cloned());
+                SymbolizedSample {
+                    pid: s.pid,
+                    tid: s.tid,
+                    thread_comm,
+                    process_comm,
+                    frames,
+                    count: s.count,
+                }
+            })
+            .collect();
+        self.evict_idle(now);
+        out
+    }
+
+    fn symbolize_kernel(&mut self, samples: &[RawSample]) {
+        let mut wanted: Vec<u64> = samples
+            .iter()
+            .filter_map(|s| match &s.kernel {
+                RawStack::Ips { ips, .. } => Some(lookup_addrs(ips)),
+                _ => None,
+            })
+            .flatten()
+            .filter(|a| !self.kernel_cache.contains_key(a))
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        if wanted.is_empty() {
+            return;
+        }
+        if self.kernel_cache.len() + wanted.len() > MAX_CACHED_ADDRS {
+            self.kernel_cache.clear();
+        }
+        let results = if self.kernel_readable {
+            self.blaze
+                .symbolize(&self.kernel_source, Input::AbsAddr(&wanted))
+                .map_err(|e| tracing::debug!("kernel symbolization failed: {e}"))
+                .ok()
+        } else {
+            None
+        };
+        for (i, &addr) in wanted.iter().enumerate() {
+            let frames: Arc<[Frame]> = match results.as_ref().and_then(|r| r.get(i)) {
+                Some(Symbolized::Sym(sym)) => {
+                    Arc::from(vec![Frame::new(&*sym.name, FrameKind::Kernel)])
+                }
+                _ => {
+                    self.misses.kernel_no_symbol += 1;
+                    Arc::from(vec![Frame::new(format!("[kernel]+0x{addr:x}"), FrameKind::Kernel)])
+                }
+            };
+            self.kernel_cache.insert(addr, frames);
+        }
+    }
+
+    /// Names `addrs` (lookup addresses) of one process.
+    fn symbolize_process(
+        &mut self,
+        pid: Pid,
+        addrs: HashSet<u64>,
+        now: Instant,
+    ) -> HashMap<u64, Arc<[Frame]>> {
+        let mut out = HashMap::with_capacity(addrs.len());
+        // Fresh maps if the process lives, else those read when it appeared.
+        let maps = match self
+            .snapshot(pid, now)
+            .or_else(|| self.snapshots.get(&pid).map(|s| s.maps.clone()))
+        {
+            Some(m) => m,
+            None => {
+                self.misses.process_gone += addrs.len() as u64;
+                for a in addrs {
+                    out.insert(a, single(format!("[exited]+0x{a:x}"), FrameKind::User));
+                }
+                return out;
+            }
+        };
+        if self.file_cache.len() + addrs.len() > MAX_CACHED_ADDRS {
+            self.file_cache.clear();
+        }
+        // File-backed addresses not yet cached, grouped by file.
+        let mut per_file: HashMap<FileId, (usize, Vec<(u64, u64)>)> = HashMap::new();
+        let mut perf_map: Option<Arc<PerfMap>> = None;
+        for addr in addrs {
+            let Some((idx, m)) = maps.find(addr) else {
+                self.misses.unmapped += 1;
+                out.insert(addr, single(format!("[unmapped]+0x{addr:x}"), FrameKind::User));
+                continue;
+            };
+            match &m.kind {
+                MappingKind::File { id, .. } => {
+                    let offset = addr - m.start + m.offset;
+                    if let Some(f) = self.file_cache.get(&(*id, offset)) {
+                        out.insert(addr, f.clone());
+                    } else {
+                        per_file.entry(*id).or_insert((idx, Vec::new())).1.push((addr, offset));
+                    }
+                }
+                MappingKind::Special(name) if name == "[vdso]" => {
+                    let off = addr - m.start;
+                    out.insert(addr, single(format!("[vdso]+0x{off:x}"), FrameKind::User));
+                }
+                MappingKind::Special(name) | MappingKind::Anon(name) => {
+                    let map = perf_map.get_or_insert_with(|| self.perf_map(pid, now));
+                    match map.lookup(addr) {
+                        Some(e) => {
+                            out.insert(addr, single(&*e.name, FrameKind::Jit));
+                        }
+                        None => {
+                            self.misses.anon_no_perf_map += 1;
+                            out.insert(addr, single(format!("{name}+0x{addr:x}"), FrameKind::User));
+                        }
+                    }
+                }
+            }
+        }
+        for (id, (idx, items)) in per_file {
+            let m = &maps.mappings()[idx];
+            let (path, scratch) = maps.elf_path(pid, m);
+            let module = m.module_name();
+            let offsets: Vec<u64> = items.iter().map(|&(_, off)| off).collect();
+            let src = Source::Elf(Elf::new(path.clone()));
+            let results = self.blaze.symbolize(&src, Input::FileOffset(&offsets));
+            for (i, &(addr, offset)) in items.iter().enumerate() {
+                let frames = match &results {
+                    Ok(r) => match r.get(i) {
+                        Some(Symbolized::Sym(sym)) => {
+                            let mut v = Vec::with_capacity(1 + sym.inlined.len());
+                            v.push(Frame::new(&*sym.name, FrameKind::User));
+                            v.extend(
+                                sym.inlined
+                                    .iter()
+                                    .map(|f| Frame::new(&*f.name, FrameKind::Inlined)),
+                            );
+                            Arc::from(v)
+                        }
+                        _ => {
+                            self.misses.no_symbol += 1;
+                            single(format!("{module}+0x{offset:x}"), FrameKind::User)
+                        }
+                    },
+                    Err(_) => {
+                        self.misses.elf_error += 1;
+                        single(format!("{module}+0x{offset:x}"), FrameKind::User)
+                    }
+                };
+                self.file_cache.insert((id, offset), frames.clone());
+                out.insert(addr, frames);
+            }
+            if let Err(e) = &results {
+                tracing::debug!("symbolizing {} of pid {pid} failed: {e}", path.display());
+            }
+            if scratch {
+                // A /proc/PID/map_files path is good only while this process
+                // lives: don't let blazesym's cache keep it.
+                let _ = self
+                    .blaze
+                    .evict(&blazesym::symbolize::evict::Evict::Elf(
+                        blazesym::symbolize::evict::Elf::new(path),
+                    ));
+            } else {
+                self.elf_last_used.insert(path, now);
+            }
+        }
+        out
+    }
+
+    /// The perf map of `pid`, reloaded when the file changed.
+    fn perf_map(&mut self, pid: Pid, now: Instant) -> Arc<PerfMap> {
+        let path = perf_map_path(&self.options.perf_map_dir, pid);
+        let stamp = std::fs::metadata(&path).ok().map(|md| {
+            use std::os::unix::fs::MetadataExt;
+            FileStamp {
+                dev: md.dev(),
+                ino: md.ino(),
+                size: md.size(),
+                mtime_ns: i128::from(md.mtime()) * 1_000_000_000 + i128::from(md.mtime_nsec()),
+            }
+        });
+        if let Some(c) = self.perf_maps.get_mut(&pid) {
+            if c.stamp == stamp {
+                c.last_used = now;
+                return c.map.clone();
+            }
+        }
+        let map = match stamp {
+            Some(_) => std::fs::File::open(&path)
+                .and_then(|f| PerfMap::parse(std::io::BufReader::new(f)))
+                .unwrap_or_default(),
+            None => PerfMap::default(),
+        };
+        self.misses.perf_map_malformed_lines += map.malformed_lines;
+        if map.malformed_lines > 0 {
+            tracing::debug!(
+                "{}: skipped {} malformed lines",
+                path.display(),
+                map.malformed_lines
+            );
+        }
+        let map = Arc::new(map);
+        self.perf_maps.insert(
+            pid,
+            CachedPerfMap {
+                stamp,
+                map: map.clone(),
+                last_used: now,
+            },
+        );
+        map
+    }
+
+    fn evict_idle(&mut self, now: Instant) {
+        self.snapshots
+            .retain(|_, s| now.duration_since(s.taken) < IDLE_EVICT);
+        self.perf_maps
+            .retain(|_, c| now.duration_since(c.last_used) < IDLE_EVICT);
+        let idle: Vec<PathBuf> = self
+            .elf_last_used
+            .iter()
+            .filter(|(_, t)| now.duration_since(**t) >= IDLE_EVICT)
+            .map(|(p, _)| p.clone())
+            .collect();
+        for path in idle {
+            self.elf_last_used.remove(&path);
+            let _ = self
+                .blaze
+                .evict(&blazesym::symbolize::evict::Evict::Elf(
+                    blazesym::symbolize::evict::Elf::new(path),
+                ));
+        }
+    }
+}
+
+/// The perf map of `pid` as seen from inside its mount namespace: a
+/// containerized runtime writes `/tmp/perf-<its own pid>.map` in its own /tmp.
+fn perf_map_path(dir: &std::path::Path, pid: Pid) -> PathBuf {
+    let ns_pid = procmaps::namespace_pid(pid).unwrap_or(pid.0);
+    let inner = dir.join(format!("perf-{ns_pid}.map"));
+    let rel = inner.strip_prefix("/").unwrap_or(&inner);
+    let via_root = PathBuf::from(format!("/proc/{pid}/root")).join(rel);
+    if via_root.exists() { via_root } else { inner }
+}
+
+fn read_process_comm(pid: Pid) -> Option<Arc<str>> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(Arc::from(s.trim_end_matches('\n')))
+}
+
+fn single(name: impl Into<Arc<str>>, kind: FrameKind) -> Arc<[Frame]> {
+    Arc::from(vec![Frame::new(name, kind)])
+}
+
+/// The address to look up for each stack entry, leaf first. Entries past the
+/// leaf are return addresses; the call itself is the byte before, which keeps
+/// a call at a function's very end (noreturn) in the right function and
+/// inline scope.
+fn lookup_addrs(ips: &[u64]) -> impl Iterator<Item = u64> + '_ {
+    ips.iter()
+        .enumerate()
+        .map(|(i, &ip)| if i == 0 { ip } else { ip.saturating_sub(1) })
+}
+
+/// Appends one side of a stack root first, with data-quality markers.
+fn push_stack(
+    frames: &mut Vec<Frame>,
+    stack: &RawStack,
+    mut name: impl FnMut(u64) -> Option<Arc<[Frame]>>,
+) {
+    match stack {
+        RawStack::None => {}
+        RawStack::Lost => frames.push(Frame::new("[lost]", FrameKind::Marker)),
+        RawStack::Ips { ips, truncated } => {
+            if *truncated {
+                frames.push(Frame::new("[truncated]", FrameKind::Marker));
+            }
+            let addrs: Vec<u64> = lookup_addrs(ips).collect();
+            for addr in addrs.into_iter().rev() {
+                match name(addr) {
+                    Some(f) => frames.extend(f.iter().cloned()),
+                    None => frames.push(Frame::new(format!("[unknown]+0x{addr:x}"), FrameKind::User)),
+                }
+            }
+        }
+    }
+}
