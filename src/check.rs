@@ -125,7 +125,9 @@ impl fmt::Display for Item {
 }
 
 fn read_trim(path: &str) -> Option<String> {
-    std::fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_owned())
 }
 
 /// Runs every check. Loads (and unloads) the real sampler to prove BPF and
@@ -143,11 +145,17 @@ pub fn run() -> Vec<Item> {
         },
         detail: format!(
             "euid {euid}, effective capabilities {caps:#x} ({})",
-            [Cap::SysAdmin, Cap::Bpf, Cap::Perfmon, Cap::Syslog, Cap::SysPtrace]
-                .into_iter()
-                .map(|c| format!("{}{}", if has_cap(c) { "+" } else { "-" }, c.name()))
-                .collect::<Vec<_>>()
-                .join(" ")
+            [
+                Cap::SysAdmin,
+                Cap::Bpf,
+                Cap::Perfmon,
+                Cap::Syslog,
+                Cap::SysPtrace
+            ]
+            .into_iter()
+            .map(|c| format!("{}{}", if has_cap(c) { "+" } else { "-" }, c.name()))
+            .collect::<Vec<_>>()
+            .join(" ")
         ),
     });
     let btf = Path::new("/sys/kernel/btf/vmlinux").exists();
@@ -168,11 +176,14 @@ pub fn run() -> Vec<Item> {
             "{paranoid} (irrelevant with CAP_PERFMON or root; without them only -1 allows system-wide sampling)"
         ),
     });
-    let max_stack = read_trim("/proc/sys/kernel/perf_event_max_stack").unwrap_or_else(|| "?".into());
+    let max_stack =
+        read_trim("/proc/sys/kernel/perf_event_max_stack").unwrap_or_else(|| "?".into());
     items.push(Item {
         what: "perf_event_max_stack",
         status: Status::Ok,
-        detail: format!("{max_stack} frames (emberd keeps 127 per stack; deeper stacks end in [truncated])"),
+        detail: format!(
+            "{max_stack} frames (emberd keeps 127 per stack; deeper stacks end in [truncated])"
+        ),
     });
     // Real load and attach: the only honest test of BPF and perf events.
     match crate::collect::CpuSampler::start(crate::collect::SamplerOptions::default()) {
@@ -222,7 +233,10 @@ pub fn run() -> Vec<Item> {
         },
     });
     let tracefs = std::fs::read_to_string("/proc/mounts")
-        .map(|m| m.lines().any(|l| l.split_whitespace().nth(2) == Some("tracefs")))
+        .map(|m| {
+            m.lines()
+                .any(|l| l.split_whitespace().nth(2) == Some("tracefs"))
+        })
         .unwrap_or(false);
     items.push(Item {
         what: "tracefs",
@@ -234,7 +248,10 @@ pub fn run() -> Vec<Item> {
         },
     });
     let bpffs = std::fs::read_to_string("/proc/mounts")
-        .map(|m| m.lines().any(|l| l.split_whitespace().nth(2) == Some("bpf")))
+        .map(|m| {
+            m.lines()
+                .any(|l| l.split_whitespace().nth(2) == Some("bpf"))
+        })
         .unwrap_or(false);
     items.push(Item {
         what: "bpffs",

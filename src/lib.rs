@@ -2,9 +2,9 @@
 #![deny(missing_docs)]
 
 pub mod bpf;
-pub mod collect;
-pub mod symbolize;
-pub mod profile;
-pub mod render;
 pub mod check;
+pub mod collect;
+pub mod profile;
 pub mod record;
+pub mod render;
+pub mod symbolize;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use emberd::check::{self, Status};
-use emberd::collect::{defaults, Pid, SamplerOptions};
+use emberd::collect::{Pid, SamplerOptions, defaults};
 use emberd::profile::Grouping;
 use emberd::record::{self, RecordOptions};
 

@@ -100,8 +100,9 @@ impl Profile {
             Grouping::Thread => format!("{}-{}/{}", s.thread_comm, s.pid, s.tid),
         };
         let names: Vec<String> = s.frames.iter().map(|f| f.to_string()).collect();
-        let stack =
-            FoldedStack::from_frames(std::iter::once(root.as_str()).chain(names.iter().map(String::as_str)));
+        let stack = FoldedStack::from_frames(
+            std::iter::once(root.as_str()).chain(names.iter().map(String::as_str)),
+        );
         self.add(stack, s.count);
     }
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::{Context, bail};
 
 use crate::collect::{Counter, Counters, CpuSampler, Pid, SamplerOptions};
 use crate::profile::{Grouping, Profile};
@@ -77,7 +77,7 @@ extern "C" fn on_interrupt(_: libc::c_int) {
 /// Makes Ctrl-C end the recording early and still write the output, as
 /// `perf record` does.
 fn catch_interrupt() {
-    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
     let action = SigAction::new(
         SigHandler::Handler(on_interrupt),
         SaFlags::empty(),
@@ -121,10 +121,10 @@ fn watch_new_processes(
 /// process exits) and returns the profile, without writing it.
 pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
     crate::check::require_sampling_privileges()?;
-    if let Some(pid) = options.sampler.pid {
-        if !process_alive(pid) {
-            bail!("no process with pid {pid}: check the -p argument");
-        }
+    if let Some(pid) = options.sampler.pid
+        && !process_alive(pid)
+    {
+        bail!("no process with pid {pid}: check the -p argument");
     }
     let mut symbolizer = Symbolizer::new(SymbolizerOptions::default());
     let mut sampler = CpuSampler::start(options.sampler.clone())?;
@@ -171,7 +171,15 @@ pub fn record(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
     // Fail on an unwritable path before sampling, not after.
     let file = std::fs::File::create(&options.output)
         .with_context(|| format!("cannot create {}", options.output.display()))?;
-    let summary = collect(options)?;
+    let summary = match collect(options) {
+        Ok(s) => s,
+        Err(e) => {
+            // Leave no empty output behind to be mistaken for a profile.
+            drop(file);
+            let _ = std::fs::remove_file(&options.output);
+            return Err(e);
+        }
+    };
     let w = std::io::BufWriter::new(file);
     match format {
         OutputFormat::Folded => render::folded::write(&summary.profile, w),

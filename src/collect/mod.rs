@@ -18,7 +18,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapMut};
 
 pub use counters::{Counter, Counters};
-pub use perf_event::{online_cpus, PerfEvent};
+pub use perf_event::{PerfEvent, online_cpus};
 
 use crate::bpf::profile::{ProfileSkel, ProfileSkelBuilder};
 use crate::bpf::types;
@@ -95,7 +95,9 @@ pub struct RawSample {
 #[derive(Debug, thiserror::Error)]
 pub enum CollectError {
     /// The BPF object failed to open or load.
-    #[error("loading the BPF sampler failed: {source}\nhint: run `emberd check`; loading BPF needs root or CAP_BPF+CAP_PERFMON and a kernel with BTF")]
+    #[error(
+        "loading the BPF sampler failed: {source}\nhint: run `emberd check`; loading BPF needs root or CAP_BPF+CAP_PERFMON and a kernel with BTF"
+    )]
     Load {
         /// The libbpf error.
         source: libbpf_rs::Error,
@@ -224,7 +226,9 @@ impl CpuSampler {
             map.set_max_entries(options.counts_map_entries)
                 .map_err(|source| CollectError::Load { source })?;
         }
-        let skel = open.load().map_err(|source| CollectError::Load { source })?;
+        let skel = open
+            .load()
+            .map_err(|source| CollectError::Load { source })?;
         assert_eq!(
             skel.maps.counts0.key_size() as usize,
             std::mem::size_of::<types::sample_key>(),
@@ -298,7 +302,10 @@ impl CpuSampler {
         let map = &self.skel.maps.new_tgids;
         let batch = map
             .lookup_and_delete_batch(map.max_entries(), MapFlags::ANY, MapFlags::ANY)
-            .map_err(|source| CollectError::Drain { map: "new_tgids", source })?;
+            .map_err(|source| CollectError::Drain {
+                map: "new_tgids",
+                source,
+            })?;
         let mut pids: Vec<Pid> = batch
             .filter_map(|(k, _)| Some(Pid(u32::from_ne_bytes(k.get(..4)?.try_into().ok()?))))
             .collect();
@@ -351,9 +358,13 @@ fn drain_buffer(counts: &MapMut<'_>, stacks: &MapMut<'_>) -> Result<Drain, Colle
                     return Ok(s.clone().unwrap_or(RawStack::Lost));
                 }
                 let key = (id as u32).to_ne_bytes();
-                let value = stacks
-                    .lookup(&key, MapFlags::ANY)
-                    .map_err(|source| CollectError::Drain { map: "stacks", source })?;
+                let value =
+                    stacks
+                        .lookup(&key, MapFlags::ANY)
+                        .map_err(|source| CollectError::Drain {
+                            map: "stacks",
+                            source,
+                        })?;
                 let stack = value.map(|v| {
                     let ips: Vec<u64> = v
                         .chunks_exact(8)
@@ -405,7 +416,10 @@ fn read_and_clear_counts(
     // One syscall for the whole map in the common case.
     let batch = counts
         .lookup_and_delete_batch(counts.max_entries(), MapFlags::ANY, MapFlags::ANY)
-        .map_err(|source| CollectError::Drain { map: "counts", source })?;
+        .map_err(|source| CollectError::Drain {
+            map: "counts",
+            source,
+        })?;
     out.extend(batch.filter_map(|(k, v)| parse(&k, &v)));
     // libbpf-rs's batch iterator stops silently on an error; whatever it left
     // behind is drained key by key so nothing is lost.
@@ -413,7 +427,10 @@ fn read_and_clear_counts(
     for k in rest {
         if let Some(v) = counts
             .lookup(&k, MapFlags::ANY)
-            .map_err(|source| CollectError::Drain { map: "counts", source })?
+            .map_err(|source| CollectError::Drain {
+                map: "counts",
+                source,
+            })?
         {
             out.extend(parse(&k, &v));
         }

@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use inferno::flamegraph::{self, color::MultiPalette, Palette};
+use inferno::flamegraph::{self, Palette, color::MultiPalette};
 
 use crate::profile::Profile;
 
@@ -45,12 +45,8 @@ pub fn write<W: Write>(profile: &Profile, options: &SvgOptions, w: W) -> io::Res
         // is not possible either, so give a single frame that says why.
         let mut opts_empty = opts;
         opts_empty.count_name = options.count_name.clone();
-        return flamegraph::from_lines(
-            &mut opts_empty,
-            ["[no samples in this window] 1"],
-            w,
-        )
-        .map_err(io::Error::other);
+        return flamegraph::from_lines(&mut opts_empty, ["[no samples in this window] 1"], w)
+            .map_err(io::Error::other);
     }
     let lines: Vec<String> = profile
         .sorted()

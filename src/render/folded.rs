@@ -43,7 +43,9 @@ pub fn read<R: BufRead>(r: R) -> Result<Profile, Box<dyn std::error::Error + Sen
 
 fn parse_line(line: &str) -> Result<(&str, u64), &'static str> {
     let (stack, value) = line.rsplit_once(' ').ok_or("no value after the stack")?;
-    let value = value.parse().map_err(|_| "the value is not a whole number")?;
+    let value = value
+        .parse()
+        .map_err(|_| "the value is not a whole number")?;
     if stack.is_empty() {
         return Err("empty stack");
     }

@@ -21,9 +21,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use blazesym::MaybeDefault;
 use blazesym::symbolize::source::{Elf, Kernel, Source};
 use blazesym::symbolize::{Input, Symbolized};
-use blazesym::MaybeDefault;
 
 use crate::collect::{Pid, RawSample, RawStack, Tid};
 use perfmap::PerfMap;
@@ -195,10 +195,10 @@ pub fn kallsyms_readable() -> Result<bool, std::io::Error> {
     let f = std::io::BufReader::new(std::fs::File::open("/proc/kallsyms")?);
     for line in f.lines().take(64) {
         let line = line?;
-        if let Some(addr) = line.split_whitespace().next() {
-            if u64::from_str_radix(addr, 16).is_ok_and(|a| a != 0) {
-                return Ok(true);
-            }
+        if let Some(addr) = line.split_whitespace().next()
+            && u64::from_str_radix(addr, 16).is_ok_and(|a| a != 0)
+        {
+            return Ok(true);
         }
     }
     Ok(false)
@@ -366,7 +366,10 @@ impl Symbolizer {
                 }
                 _ => {
                     self.misses.kernel_no_symbol += 1;
-                    Arc::from(vec![Frame::new(format!("[kernel]+0x{addr:x}"), FrameKind::Kernel)])
+                    Arc::from(vec![Frame::new(
+                        format!("[kernel]+0x{addr:x}"),
+                        FrameKind::Kernel,
+                    )])
                 }
             };
             self.kernel_cache.insert(addr, frames);
@@ -404,7 +407,10 @@ impl Symbolizer {
         for addr in addrs {
             let Some((idx, m)) = maps.find(addr) else {
                 self.misses.unmapped += 1;
-                out.insert(addr, single(format!("[unmapped]+0x{addr:x}"), FrameKind::User));
+                out.insert(
+                    addr,
+                    single(format!("[unmapped]+0x{addr:x}"), FrameKind::User),
+                );
                 continue;
             };
             match &m.kind {
@@ -413,7 +419,11 @@ impl Symbolizer {
                     if let Some(f) = self.file_cache.get(&(*id, offset)) {
                         out.insert(addr, f.clone());
                     } else {
-                        per_file.entry(*id).or_insert((idx, Vec::new())).1.push((addr, offset));
+                        per_file
+                            .entry(*id)
+                            .or_insert((idx, Vec::new()))
+                            .1
+                            .push((addr, offset));
                     }
                 }
                 MappingKind::Special(name) if name == "[vdso]" => {
@@ -473,11 +483,9 @@ impl Symbolizer {
             if scratch {
                 // A /proc/PID/map_files path is good only while this process
                 // lives: don't let blazesym's cache keep it.
-                let _ = self
-                    .blaze
-                    .evict(&blazesym::symbolize::evict::Evict::Elf(
-                        blazesym::symbolize::evict::Elf::new(path),
-                    ));
+                let _ = self.blaze.evict(&blazesym::symbolize::evict::Evict::Elf(
+                    blazesym::symbolize::evict::Elf::new(path),
+                ));
             } else {
                 self.elf_last_used.insert(path, now);
             }
@@ -497,11 +505,11 @@ impl Symbolizer {
                 mtime_ns: i128::from(md.mtime()) * 1_000_000_000 + i128::from(md.mtime_nsec()),
             }
         });
-        if let Some(c) = self.perf_maps.get_mut(&pid) {
-            if c.stamp == stamp {
-                c.last_used = now;
-                return c.map.clone();
-            }
+        if let Some(c) = self.perf_maps.get_mut(&pid)
+            && c.stamp == stamp
+        {
+            c.last_used = now;
+            return c.map.clone();
         }
         let map = match stamp {
             Some(_) => std::fs::File::open(&path)
@@ -542,11 +550,9 @@ impl Symbolizer {
             .collect();
         for path in idle {
             self.elf_last_used.remove(&path);
-            let _ = self
-                .blaze
-                .evict(&blazesym::symbolize::evict::Evict::Elf(
-                    blazesym::symbolize::evict::Elf::new(path),
-                ));
+            let _ = self.blaze.evict(&blazesym::symbolize::evict::Evict::Elf(
+                blazesym::symbolize::evict::Elf::new(path),
+            ));
         }
     }
 }
@@ -597,7 +603,9 @@ fn push_stack(
             for addr in addrs.into_iter().rev() {
                 match name(addr) {
                     Some(f) => frames.extend(f.iter().cloned()),
-                    None => frames.push(Frame::new(format!("[unknown]+0x{addr:x}"), FrameKind::User)),
+                    None => {
+                        frames.push(Frame::new(format!("[unknown]+0x{addr:x}"), FrameKind::User))
+                    }
                 }
             }
         }

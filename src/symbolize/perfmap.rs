@@ -135,7 +135,11 @@ fn read_bounded_line<R: BufRead>(reader: &mut R, buf: &mut Vec<u8>) -> io::Resul
         let used = done.unwrap_or(chunk.len());
         reader.consume(used);
         if done.is_some() {
-            return Ok(if too_long { LineRead::TooLong } else { LineRead::Line });
+            return Ok(if too_long {
+                LineRead::TooLong
+            } else {
+                LineRead::Line
+            });
         }
     }
 }
@@ -178,7 +182,8 @@ mod tests {
 
     #[test]
     fn node_bare_hex() {
-        let m = parse("3ad8a7e0c0 1c0 LazyCompile:*busyLoop /tmp/x.js:3\n3ad8a7e300 40 Builtin:Foo\n");
+        let m =
+            parse("3ad8a7e0c0 1c0 LazyCompile:*busyLoop /tmp/x.js:3\n3ad8a7e300 40 Builtin:Foo\n");
         assert_eq!(m.len(), 2);
         assert_eq!(
             &*m.lookup(0x3ad8a7e0c5).unwrap().name,
@@ -192,7 +197,9 @@ mod tests {
 
     #[test]
     fn jdk_0x_prefixed() {
-        let m = parse("0x00007f3c1d0a1c80 0x0000000000000150 Interpreter\n0x00007f3c24a0e100 0x00000000000002a8 void Busy.spin(long)\n");
+        let m = parse(
+            "0x00007f3c1d0a1c80 0x0000000000000150 Interpreter\n0x00007f3c24a0e100 0x00000000000002a8 void Busy.spin(long)\n",
+        );
         assert_eq!(m.len(), 2);
         assert_eq!(
             &*m.lookup(0x7f3c24a0e200).unwrap().name,

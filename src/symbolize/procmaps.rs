@@ -92,7 +92,10 @@ impl ProcessMaps {
 
     /// The mapping holding `addr`, with its index.
     pub(crate) fn find(&self, addr: u64) -> Option<(usize, &Mapping)> {
-        let idx = self.mappings.partition_point(|m| m.start <= addr).checked_sub(1)?;
+        let idx = self
+            .mappings
+            .partition_point(|m| m.start <= addr)
+            .checked_sub(1)?;
         let m = &self.mappings[idx];
         (addr < m.end).then_some((idx, m))
     }
@@ -104,12 +107,12 @@ impl ProcessMaps {
     /// deleted or replaced file) `/proc/PID/map_files/`, valid while the
     /// process lives.
     pub(crate) fn elf_path(&self, pid: Pid, m: &Mapping) -> (PathBuf, bool) {
-        if let MappingKind::File { id, path } = &m.kind {
-            if let Ok(md) = std::fs::metadata(path) {
-                if md.dev() == id.dev && md.ino() == id.ino {
-                    return (path.clone(), false);
-                }
-            }
+        if let MappingKind::File { id, path } = &m.kind
+            && let Ok(md) = std::fs::metadata(path)
+            && md.dev() == id.dev
+            && md.ino() == id.ino
+        {
+            return (path.clone(), false);
         }
         (
             Path::new(&format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)).to_path_buf(),

@@ -1,0 +1,14 @@
+//! Integration tests: the real BPF sampler profiling real processes.
+//!
+//! They need root (or CAP_BPF + CAP_PERFMON + CAP_SYSLOG + CAP_SYS_PTRACE) and
+//! fail, never skip, without it. `./scripts/test` runs them one at a time so
+//! each profile sees as little of the others' CPU use as possible.
+
+mod common;
+
+/// The command line: errors a user would hit, `check`, SVG output.
+mod cli;
+/// CPU profiles of native code: proportions, kernel frames, short-lived processes.
+mod cpu;
+/// JIT frames from perf maps: Node.js and the JVM.
+mod jit;
