@@ -301,7 +301,7 @@ impl CpuSampler {
     pub fn new_processes(&mut self) -> Result<Vec<Pid>, CollectError> {
         let map = &self.skel.maps.new_tgids;
         let batch = map
-            .lookup_and_delete_batch(map.max_entries(), MapFlags::ANY, MapFlags::ANY)
+            .lookup_and_delete_batch(map.max_entries().min(256), MapFlags::ANY, MapFlags::ANY)
             .map_err(|source| CollectError::Drain {
                 map: "new_tgids",
                 source,
@@ -415,7 +415,7 @@ fn read_and_clear_counts(
     };
     // One syscall for the whole map in the common case.
     let batch = counts
-        .lookup_and_delete_batch(counts.max_entries(), MapFlags::ANY, MapFlags::ANY)
+        .lookup_and_delete_batch(counts.max_entries().min(1024), MapFlags::ANY, MapFlags::ANY)
         .map_err(|source| CollectError::Drain {
             map: "counts",
             source,
