@@ -12,3 +12,5 @@ mod cli;
 mod cpu;
 /// JIT frames from perf maps: Node.js and the JVM.
 mod jit;
+/// The symbolizer on real processes, without BPF: perf maps, fallbacks, ELF.
+mod symbolize;
