@@ -5,6 +5,7 @@ pub mod bpf;
 pub mod check;
 pub mod collect;
 pub mod profile;
+pub mod store;
 pub mod record;
 pub mod render;
 pub mod symbolize;

@@ -50,6 +50,15 @@ pub enum FrameKind {
     Marker,
 }
 
+/// The ELF file a frame's code lives in (pprof's mapping).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Module {
+    /// Path of the file as the process mapped it.
+    pub path: Arc<str>,
+    /// GNU build id, hex, when the file has one.
+    pub build_id: Option<Arc<str>>,
+}
+
 /// One named frame.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Frame {
@@ -57,13 +66,23 @@ pub struct Frame {
     pub name: Arc<str>,
     /// What kind of code it is.
     pub kind: FrameKind,
+    /// Source file, where DWARF gives it.
+    pub file: Option<Arc<str>>,
+    /// Source line, where DWARF gives it.
+    pub line: Option<u32>,
+    /// The file the code is in, for user frames.
+    pub module: Option<Arc<Module>>,
 }
 
 impl Frame {
-    fn new(name: impl Into<Arc<str>>, kind: FrameKind) -> Self {
+    /// A frame with only a name.
+    pub fn new(name: impl Into<Arc<str>>, kind: FrameKind) -> Self {
         Self {
             name: name.into(),
             kind,
+            file: None,
+            line: None,
+            module: None,
         }
     }
 
@@ -164,6 +183,7 @@ const MAX_SNAPSHOTS: usize = 8192;
 /// Names addresses of sampled stacks; keeps caches across drains.
 pub struct Symbolizer {
     snapshots: HashMap<Pid, MapsSnapshot>,
+    modules: HashMap<FileId, Arc<Module>>,
     blaze: blazesym::symbolize::Symbolizer,
     kernel_source: Source<'static>,
     kernel_readable: bool,
@@ -230,6 +250,7 @@ impl Symbolizer {
         };
         Self {
             snapshots: HashMap::new(),
+            modules: HashMap::new(),
             blaze: blazesym::symbolize::Symbolizer::builder()
                 .enable_code_info(true)
                 .enable_inlined_fns(true)
@@ -448,22 +469,14 @@ impl Symbolizer {
             let m = &maps.mappings()[idx];
             let (path, scratch) = maps.elf_path(pid, m);
             let module = m.module_name();
+            let module_info = self.module_info(id, m, &path);
             let offsets: Vec<u64> = items.iter().map(|&(_, off)| off).collect();
             let src = Source::Elf(Elf::new(path.clone()));
             let results = self.blaze.symbolize(&src, Input::FileOffset(&offsets));
             for (i, &(addr, offset)) in items.iter().enumerate() {
                 let frames = match &results {
                     Ok(r) => match r.get(i) {
-                        Some(Symbolized::Sym(sym)) => {
-                            let mut v = Vec::with_capacity(1 + sym.inlined.len());
-                            v.push(Frame::new(&*sym.name, FrameKind::User));
-                            v.extend(
-                                sym.inlined
-                                    .iter()
-                                    .map(|f| Frame::new(&*f.name, FrameKind::Inlined)),
-                            );
-                            Arc::from(v)
-                        }
+                        Some(Symbolized::Sym(sym)) => frames_of_sym(sym, &module_info),
                         _ => {
                             self.misses.no_symbol += 1;
                             single(format!("{module}+0x{offset:x}"), FrameKind::User)
@@ -491,6 +504,30 @@ impl Symbolizer {
             }
         }
         out
+    }
+
+    /// Path and build id of a mapped file, cached by file identity.
+    fn module_info(&mut self, id: FileId, m: &procmaps::Mapping, path: &std::path::Path) -> Arc<Module> {
+        if let Some(mi) = self.modules.get(&id) {
+            return mi.clone();
+        }
+        let build_id = blazesym::helper::read_elf_build_id(&path)
+            .ok()
+            .flatten()
+            .map(|b| Arc::from(b.iter().map(|x| format!("{x:02x}")).collect::<String>()));
+        let shown = match &m.kind {
+            MappingKind::File { path, .. } => path.display().to_string(),
+            _ => m.module_name(),
+        };
+        let mi = Arc::new(Module {
+            path: Arc::from(shown),
+            build_id,
+        });
+        if self.modules.len() >= MAX_CACHED_ADDRS {
+            self.modules.clear();
+        }
+        self.modules.insert(id, mi.clone());
+        mi
     }
 
     /// The perf map of `pid`, reloaded when the file changed.
@@ -570,6 +607,35 @@ fn perf_map_path(dir: &std::path::Path, pid: Pid) -> PathBuf {
 fn read_process_comm(pid: Pid) -> Option<Arc<str>> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
     Some(Arc::from(s.trim_end_matches('\n')))
+}
+
+/// The frames of one symbolized address, outermost first: the function, then
+/// the functions inlined into it. blazesym gives the address's own source
+/// location on the symbol and, on each inlined function, the location of the
+/// call to it, which belongs to the frame one level out.
+fn frames_of_sym(sym: &blazesym::symbolize::Sym<'_>, module: &Arc<Module>) -> Arc<[Frame]> {
+    let loc = |ci: Option<&blazesym::symbolize::CodeInfo<'_>>| {
+        ci.map(|c| (Arc::<str>::from(c.to_path().display().to_string()), c.line))
+    };
+    let mut names: Vec<(&str, FrameKind)> = vec![(&sym.name, FrameKind::User)];
+    names.extend(sym.inlined.iter().map(|f| (&*f.name, FrameKind::Inlined)));
+    let mut locs: Vec<Option<(Arc<str>, Option<u32>)>> =
+        sym.inlined.iter().map(|f| loc(f.code_info.as_ref())).collect();
+    locs.push(loc(sym.code_info.as_deref()));
+    names
+        .into_iter()
+        .zip(locs)
+        .map(|((name, kind), l)| {
+            let (file, line) = l.map_or((None, None), |(f, l)| (Some(f), l));
+            Frame {
+                name: name.into(),
+                kind,
+                file,
+                line,
+                module: Some(module.clone()),
+            }
+        })
+        .collect()
 }
 
 fn single(name: impl Into<Arc<str>>, kind: FrameKind) -> Arc<[Frame]> {

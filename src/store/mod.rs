@@ -1,0 +1,470 @@
+//! Store: the recent history of samples, in time slots, within a byte budget.
+//!
+//! Drained samples go into one-second slots. Slots older than
+//! [`StoreOptions::fine_for`] are merged into 10 s slots and those older than
+//! [`StoreOptions::medium_for`] into 60 s slots, so "the last hour" is about
+//! 100 slots to read, not 3600. Slots older than the retention, and the
+//! oldest slots whenever the estimated size passes the budget, are dropped;
+//! frames and stacks no slot refers to any more are then collected.
+
+mod intern;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use intern::{FrameId, Interner, NameId, StackId};
+
+use crate::collect::{Pid, Tid};
+use crate::symbolize::{Frame, SymbolizedSample};
+
+/// Defaults of [`StoreOptions`].
+pub mod defaults {
+    use std::time::Duration;
+    /// History kept: one hour.
+    pub const RETENTION: Duration = Duration::from_secs(3600);
+    /// Estimated bytes the store may use: 128 MiB.
+    pub const MEMORY_BUDGET: usize = 128 << 20;
+}
+
+/// Limits and resolution of the store.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct StoreOptions {
+    /// How long samples are kept (default [`defaults::RETENTION`]).
+    pub retention: Duration,
+    /// Estimated byte budget, enforced by dropping the oldest slots first
+    /// (default [`defaults::MEMORY_BUDGET`]).
+    pub memory_budget: usize,
+    /// Age up to which slots stay one second long (default 5 min).
+    pub fine_for: Duration,
+    /// Age up to which slots are at most 10 s long (default 30 min); older
+    /// ones are merged into 60 s slots.
+    pub medium_for: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            retention: defaults::RETENTION,
+            memory_budget: defaults::MEMORY_BUDGET,
+            fine_for: Duration::from_secs(300),
+            medium_for: Duration::from_secs(1800),
+        }
+    }
+}
+
+/// What one slot entry counts: a thread with one stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct EntryKey {
+    pid: u32,
+    tid: u32,
+    thread_comm: NameId,
+    process_comm: NameId,
+    stack: StackId,
+}
+
+/// Bytes of one slot entry (key, value, hash-map overhead).
+const ENTRY_BYTES: usize = std::mem::size_of::<EntryKey>() + 8 + 16;
+
+/// Samples of `[start, start + len)` in unix seconds.
+#[derive(Debug)]
+struct Slot {
+    start: u64,
+    len: u64,
+    entries: HashMap<EntryKey, u64>,
+}
+
+/// One row of a query result: a thread's stack and its value.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Process.
+    pub pid: Pid,
+    /// Thread.
+    pub tid: Tid,
+    /// Thread name.
+    pub thread_comm: Arc<str>,
+    /// Process name.
+    pub process_comm: Arc<str>,
+    /// The stack.
+    pub stack: StackId,
+    /// Samples.
+    pub value: u64,
+}
+
+/// Which samples a query reads; everything else (grouping, frame regexes)
+/// happens on the rows.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// Unix seconds, inclusive.
+    pub from: u64,
+    /// Unix seconds, exclusive.
+    pub to: u64,
+    /// Only this process.
+    pub pid: Option<u32>,
+    /// Only this thread.
+    pub tid: Option<u32>,
+    /// Only processes or threads whose name matches.
+    pub comm: Option<regex::Regex>,
+    /// Keep the idle task (pid 0).
+    pub idle: bool,
+}
+
+/// Rows of a query, with the interner to read their stacks.
+#[derive(Debug)]
+pub struct QueryResult<'a> {
+    /// Matching rows, one per thread and stack.
+    pub rows: Vec<Row>,
+    /// The window actually covered: coarse slots may reach past the asked one.
+    pub covered: Option<(u64, u64)>,
+    interner: &'a Interner,
+}
+
+impl QueryResult<'_> {
+    /// The frames of a stack, root first.
+    pub fn frames(&self, stack: StackId) -> impl Iterator<Item = &Frame> {
+        self.interner
+            .get_stack(stack)
+            .iter()
+            .map(|&f| self.interner.get_frame(f))
+    }
+}
+
+/// Size and shape of the store, for metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StoreStats {
+    /// Estimated bytes in use.
+    pub bytes: usize,
+    /// Slots held.
+    pub slots: usize,
+    /// Interned stacks.
+    pub stacks: usize,
+    /// Slots dropped to stay within the memory budget.
+    pub dropped_for_budget: u64,
+    /// Oldest data kept, unix seconds.
+    pub oldest: Option<u64>,
+}
+
+/// The sample history of one event.
+#[derive(Debug)]
+pub struct Store {
+    options: StoreOptions,
+    interner: Interner,
+    slots: VecDeque<Slot>,
+    entry_bytes: usize,
+    dropped_for_budget: u64,
+    dropped_since_gc: usize,
+}
+
+impl Store {
+    /// An empty store.
+    pub fn new(options: StoreOptions) -> Self {
+        Self {
+            options,
+            interner: Interner::default(),
+            slots: VecDeque::new(),
+            entry_bytes: 0,
+            dropped_for_budget: 0,
+            dropped_since_gc: 0,
+        }
+    }
+
+    /// Adds one drain's samples to the slot of second `at` (unix seconds).
+    pub fn insert(&mut self, at: u64, samples: &[SymbolizedSample]) {
+        if !self.slots.back().is_some_and(|s| s.start == at && s.len == 1) {
+            // Clocks can step back; a slot never starts before its predecessor ends.
+            let start = self.slots.back().map_or(at, |s| at.max(s.start + s.len));
+            self.slots.push_back(Slot {
+                start,
+                len: 1,
+                entries: HashMap::new(),
+            });
+        }
+        let mut ids = Vec::new();
+        let mut keys = Vec::with_capacity(samples.len());
+        for s in samples {
+            ids.clear();
+            ids.extend(s.frames.iter().map(|f| self.interner.frame(f)));
+            keys.push((
+                EntryKey {
+                    pid: s.pid.0,
+                    tid: s.tid.0,
+                    thread_comm: self.interner.name(&s.thread_comm),
+                    process_comm: self.interner.name(&s.process_comm),
+                    stack: self.interner.stack(&ids),
+                },
+                s.count,
+            ));
+        }
+        let slot = self.slots.back_mut().expect("pushed above");
+        for (k, v) in keys {
+            let e = slot.entries.entry(k).or_insert_with(|| {
+                self.entry_bytes += ENTRY_BYTES;
+                0
+            });
+            *e += v;
+        }
+        self.compact(at);
+    }
+
+    /// Merges aged slots, drops expired ones, and enforces the budget.
+    fn compact(&mut self, now: u64) {
+        let fine = self.options.fine_for.as_secs();
+        let medium = self.options.medium_for.as_secs();
+        self.merge_older_than(now.saturating_sub(fine), 10);
+        self.merge_older_than(now.saturating_sub(medium), 60);
+        let horizon = now.saturating_sub(self.options.retention.as_secs());
+        while self.slots.front().is_some_and(|s| s.start + s.len <= horizon) {
+            self.drop_oldest();
+        }
+        if self.bytes() > self.options.memory_budget {
+            self.gc();
+            while self.bytes() > self.options.memory_budget && self.slots.len() > 1 {
+                self.drop_oldest();
+                self.dropped_for_budget += 1;
+                if self.dropped_since_gc >= 8 {
+                    self.gc();
+                }
+            }
+            self.gc();
+        } else if self.dropped_since_gc >= 60 {
+            self.gc();
+        }
+    }
+
+    /// Merges slots that end before `before` into slots of `len` seconds
+    /// aligned to multiples of `len`.
+    fn merge_older_than(&mut self, before: u64, len: u64) {
+        let mut i = 0;
+        while i < self.slots.len() {
+            let s = &self.slots[i];
+            if s.start + s.len > before {
+                break;
+            }
+            if s.len >= len {
+                i += 1;
+                continue;
+            }
+            let bucket = s.start - s.start % len;
+            if bucket + len > before {
+                // Merge a bucket only once all of it has aged, so that it
+                // becomes exactly one slot.
+                break;
+            }
+            // Fold the following slots of the same bucket into this one.
+            let mut j = i + 1;
+            while j < self.slots.len() {
+                let n = &self.slots[j];
+                if n.len >= len || n.start - n.start % len != bucket {
+                    break;
+                }
+                j += 1;
+            }
+            let mut merged = Slot {
+                start: bucket,
+                len,
+                entries: HashMap::new(),
+            };
+            for slot in self.slots.drain(i..j) {
+                for (k, v) in slot.entries {
+                    *merged.entries.entry(k).or_insert(0) += v;
+                }
+            }
+            self.slots.insert(i, merged);
+            i += 1;
+        }
+        self.entry_bytes = self.slots.iter().map(|s| s.entries.len() * ENTRY_BYTES).sum();
+    }
+
+    fn drop_oldest(&mut self) {
+        if let Some(s) = self.slots.pop_front() {
+            self.entry_bytes -= s.entries.len() * ENTRY_BYTES;
+            self.dropped_since_gc += 1;
+        }
+    }
+
+    /// Rebuilds the interner with only what the slots still refer to.
+    fn gc(&mut self) {
+        if self.dropped_since_gc == 0 {
+            return;
+        }
+        self.dropped_since_gc = 0;
+        let old = std::mem::take(&mut self.interner);
+        let mut stack_map: HashMap<StackId, StackId> = HashMap::new();
+        let mut name_map: HashMap<NameId, NameId> = HashMap::new();
+        let mut ids = Vec::new();
+        for slot in &mut self.slots {
+            let entries = std::mem::take(&mut slot.entries);
+            for (mut k, v) in entries {
+                k.stack = *stack_map.entry(k.stack).or_insert_with(|| {
+                    ids.clear();
+                    for &f in old.get_stack(k.stack) {
+                        ids.push(self.interner.frame(old.get_frame(f)));
+                    }
+                    self.interner.stack(&ids)
+                });
+                for n in [&mut k.thread_comm, &mut k.process_comm] {
+                    *n = *name_map
+                        .entry(*n)
+                        .or_insert_with(|| self.interner.name(old.get_name(*n)));
+                }
+                *slot.entries.entry(k).or_insert(0) += v;
+            }
+        }
+    }
+
+    /// Estimated bytes in use.
+    pub fn bytes(&self) -> usize {
+        self.entry_bytes + self.interner.bytes() + self.slots.len() * std::mem::size_of::<Slot>()
+    }
+
+    /// Size and shape, for metrics.
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            bytes: self.bytes(),
+            slots: self.slots.len(),
+            stacks: self.interner.stack_count(),
+            dropped_for_budget: self.dropped_for_budget,
+            oldest: self.slots.front().map(|s| s.start),
+        }
+    }
+
+    /// The rows of slots overlapping `[sel.from, sel.to)` that pass the filters.
+    pub fn query(&self, sel: &Selection) -> QueryResult<'_> {
+        let mut agg: HashMap<EntryKey, u64> = HashMap::new();
+        let mut covered: Option<(u64, u64)> = None;
+        let mut comm_ok: HashMap<(NameId, NameId), bool> = HashMap::new();
+        for slot in &self.slots {
+            if slot.start + slot.len <= sel.from || slot.start >= sel.to {
+                continue;
+            }
+            covered = Some(match covered {
+                None => (slot.start, slot.start + slot.len),
+                Some((a, b)) => (a.min(slot.start), b.max(slot.start + slot.len)),
+            });
+            for (k, &v) in &slot.entries {
+                if (k.pid == 0 && !sel.idle)
+                    || sel.pid.is_some_and(|p| p != k.pid)
+                    || sel.tid.is_some_and(|t| t != k.tid)
+                {
+                    continue;
+                }
+                if let Some(re) = &sel.comm {
+                    let ok = *comm_ok.entry((k.process_comm, k.thread_comm)).or_insert_with(|| {
+                        re.is_match(self.interner.get_name(k.process_comm))
+                            || re.is_match(self.interner.get_name(k.thread_comm))
+                    });
+                    if !ok {
+                        continue;
+                    }
+                }
+                *agg.entry(*k).or_insert(0) += v;
+            }
+        }
+        let rows = agg
+            .into_iter()
+            .map(|(k, value)| Row {
+                pid: Pid(k.pid),
+                tid: Tid(k.tid),
+                thread_comm: self.interner.get_name(k.thread_comm).clone(),
+                process_comm: self.interner.get_name(k.process_comm).clone(),
+                stack: k.stack,
+                value,
+            })
+            .collect();
+        QueryResult {
+            rows,
+            covered,
+            interner: &self.interner,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbolize::FrameKind;
+
+    fn sample(pid: u32, frames: &[&str], count: u64) -> SymbolizedSample {
+        SymbolizedSample {
+            pid: Pid(pid),
+            tid: Tid(pid),
+            thread_comm: Arc::from("t"),
+            process_comm: Arc::from(format!("p{pid}").as_str()),
+            frames: frames.iter().map(|f| Frame::new(*f, FrameKind::User)).collect(),
+            count,
+        }
+    }
+
+    fn total(store: &Store, from: u64, to: u64) -> u64 {
+        let sel = Selection {
+            from,
+            to,
+            ..Default::default()
+        };
+        store.query(&sel).rows.iter().map(|r| r.value).sum()
+    }
+
+    #[test]
+    fn slots_merge_without_losing_samples() {
+        let mut st = Store::new(StoreOptions::default());
+        let t0 = 1_000_000;
+        for i in 0..3600 {
+            st.insert(t0 + i, &[sample(1, &["main", "a"], 2), sample(2, &["main", "b"], 1)]);
+        }
+        assert_eq!(total(&st, 0, u64::MAX), 3 * 3600);
+        // 5 min of 1 s, 25 min of 10 s, 30 min of 60 s, plus edges.
+        let n = st.stats().slots;
+        assert!(n <= 300 + 150 + 30 + 20, "{n} slots");
+        assert_eq!(total(&st, t0 + 3590, t0 + 3600), 30);
+    }
+
+    #[test]
+    fn retention_drops_old_slots() {
+        let mut opts = StoreOptions::default();
+        opts.retention = Duration::from_secs(60);
+        let mut st = Store::new(opts);
+        for i in 0..200 {
+            st.insert(1000 + i, &[sample(1, &["x"], 1)]);
+        }
+        assert!(total(&st, 0, u64::MAX) <= 61);
+        assert!(st.stats().oldest.unwrap() >= 1000 + 200 - 61);
+    }
+
+    #[test]
+    fn budget_drops_oldest_first_and_collects_frames() {
+        let mut opts = StoreOptions::default();
+        opts.memory_budget = 64 * 1024;
+        let mut st = Store::new(opts);
+        for i in 0..2000u64 {
+            // A new stack every second: the interner grows unless collected.
+            let name = format!("f{i}");
+            st.insert(1000 + i, &[sample(1, &["main", &name], 1)]);
+            assert!(st.bytes() <= 64 * 1024 + 4096, "{} bytes at {i}", st.bytes());
+        }
+        let stats = st.stats();
+        assert!(stats.dropped_for_budget > 0);
+        assert!(stats.stacks < 2000, "{} stacks kept", stats.stacks);
+        // The newest second is always there.
+        assert_eq!(total(&st, 2999, 3000), 1);
+        let sel = Selection { from: 2999, to: 3000, ..Default::default() };
+        let r = st.query(&sel);
+        let names: Vec<String> = r.frames(r.rows[0].stack).map(|f| f.name.to_string()).collect();
+        assert_eq!(names, ["main", "f1999"]);
+    }
+
+    #[test]
+    fn filters() {
+        let mut st = Store::new(StoreOptions::default());
+        st.insert(10, &[sample(0, &["idle"], 5), sample(7, &["a"], 1), sample(8, &["b"], 2)]);
+        let mut sel = Selection { from: 0, to: 100, ..Default::default() };
+        assert_eq!(st.query(&sel).rows.len(), 2);
+        sel.idle = true;
+        assert_eq!(st.query(&sel).rows.len(), 3);
+        sel.pid = Some(8);
+        assert_eq!(st.query(&sel).rows[0].value, 2);
+        sel.pid = None;
+        sel.comm = Some(regex::Regex::new("^p7$").unwrap());
+        assert_eq!(st.query(&sel).rows.len(), 1);
+    }
+}
