@@ -4,8 +4,14 @@
 pub mod bpf;
 pub mod check;
 pub mod collect;
+pub mod config;
+pub mod daemon;
+pub mod metrics;
+pub mod pipeline;
 pub mod profile;
-pub mod store;
+pub mod query;
 pub mod record;
 pub mod render;
+pub mod serve;
+pub mod store;
 pub mod symbolize;

@@ -8,15 +8,48 @@ use clap::{Parser, Subcommand};
 
 use emberd::check::{self, Status};
 use emberd::collect::{Pid, SamplerOptions, defaults};
+use emberd::config::{Config, RawConfig};
 use emberd::profile::Grouping;
 use emberd::record::{self, RecordOptions};
 
 /// emberd: an always-on sampling profiler for this Linux host.
+///
+/// Without a subcommand emberd runs as a daemon: it samples every CPU, keeps
+/// the last hour in memory and serves flame graphs, folded stacks, pprof and
+/// metrics over HTTP (loopback only by default).
 #[derive(Debug, Parser)]
-#[command(version, arg_required_else_help = true)]
+#[command(version)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    daemon: DaemonArgs,
+}
+
+/// Daemon settings; each is also a key of the config file.
+#[derive(Debug, clap::Args)]
+struct DaemonArgs {
+    /// Config file (TOML). Default: /etc/emberd/emberd.toml if it exists.
+    #[arg(long, global = false)]
+    config: Option<PathBuf>,
+    /// HTTP listen address [default: 127.0.0.1:7099].
+    #[arg(long)]
+    listen: Option<String>,
+    /// Allow a non-loopback listen address (profiles name every process).
+    #[arg(long)]
+    allow_remote: bool,
+    /// Samples per second per CPU [default: 99].
+    #[arg(long, short = 'F')]
+    frequency_hz: Option<u64>,
+    /// History kept, seconds [default: 3600].
+    #[arg(long)]
+    retention_seconds: Option<u64>,
+    /// Memory budget of the sample store, MiB [default: 128].
+    #[arg(long)]
+    memory_budget_mib: Option<u64>,
+    /// Entries of each BPF stack map [default: 16384].
+    #[arg(long)]
+    stack_map_entries: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -55,17 +88,20 @@ struct RecordArgs {
 }
 
 fn main() -> ExitCode {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("EMBERD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Record(args) => run_record(args),
-        Command::Check => run_check(),
+        Some(Command::Record(args)) => run_record(args),
+        Some(Command::Check) => run_check(),
+        None => run_daemon(cli.daemon),
     };
     match result {
         Ok(code) => code,
@@ -91,6 +127,20 @@ fn run_record(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let summary = record::record(&options)?;
     eprintln!("{}", summary.report());
     eprintln!("[ wrote {} ]", options.output.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
+    let flags = RawConfig {
+        listen: args.listen,
+        allow_remote: args.allow_remote.then_some(true),
+        frequency_hz: args.frequency_hz,
+        retention_seconds: args.retention_seconds,
+        memory_budget_mib: args.memory_budget_mib,
+        stack_map_entries: args.stack_map_entries,
+    };
+    let config = Config::load(args.config.as_deref(), flags)?;
+    emberd::daemon::run(config)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -12,6 +12,8 @@ use crate::symbolize::SymbolizedSample;
 /// What the first frame of every stack names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Grouping {
+    /// No grouping frame: the whole host's stacks merged.
+    Host,
     /// The process name (`comm`), all processes of that name together.
     #[default]
     Process,
@@ -26,12 +28,31 @@ impl FromStr for Grouping {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
+            "host" => Ok(Grouping::Host),
             "process" => Ok(Grouping::Process),
             "pid" => Ok(Grouping::Pid),
             "thread" => Ok(Grouping::Thread),
             other => Err(format!(
-                "unknown grouping {other:?}: use process, pid or thread"
+                "unknown grouping {other:?}: use host, process, pid or thread"
             )),
+        }
+    }
+}
+
+impl Grouping {
+    /// The first frame of a stack under this grouping (none for `Host`).
+    pub fn root_frame(
+        self,
+        process_comm: &str,
+        thread_comm: &str,
+        pid: crate::collect::Pid,
+        tid: crate::collect::Tid,
+    ) -> Option<String> {
+        match self {
+            Grouping::Host => None,
+            Grouping::Process => Some(process_comm.to_owned()),
+            Grouping::Pid => Some(format!("{process_comm}-{pid}")),
+            Grouping::Thread => Some(format!("{thread_comm}-{pid}/{tid}")),
         }
     }
 }
@@ -39,6 +60,7 @@ impl FromStr for Grouping {
 impl fmt::Display for Grouping {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            Grouping::Host => "host",
             Grouping::Process => "process",
             Grouping::Pid => "pid",
             Grouping::Thread => "thread",
@@ -94,14 +116,12 @@ impl Profile {
 
     /// Adds a symbolized sample under `grouping`.
     pub fn add_sample(&mut self, s: &SymbolizedSample, grouping: Grouping) {
-        let root = match grouping {
-            Grouping::Process => s.process_comm.to_string(),
-            Grouping::Pid => format!("{}-{}", s.process_comm, s.pid),
-            Grouping::Thread => format!("{}-{}/{}", s.thread_comm, s.pid, s.tid),
-        };
+        let root = grouping.root_frame(&s.process_comm, &s.thread_comm, s.pid, s.tid);
         let names: Vec<String> = s.frames.iter().map(|f| f.to_string()).collect();
         let stack = FoldedStack::from_frames(
-            std::iter::once(root.as_str()).chain(names.iter().map(String::as_str)),
+            root.iter()
+                .map(String::as_str)
+                .chain(names.iter().map(String::as_str)),
         );
         self.add(stack, s.count);
     }

@@ -7,13 +7,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::collect::{Counter, Counters, CpuSampler, Pid, SamplerOptions};
+use crate::collect::{Counter, Counters, Pid, SamplerOptions};
+use crate::pipeline::{DRAIN_INTERVAL, Pipeline};
 use crate::profile::{Grouping, Profile};
 use crate::render;
-use crate::symbolize::{Misses, Symbolizer, SymbolizerOptions};
-
-/// How often the BPF maps are drained and symbolized.
-pub const DRAIN_INTERVAL: Duration = Duration::from_secs(1);
+use crate::symbolize::Misses;
 
 /// The output formats `record` writes, chosen by file extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,29 +92,6 @@ fn process_alive(pid: Pid) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// How often new processes are looked for between drains: a process that
-/// lives at least this long is named even if it exits before the drain.
-pub const NEW_PROCESS_POLL: Duration = Duration::from_millis(100);
-
-/// Until `until`, reads the mappings of every process the sampler sees for
-/// the first time.
-fn watch_new_processes(
-    sampler: &mut CpuSampler,
-    symbolizer: &mut Symbolizer,
-    until: Instant,
-) -> anyhow::Result<()> {
-    loop {
-        for pid in sampler.new_processes()? {
-            symbolizer.note_process(pid);
-        }
-        let now = Instant::now();
-        if now >= until || INTERRUPTED.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        std::thread::sleep(NEW_PROCESS_POLL.min(until - now));
-    }
-}
-
 /// Samples for `options.duration` (or until Ctrl-C, or until the profiled
 /// process exits) and returns the profile, without writing it.
 pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
@@ -126,8 +101,7 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
     {
         bail!("no process with pid {pid}: check the -p argument");
     }
-    let mut symbolizer = Symbolizer::new(SymbolizerOptions::default());
-    let mut sampler = CpuSampler::start(options.sampler.clone())?;
+    let mut pipeline = Pipeline::start(options.sampler.clone())?;
     catch_interrupt();
     let start = Instant::now();
     let deadline = start + options.duration;
@@ -138,28 +112,32 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
         let done = now >= deadline
             || INTERRUPTED.load(Ordering::SeqCst)
             || options.sampler.pid.is_some_and(|p| !process_alive(p));
-        if !done {
-            let next_drain = now + DRAIN_INTERVAL.min(deadline - now);
-            watch_new_processes(&mut sampler, &mut symbolizer, next_drain)?;
-        }
-        let drain = sampler.drain().context("draining samples")?;
-        missing_stacks += drain.missing_stacks;
-        for s in symbolizer.symbolize(drain.samples) {
-            profile.add_sample(&s, options.grouping);
+        let until = if done {
+            now
+        } else {
+            now + DRAIN_INTERVAL.min(deadline - now)
+        };
+        let batch = pipeline
+            .step(until, &INTERRUPTED)
+            .context("draining samples")?;
+        missing_stacks += batch.missing_stacks;
+        for s in &batch.samples {
+            profile.add_sample(s, options.grouping);
         }
         if done {
             break;
         }
     }
     let elapsed = start.elapsed();
-    let counters = sampler.counters()?;
-    let cpus = sampler.cpus().len();
-    drop(sampler);
+    let counters = pipeline.counters()?;
+    let cpus = pipeline.sampler().cpus().len();
+    let misses = pipeline.misses();
+    drop(pipeline);
     Ok(RecordSummary {
         profile,
         counters,
         missing_stacks,
-        misses: symbolizer.misses(),
+        misses,
         elapsed,
         cpus,
     })

@@ -16,6 +16,18 @@ pub struct SvgOptions {
     pub subtitle: Option<String>,
     /// What a value counts ("samples").
     pub count_name: String,
+    /// Palette (default: the Java multi-palette, which colours by suffix).
+    pub palette: Option<Palette>,
+    /// Colour by a hash of the function name (stable colours).
+    pub hash: bool,
+    /// Icicle graph: root at the top.
+    pub inverted: bool,
+    /// Reverse each stack (leaf first), as flamegraph.pl --reverse.
+    pub reverse: bool,
+    /// Omit frames narrower than this many pixels (default 0.1).
+    pub min_width: Option<f64>,
+    /// Image width in pixels (default 1200).
+    pub width: Option<usize>,
 }
 
 impl SvgOptions {
@@ -25,6 +37,12 @@ impl SvgOptions {
             title: title.into(),
             subtitle: None,
             count_name: count_name.into(),
+            palette: None,
+            hash: false,
+            inverted: false,
+            reverse: false,
+            min_width: None,
+            width: None,
         }
     }
 }
@@ -38,8 +56,19 @@ pub fn write<W: Write>(profile: &Profile, options: &SvgOptions, w: W) -> io::Res
     opts.count_name = options.count_name.clone();
     // The Java multi-palette colours by the suffixes emberd writes: `_[k]`
     // kernel, `_[j]` JIT, `_[i]` inlined (as flamegraph.pl --colors=java).
-    opts.colors = Palette::Multi(MultiPalette::Java);
+    opts.colors = options
+        .palette
+        .unwrap_or(Palette::Multi(MultiPalette::Java));
     opts.deterministic = true;
+    opts.hash = options.hash;
+    if options.inverted {
+        opts.direction = inferno::flamegraph::Direction::Inverted;
+    }
+    opts.reverse_stack_order = options.reverse;
+    if let Some(w) = options.min_width {
+        opts.min_width = w;
+    }
+    opts.image_width = options.width;
     if profile.is_empty() {
         // inferno refuses to render nothing; one labelled stack of zero width
         // is not possible either, so give a single frame that says why.

@@ -2,3 +2,4 @@
 
 pub mod flamegraph;
 pub mod folded;
+pub mod pprof;

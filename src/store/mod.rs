@@ -171,7 +171,11 @@ impl Store {
 
     /// Adds one drain's samples to the slot of second `at` (unix seconds).
     pub fn insert(&mut self, at: u64, samples: &[SymbolizedSample]) {
-        if !self.slots.back().is_some_and(|s| s.start == at && s.len == 1) {
+        if !self
+            .slots
+            .back()
+            .is_some_and(|s| s.start == at && s.len == 1)
+        {
             // Clocks can step back; a slot never starts before its predecessor ends.
             let start = self.slots.back().map_or(at, |s| at.max(s.start + s.len));
             self.slots.push_back(Slot {
@@ -214,7 +218,11 @@ impl Store {
         self.merge_older_than(now.saturating_sub(fine), 10);
         self.merge_older_than(now.saturating_sub(medium), 60);
         let horizon = now.saturating_sub(self.options.retention.as_secs());
-        while self.slots.front().is_some_and(|s| s.start + s.len <= horizon) {
+        while self
+            .slots
+            .front()
+            .is_some_and(|s| s.start + s.len <= horizon)
+        {
             self.drop_oldest();
         }
         if self.bytes() > self.options.memory_budget {
@@ -273,7 +281,11 @@ impl Store {
             self.slots.insert(i, merged);
             i += 1;
         }
-        self.entry_bytes = self.slots.iter().map(|s| s.entries.len() * ENTRY_BYTES).sum();
+        self.entry_bytes = self
+            .slots
+            .iter()
+            .map(|s| s.entries.len() * ENTRY_BYTES)
+            .sum();
     }
 
     fn drop_oldest(&mut self) {
@@ -350,10 +362,12 @@ impl Store {
                     continue;
                 }
                 if let Some(re) = &sel.comm {
-                    let ok = *comm_ok.entry((k.process_comm, k.thread_comm)).or_insert_with(|| {
-                        re.is_match(self.interner.get_name(k.process_comm))
-                            || re.is_match(self.interner.get_name(k.thread_comm))
-                    });
+                    let ok = *comm_ok
+                        .entry((k.process_comm, k.thread_comm))
+                        .or_insert_with(|| {
+                            re.is_match(self.interner.get_name(k.process_comm))
+                                || re.is_match(self.interner.get_name(k.thread_comm))
+                        });
                     if !ok {
                         continue;
                     }
@@ -391,7 +405,10 @@ mod tests {
             tid: Tid(pid),
             thread_comm: Arc::from("t"),
             process_comm: Arc::from(format!("p{pid}").as_str()),
-            frames: frames.iter().map(|f| Frame::new(*f, FrameKind::User)).collect(),
+            frames: frames
+                .iter()
+                .map(|f| Frame::new(*f, FrameKind::User))
+                .collect(),
             count,
         }
     }
@@ -410,7 +427,10 @@ mod tests {
         let mut st = Store::new(StoreOptions::default());
         let t0 = 1_000_000;
         for i in 0..3600 {
-            st.insert(t0 + i, &[sample(1, &["main", "a"], 2), sample(2, &["main", "b"], 1)]);
+            st.insert(
+                t0 + i,
+                &[sample(1, &["main", "a"], 2), sample(2, &["main", "b"], 1)],
+            );
         }
         assert_eq!(total(&st, 0, u64::MAX), 3 * 3600);
         // 5 min of 1 s, 25 min of 10 s, 30 min of 60 s, plus edges.
@@ -421,9 +441,10 @@ mod tests {
 
     #[test]
     fn retention_drops_old_slots() {
-        let mut opts = StoreOptions::default();
-        opts.retention = Duration::from_secs(60);
-        let mut st = Store::new(opts);
+        let mut st = Store::new(StoreOptions {
+            retention: Duration::from_secs(60),
+            ..Default::default()
+        });
         for i in 0..200 {
             st.insert(1000 + i, &[sample(1, &["x"], 1)]);
         }
@@ -433,31 +454,54 @@ mod tests {
 
     #[test]
     fn budget_drops_oldest_first_and_collects_frames() {
-        let mut opts = StoreOptions::default();
-        opts.memory_budget = 64 * 1024;
-        let mut st = Store::new(opts);
+        let mut st = Store::new(StoreOptions {
+            memory_budget: 64 * 1024,
+            ..Default::default()
+        });
         for i in 0..2000u64 {
             // A new stack every second: the interner grows unless collected.
             let name = format!("f{i}");
             st.insert(1000 + i, &[sample(1, &["main", &name], 1)]);
-            assert!(st.bytes() <= 64 * 1024 + 4096, "{} bytes at {i}", st.bytes());
+            assert!(
+                st.bytes() <= 64 * 1024 + 4096,
+                "{} bytes at {i}",
+                st.bytes()
+            );
         }
         let stats = st.stats();
         assert!(stats.dropped_for_budget > 0);
         assert!(stats.stacks < 2000, "{} stacks kept", stats.stacks);
         // The newest second is always there.
         assert_eq!(total(&st, 2999, 3000), 1);
-        let sel = Selection { from: 2999, to: 3000, ..Default::default() };
+        let sel = Selection {
+            from: 2999,
+            to: 3000,
+            ..Default::default()
+        };
         let r = st.query(&sel);
-        let names: Vec<String> = r.frames(r.rows[0].stack).map(|f| f.name.to_string()).collect();
+        let names: Vec<String> = r
+            .frames(r.rows[0].stack)
+            .map(|f| f.name.to_string())
+            .collect();
         assert_eq!(names, ["main", "f1999"]);
     }
 
     #[test]
     fn filters() {
         let mut st = Store::new(StoreOptions::default());
-        st.insert(10, &[sample(0, &["idle"], 5), sample(7, &["a"], 1), sample(8, &["b"], 2)]);
-        let mut sel = Selection { from: 0, to: 100, ..Default::default() };
+        st.insert(
+            10,
+            &[
+                sample(0, &["idle"], 5),
+                sample(7, &["a"], 1),
+                sample(8, &["b"], 2),
+            ],
+        );
+        let mut sel = Selection {
+            from: 0,
+            to: 100,
+            ..Default::default()
+        };
         assert_eq!(st.query(&sel).rows.len(), 2);
         sel.idle = true;
         assert_eq!(st.query(&sel).rows.len(), 3);

@@ -507,7 +507,12 @@ impl Symbolizer {
     }
 
     /// Path and build id of a mapped file, cached by file identity.
-    fn module_info(&mut self, id: FileId, m: &procmaps::Mapping, path: &std::path::Path) -> Arc<Module> {
+    fn module_info(
+        &mut self,
+        id: FileId,
+        m: &procmaps::Mapping,
+        path: &std::path::Path,
+    ) -> Arc<Module> {
         if let Some(mi) = self.modules.get(&id) {
             return mi.clone();
         }
@@ -619,8 +624,11 @@ fn frames_of_sym(sym: &blazesym::symbolize::Sym<'_>, module: &Arc<Module>) -> Ar
     };
     let mut names: Vec<(&str, FrameKind)> = vec![(&sym.name, FrameKind::User)];
     names.extend(sym.inlined.iter().map(|f| (&*f.name, FrameKind::Inlined)));
-    let mut locs: Vec<Option<(Arc<str>, Option<u32>)>> =
-        sym.inlined.iter().map(|f| loc(f.code_info.as_ref())).collect();
+    let mut locs: Vec<Option<(Arc<str>, Option<u32>)>> = sym
+        .inlined
+        .iter()
+        .map(|f| loc(f.code_info.as_ref()))
+        .collect();
     locs.push(loc(sym.code_info.as_deref()));
     names
         .into_iter()

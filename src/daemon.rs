@@ -1,0 +1,209 @@
+//! The daemon: always sampling into the store, always serving HTTP.
+//!
+//! Start-up order: bind the listen address (so a taken port fails before any
+//! BPF is loaded), load and attach the sampler, then tell systemd READY=1.
+//! On SIGTERM/SIGINT: STOPPING=1, stop sampling (the sampler is dropped, which
+//! detaches and unloads the BPF programs), let in-flight requests finish,
+//! exit 0.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::collect::SamplerOptions;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::pipeline::{DRAIN_INTERVAL, Pipeline};
+use crate::query::unix_now;
+use crate::serve::{self, AppState};
+use crate::store::{Store, StoreOptions};
+
+/// Sends a state line to systemd's notification socket, if `NOTIFY_SOCKET`
+/// names one (the sd_notify protocol: one datagram, `KEY=VALUE` lines).
+pub fn sd_notify(state: &str) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let result = (|| -> std::io::Result<()> {
+        use std::os::linux::net::SocketAddrExt;
+        use std::os::unix::ffi::OsStrExt;
+        let sock = std::os::unix::net::UnixDatagram::unbound()?;
+        let bytes = path.as_bytes();
+        let addr = match bytes.first() {
+            // A leading '@' names a socket in the abstract namespace.
+            Some(b'@') => std::os::unix::net::SocketAddr::from_abstract_name(&bytes[1..])?,
+            _ => std::os::unix::net::SocketAddr::from_pathname(std::path::Path::new(&path))?,
+        };
+        sock.send_to_addr(state.as_bytes(), &addr)?;
+        Ok(())
+    })();
+    if let Err(e) = result {
+        tracing::warn!("sd_notify({state:?}) to {path:?} failed: {e}");
+    }
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub fn run(config: Config) -> anyhow::Result<()> {
+    crate::check::require_sampling_privileges()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(run_async(config))
+}
+
+async fn run_async(config: Config) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (set listen = or --listen)",
+                config.listen
+            )
+        })?;
+    let store_options = StoreOptions {
+        retention: config.retention,
+        memory_budget: config.memory_budget,
+        ..Default::default()
+    };
+    let store = Arc::new(RwLock::new(Store::new(store_options)));
+    let metrics = Arc::new(Metrics::new(config.memory_budget));
+    let ready = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+
+    let sampler = SamplerOptions {
+        frequency_hz: config.frequency_hz,
+        stack_map_entries: config.stack_map_entries,
+        // Idle samples are kept in the store and left out at query time
+        // unless `idle=1` asks for them.
+        include_idle: true,
+        ..Default::default()
+    };
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let collector = {
+        let (store, metrics, stop) = (store.clone(), metrics.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("emberd-collect".into())
+            .spawn(move || collect_loop(sampler, store, metrics, stop, started_tx))
+            .context("starting the collector thread")?
+    };
+    match started_rx.recv() {
+        Ok(Ok(cpus)) => tracing::info!(
+            "sampling cpu-clock at {} Hz on CPUs {cpus:?}; serving http://{}",
+            config.frequency_hz,
+            config.listen
+        ),
+        Ok(Err(e)) => {
+            let _ = collector.join();
+            return Err(e);
+        }
+        Err(_) => anyhow::bail!("the collector thread ended before starting"),
+    }
+    ready.store(true, Ordering::SeqCst);
+    sd_notify("READY=1\nSTATUS=sampling");
+
+    let state = AppState {
+        store,
+        metrics,
+        ready: ready.clone(),
+        frequency_hz: config.frequency_hz,
+        retention_secs: config.retention.as_secs(),
+        host: nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "localhost".into()),
+    };
+    let shutdown = {
+        let (ready, stop) = (ready.clone(), stop.clone());
+        async move {
+            wait_for_signal().await;
+            tracing::info!("stopping: finishing in-flight requests");
+            sd_notify("STOPPING=1");
+            ready.store(false, Ordering::SeqCst);
+            stop.store(true, Ordering::SeqCst);
+        }
+    };
+    axum::serve(listener, serve::router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("serving HTTP")?;
+    stop.store(true, Ordering::SeqCst);
+    tokio::task::spawn_blocking(move || collector.join())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .transpose()?;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("installing SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+}
+
+/// The collector thread: drain, name, store, once a second, until `stop`.
+fn collect_loop(
+    options: SamplerOptions,
+    store: Arc<RwLock<Store>>,
+    metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+    started: std::sync::mpsc::Sender<anyhow::Result<Vec<u32>>>,
+) -> anyhow::Result<()> {
+    let mut pipeline = match Pipeline::start(options.clone()) {
+        Ok(p) => {
+            let _ = started.send(Ok(p.sampler().cpus().to_vec()));
+            p
+        }
+        Err(e) => {
+            let _ = started.send(Err(e.into()));
+            return Ok(());
+        }
+    };
+    let mut missing_total = 0u64;
+    let mut kept_total = 0u64;
+    let mut next = Instant::now() + DRAIN_INTERVAL;
+    while !stop.load(Ordering::SeqCst) {
+        let batch = match pipeline.step(next, &stop) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!("drain failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        next += DRAIN_INTERVAL;
+        let now = Instant::now();
+        if next < now {
+            // Fell behind (a slow symbolization): skip ahead, don't burst.
+            next = now + DRAIN_INTERVAL;
+        }
+        missing_total += batch.missing_stacks;
+        kept_total += batch.samples.iter().map(|s| s.count).sum::<u64>();
+        {
+            let mut st = store.write().unwrap_or_else(|e| e.into_inner());
+            let dropped_before = st.stats().dropped_for_budget;
+            st.insert(unix_now(), &batch.samples);
+            metrics.observe_store(&st.stats(), dropped_before);
+        }
+        if let Ok(counters) = pipeline.counters() {
+            metrics.observe_drain(
+                &counters,
+                &pipeline.misses(),
+                missing_total,
+                kept_total,
+                batch.keys as f64 / options.counts_map_entries as f64,
+            );
+        }
+    }
+    // Dropping the pipeline detaches and unloads the BPF programs.
+    drop(pipeline);
+    tracing::info!("sampler detached");
+    Ok(())
+}

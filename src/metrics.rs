@@ -1,0 +1,317 @@
+//! emberd's own health as Prometheus metrics (`/metrics`), with the
+//! prometheus-client crate.
+
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::collect::{Counter as BpfCounter, Counters};
+use crate::store::StoreStats;
+use crate::symbolize::Misses;
+
+/// `event` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabel {
+    /// The event (`cpu`).
+    pub event: String,
+}
+
+/// `event` and `reason` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// The event.
+    pub event: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// `map` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MapLabel {
+    /// The BPF map.
+    pub map: String,
+}
+
+/// `reason` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MissLabel {
+    /// Why an address was not named.
+    pub reason: String,
+}
+
+/// `route` and `code` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteCode {
+    /// The route.
+    pub route: String,
+    /// HTTP status.
+    pub code: u16,
+}
+
+/// `route` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabel {
+    /// The route.
+    pub route: String,
+}
+
+/// Every metric emberd exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    samples: Family<EventLabel, Counter>,
+    dropped: Family<ReasonLabel, Counter>,
+    lost_stacks: Family<ReasonLabel, Counter>,
+    map_fill: Family<MapLabel, Gauge<f64, AtomicU64>>,
+    misses: Family<MissLabel, Counter>,
+    store_bytes: Gauge,
+    store_slots: Gauge,
+    store_dropped: Counter,
+    requests: Family<RouteCode, Counter>,
+    latency: Family<RouteLabel, Histogram>,
+    rss: Gauge,
+    cpu_seconds: Gauge<f64, AtomicU64>,
+    last: Mutex<(Counters, Misses, u64, u64)>,
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new(store_budget_bytes: usize) -> Self {
+        let mut registry = Registry::with_prefix("emberd");
+        let samples = Family::<EventLabel, Counter>::default();
+        registry.register(
+            "samples",
+            "Samples received from BPF, per event",
+            samples.clone(),
+        );
+        let dropped = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "samples_dropped",
+            "Samples lost before the store, per event and reason",
+            dropped.clone(),
+        );
+        let lost_stacks = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "stacks_lost",
+            "Stacks the kernel had but emberd could not keep (shown as [lost])",
+            lost_stacks.clone(),
+        );
+        let map_fill = Family::<MapLabel, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "bpf_map_fill_ratio",
+            "Fill of BPF maps at the last drain (1 = full)",
+            map_fill.clone(),
+        );
+        let misses = Family::<MissLabel, Counter>::default();
+        registry.register(
+            "symbolize_misses",
+            "Addresses that could not be named, by reason",
+            misses.clone(),
+        );
+        let store_bytes = Gauge::default();
+        registry.register(
+            "store_bytes",
+            "Estimated bytes of the sample store",
+            store_bytes.clone(),
+        );
+        let store_budget: Gauge = Gauge::default();
+        store_budget.set(i64::try_from(store_budget_bytes).unwrap_or(i64::MAX));
+        registry.register(
+            "store_budget_bytes",
+            "Memory budget of the sample store",
+            store_budget.clone(),
+        );
+        let store_slots = Gauge::default();
+        registry.register(
+            "store_slots",
+            "Time slots held by the store",
+            store_slots.clone(),
+        );
+        let store_dropped = Counter::default();
+        registry.register(
+            "store_slots_dropped_for_budget",
+            "Oldest slots dropped to stay within the memory budget",
+            store_dropped.clone(),
+        );
+        let requests = Family::<RouteCode, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests per route and status",
+            requests.clone(),
+        );
+        let latency = Family::<RouteLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 14))
+        });
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency per route",
+            latency.clone(),
+        );
+        let rss = Gauge::default();
+        registry.register(
+            "process_resident_memory_bytes",
+            "emberd's resident set size",
+            rss.clone(),
+        );
+        let cpu_seconds = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "process_cpu_seconds",
+            "emberd's user + system CPU time in seconds",
+            cpu_seconds.clone(),
+        );
+        Self {
+            registry,
+            samples,
+            dropped,
+            lost_stacks,
+            map_fill,
+            misses,
+            store_bytes,
+            store_slots,
+            store_dropped,
+            requests,
+            latency,
+            rss,
+            cpu_seconds,
+            last: Mutex::new(Default::default()),
+        }
+    }
+
+    /// Updates the collector metrics after a drain (counters are cumulative;
+    /// the exported counters advance by the difference).
+    pub fn observe_drain(
+        &self,
+        counters: &Counters,
+        misses: &Misses,
+        missing_stacks_total: u64,
+        kept: u64,
+        keys_fill: f64,
+    ) {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let (prev_c, prev_m, prev_missing, prev_kept) = *last;
+        let ev = |r: &str| ReasonLabel {
+            event: "cpu".into(),
+            reason: r.into(),
+        };
+        let d = |c: BpfCounter| counters.get(c).saturating_sub(prev_c.get(c));
+        self.samples
+            .get_or_create(&EventLabel {
+                event: "cpu".into(),
+            })
+            .inc_by(kept.saturating_sub(prev_kept));
+        self.dropped
+            .get_or_create(&ev("counts_map_full"))
+            .inc_by(d(BpfCounter::CountsFull));
+        self.lost_stacks
+            .get_or_create(&ev("kernel_stack_collision"))
+            .inc_by(d(BpfCounter::KernelStackCollision));
+        self.lost_stacks
+            .get_or_create(&ev("user_stack_collision"))
+            .inc_by(d(BpfCounter::UserStackCollision));
+        self.lost_stacks
+            .get_or_create(&ev("stack_map_full"))
+            .inc_by(d(BpfCounter::StackMapFull));
+        self.lost_stacks
+            .get_or_create(&ev("missing_at_drain"))
+            .inc_by(missing_stacks_total.saturating_sub(prev_missing));
+        self.map_fill
+            .get_or_create(&MapLabel {
+                map: "counts".into(),
+            })
+            .set(keys_fill);
+        for (reason, now, prev) in [
+            ("process_gone", misses.process_gone, prev_m.process_gone),
+            ("unmapped", misses.unmapped, prev_m.unmapped),
+            (
+                "anon_no_perf_map",
+                misses.anon_no_perf_map,
+                prev_m.anon_no_perf_map,
+            ),
+            ("elf_error", misses.elf_error, prev_m.elf_error),
+            ("no_symbol", misses.no_symbol, prev_m.no_symbol),
+            (
+                "kernel_no_symbol",
+                misses.kernel_no_symbol,
+                prev_m.kernel_no_symbol,
+            ),
+            (
+                "perf_map_malformed_line",
+                misses.perf_map_malformed_lines,
+                prev_m.perf_map_malformed_lines,
+            ),
+        ] {
+            self.misses
+                .get_or_create(&MissLabel {
+                    reason: reason.into(),
+                })
+                .inc_by(now.saturating_sub(prev));
+        }
+        *last = (*counters, *misses, missing_stacks_total, kept);
+    }
+
+    /// Updates the store metrics after an insert; `dropped_before` is the
+    /// store's budget-drop count before it.
+    pub fn observe_store(&self, stats: &StoreStats, dropped_before: u64) {
+        self.observe_store_gauges(stats);
+        self.store_dropped
+            .inc_by(stats.dropped_for_budget.saturating_sub(dropped_before));
+    }
+
+    /// Updates the store gauges only.
+    pub fn observe_store_gauges(&self, stats: &StoreStats) {
+        self.store_bytes.set(stats.bytes as i64);
+        self.store_slots.set(stats.slots as i64);
+    }
+
+    /// Counts one HTTP request.
+    pub fn observe_request(&self, route: &str, code: u16, seconds: f64) {
+        self.requests
+            .get_or_create(&RouteCode {
+                route: route.into(),
+                code,
+            })
+            .inc();
+        self.latency
+            .get_or_create(&RouteLabel {
+                route: route.into(),
+            })
+            .observe(seconds);
+    }
+
+    /// The text exposition, with process figures read now.
+    pub fn encode(&self) -> String {
+        if let Some((rss, cpu)) = self_usage() {
+            self.rss.set(rss as i64);
+            self.cpu_seconds.set(cpu);
+        }
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+/// (RSS bytes, CPU seconds) of this process.
+fn self_usage() -> Option<(u64, f64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14, 15 (utime, stime) and 24 (rss pages), counted from 1 in
+    // proc(5); `after` starts at field 3.
+    let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()??
+        .max(1) as f64;
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    let rss_pages: u64 = f.get(21)?.parse().ok()?;
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()??
+        .max(1) as u64;
+    Some((rss_pages * page, (utime + stime) / tick))
+}

@@ -1,0 +1,242 @@
+//! Serve: the HTTP API (axum). Routes and parameters follow DESIGN.md.
+//!
+//! Queries take the store's read lock only to select and fold rows; SVG
+//! rendering and compression happen after it is released, on a blocking
+//! thread, so a large query never holds up the drain.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{MatchedPath, RawQuery, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use crate::metrics::Metrics;
+use crate::query::{Query, QueryError, unix_now};
+use crate::render;
+use crate::store::Store;
+
+/// What every handler shares.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    /// The CPU sample store.
+    pub store: Arc<RwLock<Store>>,
+    /// emberd's metrics.
+    pub metrics: Arc<Metrics>,
+    /// Set once the BPF programs are attached, cleared on shutdown.
+    pub ready: Arc<AtomicBool>,
+    /// Sampling frequency (for pprof's period and SVG titles).
+    pub frequency_hz: u64,
+    /// Retention in seconds (the longest window a query may ask for).
+    pub retention_secs: u64,
+    /// Host name, for titles.
+    pub host: String,
+}
+
+/// Errors a handler answers with.
+#[derive(Debug)]
+pub enum AppError {
+    /// The client's mistake: 400 with the reason.
+    BadRequest(QueryError),
+    /// emberd's: 500, details in the log.
+    Internal(String),
+}
+
+impl From<QueryError> for AppError {
+    fn from(e: QueryError) -> Self {
+        AppError::BadRequest(e)
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        match self {
+            AppError::BadRequest(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+            AppError::Internal(msg) => {
+                tracing::error!("request failed: {msg}");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal error; see emberd's log\n",
+                )
+                    .into_response()
+            }
+        }
+    }
+}
+
+/// The router with every route.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/flamegraph.svg", get(flamegraph))
+        .route("/folded", get(folded))
+        .route("/debug/pprof/profile", get(pprof_profile))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .with_state(state)
+}
+
+async fn observe(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "other".to_owned(), |p| p.as_str().to_owned());
+    let start = Instant::now();
+    let resp = next.run(req).await;
+    st.metrics.observe_request(
+        &route,
+        resp.status().as_u16(),
+        start.elapsed().as_secs_f64(),
+    );
+    resp
+}
+
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        "no such route; emberd serves /flamegraph.svg, /folded, /debug/pprof/profile, /metrics, /healthz, /readyz\n",
+    )
+        .into_response()
+}
+
+fn parse_query(raw: Option<String>, st: &AppState) -> Result<Query, QueryError> {
+    let params: Vec<(String, String)> = form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
+        .into_owned()
+        .collect();
+    Query::parse(&params, unix_now(), st.retention_secs)
+}
+
+/// Selects and folds under the read lock; returns the profile and the number
+/// of seconds of data it covers.
+fn folded_profile(st: &AppState, q: &Query) -> Result<crate::profile::Profile, AppError> {
+    let store = st
+        .store
+        .read()
+        .map_err(|_| AppError::Internal("store lock poisoned".into()))?;
+    let result = store.query(&q.selection);
+    Ok(q.fold(&result))
+}
+
+async fn folded(State(st): State<AppState>, RawQuery(raw): RawQuery) -> Result<Response, AppError> {
+    let q = parse_query(raw, &st)?;
+    let profile = folded_profile(&st, &q)?;
+    let mut body = Vec::new();
+    render::folded::write(&profile, &mut body).map_err(|e| AppError::Internal(e.to_string()))?;
+    let mut resp = Response::new(Body::from(body));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if profile.is_empty() {
+        // Folded text has no comments; the header says why it is empty.
+        resp.headers_mut().insert(
+            "x-emberd-note",
+            HeaderValue::from_static("no samples in this window"),
+        );
+    }
+    Ok(resp)
+}
+
+async fn flamegraph(
+    State(st): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, AppError> {
+    let q = parse_query(raw, &st)?;
+    let profile = folded_profile(&st, &q)?;
+    let title = q.svg.title.clone().unwrap_or_else(|| {
+        format!(
+            "CPU Flame Graph: {}, last {} s at {} Hz",
+            st.host, q.seconds, st.frequency_hz
+        )
+    });
+    let mut opts = render::flamegraph::SvgOptions::new(title, "samples");
+    opts.subtitle = Some(if profile.is_empty() {
+        "no samples in this window".to_owned()
+    } else {
+        format!(
+            "{} samples, {} stacks, grouped by {}",
+            profile.total(),
+            profile.len(),
+            q.group
+        )
+    });
+    opts.palette = q.svg.colors;
+    opts.hash = q.svg.hash;
+    opts.inverted = q.svg.inverted;
+    opts.reverse = q.svg.reverse;
+    opts.min_width = q.svg.minwidth;
+    opts.width = q.svg.width;
+    let svg = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        render::flamegraph::write(&profile, &opts, &mut out).map(|()| out)
+    })
+    .await
+    .map_err(|e| AppError::Internal(e.to_string()))?
+    .map_err(|e| AppError::Internal(e.to_string()))?;
+    Ok(([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response())
+}
+
+async fn pprof_profile(
+    State(st): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, AppError> {
+    let q = parse_query(raw, &st)?;
+    let proto = {
+        let store = st
+            .store
+            .read()
+            .map_err(|_| AppError::Internal("store lock poisoned".into()))?;
+        let result = store.query(&q.selection);
+        render::pprof::cpu_profile(&q, &result, st.frequency_hz)
+    };
+    let body = tokio::task::spawn_blocking(move || render::pprof::encode_gzip(&proto))
+        .await
+        .map_err(|e| AppError::Internal(e.to_string()))?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream"),
+            (
+                header::CONTENT_DISPOSITION,
+                "attachment; filename=\"profile.pb.gz\"",
+            ),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+async fn metrics(State(st): State<AppState>) -> Response {
+    {
+        if let Ok(store) = st.store.read() {
+            let stats = store.stats();
+            st.metrics.observe_store_gauges(&stats);
+        }
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        st.metrics.encode(),
+    )
+        .into_response()
+}
+
+async fn readyz(State(st): State<AppState>) -> Response {
+    if st.ready.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: the BPF sampler is not attached\n",
+        )
+            .into_response()
+    }
+}
