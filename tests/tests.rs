@@ -10,6 +10,8 @@ mod common;
 mod cli;
 /// CPU profiles of native code: proportions, kernel frames, short-lived processes.
 mod cpu;
+/// The daemon: HTTP API, real clients (go tool pprof, Prometheus), signals.
+mod daemon;
 /// JIT frames from perf maps: Node.js and the JVM.
 mod jit;
 /// The symbolizer on real processes, without BPF: perf maps, fallbacks, ELF.

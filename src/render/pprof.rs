@@ -267,7 +267,8 @@ pub fn cpu_profile(query: &Query, result: &QueryResult<'_>, frequency_hz: u64) -
         unit: nanos,
     });
     b.p.period = period;
-    b.p.default_sample_type = 1;
+    // Time is what CPU profiles are read in (as Go's own CPU profiles).
+    b.p.default_sample_type = cpu;
     let (from, to) = (query.selection.from, query.selection.to);
     b.p.time_nanos = from as i64 * 1_000_000_000;
     b.p.duration_nanos = (to - from) as i64 * 1_000_000_000;

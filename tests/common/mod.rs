@@ -130,3 +130,143 @@ pub fn top(profile: &Profile, n: usize) -> String {
 pub fn wait(ms: u64) {
     std::thread::sleep(Duration::from_millis(ms));
 }
+
+/// A loopback port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("binding an ephemeral loopback port")
+}
+
+/// A response: status, headers (lower-case names), body.
+#[derive(Debug)]
+pub struct HttpResponse {
+    /// Status code.
+    pub status: u16,
+    /// Headers, names lower-cased.
+    pub headers: Vec<(String, String)>,
+    /// Body bytes.
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// GET over HTTP/1.0 (the server closes the connection after the response).
+pub fn http_get(port: u16, path: &str) -> HttpResponse {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connecting to emberd");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("reading the response");
+    parse_response(&raw)
+}
+
+/// Parses a whole HTTP/1.x response without chunked encoding.
+pub fn parse_response(raw: &[u8]) -> HttpResponse {
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a complete response head");
+    let head = String::from_utf8_lossy(&raw[..end]);
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .expect("a status line");
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    HttpResponse {
+        status,
+        headers,
+        body: raw[end + 4..].to_vec(),
+    }
+}
+
+/// A running `emberd` daemon on a free loopback port, stopped on drop.
+pub struct Daemon {
+    /// The process.
+    pub child: Child,
+    /// Its HTTP port.
+    pub port: u16,
+}
+
+impl Daemon {
+    /// Starts the daemon with extra `args` and `env`, and waits until
+    /// `/readyz` says ready.
+    pub fn start(args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let port = free_port();
+        let child = emberd()
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .args(args)
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting emberd");
+        let mut d = Daemon { child, port };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = d.child.try_wait() {
+                let mut err = String::new();
+                use std::io::Read;
+                d.child.stderr.take().unwrap().read_to_string(&mut err).ok();
+                panic!("emberd exited ({status}) before it was ready: {err}");
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+                && http_get(port, "/readyz").status == 200
+            {
+                return d;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "emberd was not ready within 20 s"
+            );
+            wait(100);
+        }
+    }
+
+    /// GET a path.
+    pub fn get(&self, path: &str) -> HttpResponse {
+        http_get(self.port, path)
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .expect("sending SIGTERM");
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads folded text.
+pub fn parse_folded(text: &str) -> Profile {
+    emberd::render::folded::read(text.as_bytes()).expect("valid folded stacks")
+}
