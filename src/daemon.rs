@@ -47,8 +47,16 @@ pub fn sd_notify(state: &str) {
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn run(config: Config) -> anyhow::Result<()> {
     crate::check::require_sampling_privileges()?;
+    // glibc gives each thread that allocates its own arena; with a thread pool
+    // that renders SVGs that multiplies resident memory for nothing.
+    // SAFETY: mallopt only changes allocator tuning; called before threads start.
+    #[cfg(target_env = "gnu")]
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .max_blocking_threads(4)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
@@ -106,6 +114,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
     sd_notify("READY=1\nSTATUS=sampling");
 
     let state = AppState {
+        cache: Default::default(),
         store,
         metrics,
         ready: ready.clone(),

@@ -4,6 +4,7 @@
 //! rendering and compression happen after it is released, on a blocking
 //! thread, so a large query never holds up the drain.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -21,9 +22,89 @@ use crate::query::{Query, QueryError, unix_now};
 use crate::render;
 use crate::store::Store;
 
+/// Rendered answers of the current store generation. The store changes once
+/// a second, so clients polling the same view (dashboards, several scrapers)
+/// share one rendering; concurrent identical requests wait for the first one
+/// instead of rendering in parallel, which bounds CPU and memory under load.
+#[derive(Debug, Default)]
+pub struct ResponseCache {
+    generation: u64,
+    entries: HashMap<CacheKey, Arc<tokio::sync::OnceCell<Rendered>>>,
+}
+
+/// Entries kept per generation.
+const CACHE_ENTRIES: usize = 32;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct CacheKey {
+    route: &'static str,
+    query: String,
+    from: u64,
+    to: u64,
+}
+
+/// A rendered body and its headers.
+#[derive(Debug, Clone)]
+struct Rendered {
+    body: bytes::Bytes,
+    headers: Vec<(header::HeaderName, HeaderValue)>,
+}
+
+impl Rendered {
+    fn response(&self) -> Response {
+        let mut resp = Response::new(Body::from(self.body.clone()));
+        for (k, v) in &self.headers {
+            resp.headers_mut().insert(k.clone(), v.clone());
+        }
+        resp
+    }
+}
+
+/// Answers from the cache, rendering with `render` on a miss.
+async fn cached<F>(
+    st: &AppState,
+    route: &'static str,
+    raw: &str,
+    q: &Query,
+    render: F,
+) -> Result<Response, AppError>
+where
+    F: FnOnce() -> Result<Rendered, AppError> + Send + 'static,
+{
+    let generation = st
+        .store
+        .read()
+        .map_err(|_| AppError::Internal("store lock poisoned".into()))?
+        .generation();
+    let key = CacheKey {
+        route,
+        query: raw.to_owned(),
+        from: q.selection.from,
+        to: q.selection.to,
+    };
+    let cell = {
+        let mut cache = st.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.generation != generation || cache.entries.len() >= CACHE_ENTRIES {
+            cache.entries.clear();
+            cache.generation = generation;
+        }
+        cache.entries.entry(key).or_default().clone()
+    };
+    let rendered = cell
+        .get_or_try_init(|| async {
+            tokio::task::spawn_blocking(render)
+                .await
+                .map_err(|e| AppError::Internal(e.to_string()))?
+        })
+        .await?;
+    Ok(rendered.response())
+}
+
 /// What every handler shares.
 #[derive(Clone, Debug)]
 pub struct AppState {
+    /// Rendered answers shared by identical requests.
+    pub cache: Arc<std::sync::Mutex<ResponseCache>>,
     /// The CPU sample store.
     pub store: Arc<RwLock<Store>>,
     /// emberd's metrics.
@@ -106,8 +187,8 @@ async fn not_found() -> Response {
         .into_response()
 }
 
-fn parse_query(raw: Option<String>, st: &AppState) -> Result<Query, QueryError> {
-    let params: Vec<(String, String)> = form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
+fn parse_query(raw: &str, st: &AppState) -> Result<Query, QueryError> {
+    let params: Vec<(String, String)> = form_urlencoded::parse(raw.as_bytes())
         .into_owned()
         .collect();
     Query::parse(&params, unix_now(), st.retention_secs)
@@ -125,91 +206,114 @@ fn folded_profile(st: &AppState, q: &Query) -> Result<crate::profile::Profile, A
 }
 
 async fn folded(State(st): State<AppState>, RawQuery(raw): RawQuery) -> Result<Response, AppError> {
-    let q = parse_query(raw, &st)?;
-    let profile = folded_profile(&st, &q)?;
-    let mut body = Vec::new();
-    render::folded::write(&profile, &mut body).map_err(|e| AppError::Internal(e.to_string()))?;
-    let mut resp = Response::new(Body::from(body));
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    if profile.is_empty() {
-        // Folded text has no comments; the header says why it is empty.
-        resp.headers_mut().insert(
-            "x-emberd-note",
-            HeaderValue::from_static("no samples in this window"),
-        );
-    }
-    Ok(resp)
+    let raw = raw.unwrap_or_default();
+    let q = parse_query(&raw, &st)?;
+    let st2 = st.clone();
+    let q2 = q.clone();
+    cached(&st, "folded", &raw, &q, move || {
+        let profile = folded_profile(&st2, &q2)?;
+        let mut body = Vec::new();
+        render::folded::write(&profile, &mut body)
+            .map_err(|e| AppError::Internal(e.to_string()))?;
+        let mut headers = vec![(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        )];
+        if profile.is_empty() {
+            // Folded text has no comments; the header says why it is empty.
+            headers.push((
+                header::HeaderName::from_static("x-emberd-note"),
+                HeaderValue::from_static("no samples in this window"),
+            ));
+        }
+        Ok(Rendered {
+            body: body.into(),
+            headers,
+        })
+    })
+    .await
 }
 
 async fn flamegraph(
     State(st): State<AppState>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, AppError> {
-    let q = parse_query(raw, &st)?;
-    let profile = folded_profile(&st, &q)?;
-    let title = q.svg.title.clone().unwrap_or_else(|| {
-        format!(
-            "CPU Flame Graph: {}, last {} s at {} Hz",
-            st.host, q.seconds, st.frequency_hz
-        )
-    });
-    let mut opts = render::flamegraph::SvgOptions::new(title, "samples");
-    opts.subtitle = Some(if profile.is_empty() {
-        "no samples in this window".to_owned()
-    } else {
-        format!(
-            "{} samples, {} stacks, grouped by {}",
-            profile.total(),
-            profile.len(),
-            q.group
-        )
-    });
-    opts.palette = q.svg.colors;
-    opts.hash = q.svg.hash;
-    opts.inverted = q.svg.inverted;
-    opts.reverse = q.svg.reverse;
-    opts.min_width = q.svg.minwidth;
-    opts.width = q.svg.width;
-    let svg = tokio::task::spawn_blocking(move || {
+    let raw = raw.unwrap_or_default();
+    let q = parse_query(&raw, &st)?;
+    let st2 = st.clone();
+    let q2 = q.clone();
+    cached(&st, "flamegraph", &raw, &q, move || {
+        let (st, q) = (st2, q2);
+        let profile = folded_profile(&st, &q)?;
+        let title = q.svg.title.clone().unwrap_or_else(|| {
+            format!(
+                "CPU Flame Graph: {}, last {} s at {} Hz",
+                st.host, q.seconds, st.frequency_hz
+            )
+        });
+        let mut opts = render::flamegraph::SvgOptions::new(title, "samples");
+        opts.subtitle = Some(if profile.is_empty() {
+            "no samples in this window".to_owned()
+        } else {
+            format!(
+                "{} samples, {} stacks, grouped by {}",
+                profile.total(),
+                profile.len(),
+                q.group
+            )
+        });
+        opts.palette = q.svg.colors;
+        opts.hash = q.svg.hash;
+        opts.inverted = q.svg.inverted;
+        opts.reverse = q.svg.reverse;
+        opts.min_width = q.svg.minwidth;
+        opts.width = q.svg.width;
         let mut out = Vec::new();
-        render::flamegraph::write(&profile, &opts, &mut out).map(|()| out)
+        render::flamegraph::write(&profile, &opts, &mut out)
+            .map_err(|e| AppError::Internal(e.to_string()))?;
+        Ok(Rendered {
+            body: out.into(),
+            headers: vec![(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("image/svg+xml"),
+            )],
+        })
     })
     .await
-    .map_err(|e| AppError::Internal(e.to_string()))?
-    .map_err(|e| AppError::Internal(e.to_string()))?;
-    Ok(([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response())
 }
 
 async fn pprof_profile(
     State(st): State<AppState>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, AppError> {
-    let q = parse_query(raw, &st)?;
-    let proto = {
-        let store = st
-            .store
-            .read()
-            .map_err(|_| AppError::Internal("store lock poisoned".into()))?;
-        let result = store.query(&q.selection);
-        render::pprof::cpu_profile(&q, &result, st.frequency_hz)
-    };
-    let body = tokio::task::spawn_blocking(move || render::pprof::encode_gzip(&proto))
-        .await
-        .map_err(|e| AppError::Internal(e.to_string()))?;
-    Ok((
-        [
-            (header::CONTENT_TYPE, "application/octet-stream"),
-            (
-                header::CONTENT_DISPOSITION,
-                "attachment; filename=\"profile.pb.gz\"",
-            ),
-        ],
-        body,
-    )
-        .into_response())
+    let raw = raw.unwrap_or_default();
+    let q = parse_query(&raw, &st)?;
+    let st2 = st.clone();
+    let q2 = q.clone();
+    cached(&st, "pprof", &raw, &q, move || {
+        let proto = {
+            let store = st2
+                .store
+                .read()
+                .map_err(|_| AppError::Internal("store lock poisoned".into()))?;
+            let result = store.query(&q2.selection);
+            render::pprof::cpu_profile(&q2, &result, st2.frequency_hz)
+        };
+        Ok(Rendered {
+            body: render::pprof::encode_gzip(&proto).into(),
+            headers: vec![
+                (
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/octet-stream"),
+                ),
+                (
+                    header::CONTENT_DISPOSITION,
+                    HeaderValue::from_static("attachment; filename=\"profile.pb.gz\""),
+                ),
+            ],
+        })
+    })
+    .await
 }
 
 async fn metrics(State(st): State<AppState>) -> Response {

@@ -154,6 +154,7 @@ pub struct Store {
     entry_bytes: usize,
     dropped_for_budget: u64,
     dropped_since_gc: usize,
+    generation: u64,
 }
 
 impl Store {
@@ -166,11 +167,19 @@ impl Store {
             entry_bytes: 0,
             dropped_for_budget: 0,
             dropped_since_gc: 0,
+            generation: 0,
         }
+    }
+
+    /// Changes whenever the store's contents change: equal generations and
+    /// equal queries give equal answers.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Adds one drain's samples to the slot of second `at` (unix seconds).
     pub fn insert(&mut self, at: u64, samples: &[SymbolizedSample]) {
+        self.generation += 1;
         if !self
             .slots
             .back()
