@@ -49,3 +49,71 @@ struct emberd_config {
 };
 
 #endif /* EMBERD_H */
+
+/* ---- events.bpf.c: off-CPU, wakeup, off-wake chains, page faults ---- */
+
+/* Keep in step with `EventKind` in src/collect/events.rs. */
+enum emberd_event {
+	EVENT_OFFCPU = 1,   /* value: ns blocked, charged to the blocked stack */
+	EVENT_WAKEUP = 2,   /* value: ns the woken thread had blocked, charged to the waker's stack */
+	EVENT_OFFWAKE = 3,  /* value: ns blocked, blocked stack and waker stack */
+	EVENT_PAGEFAULT = 4, /* value: page faults (sampled count x period) */
+};
+
+/* One aggregation key for every event; waker fields are zero unless used. */
+struct event_key {
+	__u32 event;
+	__u32 tgid;
+	__u32 pid;
+	__s32 kstack_id;
+	__s32 ustack_id;
+	__u32 waker_tgid;
+	__u32 waker_pid;
+	__s32 waker_kstack_id;
+	__s32 waker_ustack_id;
+	__u32 _pad;
+	char comm[EMBERD_COMM_LEN];
+	char waker_comm[EMBERD_COMM_LEN];
+};
+
+/* A thread off CPU since `ts`, with the stacks it blocked in. */
+struct blocked {
+	__u64 ts;              /* ns, bpf_ktime_get_ns */
+	__u32 tgid;
+	__s32 kstack_id;
+	__s32 ustack_id;
+	__u32 waker_tgid;      /* set by sched_wakeup */
+	__u32 waker_pid;
+	__s32 waker_kstack_id;
+	__s32 waker_ustack_id;
+	__u32 has_waker;
+	char comm[EMBERD_COMM_LEN];
+	char waker_comm[EMBERD_COMM_LEN];
+};
+
+/* Indices of the events program's per-CPU counters; keep in step with
+ * `EventCounter` in src/collect/events.rs. */
+enum emberd_event_counter {
+	ECOUNTER_SWITCHES = 0,     /* sched_switch calls seen */
+	ECOUNTER_WAKEUPS,          /* sched_waking calls seen */
+	ECOUNTER_PAGEFAULTS,       /* page-fault samples seen */
+	ECOUNTER_BLOCKED_FULL,     /* blocked-thread table full: an off-CPU period is lost */
+	ECOUNTER_COUNTS_FULL,      /* event counts map full: an event is lost */
+	ECOUNTER_STACK_LOST,       /* stack collision or full stack map */
+	ECOUNTER_SAMPLED_OUT,      /* off-CPU periods skipped by the 1-in-N sampling knob */
+	ECOUNTER_MAX,
+};
+
+/* Load-time settings of events.bpf.c. */
+struct events_config {
+	__u64 min_block_ns;      /* shorter off-CPU periods are not charged */
+	__u64 max_block_ns;      /* longer ones are not charged either (bcc -M) */
+	__u32 state_mask;        /* prev_state bits that count; 0 = every state */
+	__u32 sample_one_in;     /* record 1 in N switch-outs (1 = all), value scaled by N */
+	__u64 pagefault_period;  /* faults per page-fault sample, to scale values */
+	__u32 target_tgid;       /* 0: every process */
+	__u8 offcpu;             /* record off-CPU (and wakeup/offwake need it) */
+	__u8 wakeup;
+	__u8 offwake;
+	__u8 _pad;
+};

@@ -17,3 +17,14 @@ unsafe impl plain::Plain for types::sample_key {}
 
 // Pin the shared layouts: a change to emberd.h must be mirrored here.
 const _: () = assert!(std::mem::size_of::<types::sample_key>() == 32);
+
+/// The skeleton of `bpf/events.bpf.c`.
+pub mod events {
+    include!(concat!(env!("OUT_DIR"), "/events.skel.rs"));
+}
+
+// SAFETY: `event_key` is a C struct of integers and byte arrays: any byte
+// pattern is a valid value.
+unsafe impl plain::Plain for events::types::event_key {}
+
+const _: () = assert!(std::mem::size_of::<events::types::event_key>() == 72);

@@ -36,6 +36,25 @@ pub struct RawConfig {
     pub memory_budget_mib: Option<u64>,
     /// `stack_map_entries = 16384`: entries of each BPF stack map.
     pub stack_map_entries: Option<u32>,
+    /// `offcpu = true`: record off-CPU time.
+    pub offcpu: Option<bool>,
+    /// `wakeup = true`: record wakeup time.
+    pub wakeup: Option<bool>,
+    /// `offwake = true`: record off-wake chains.
+    pub offwake: Option<bool>,
+    /// `pagefault = true`: record page faults.
+    pub pagefault: Option<bool>,
+    /// `offcpu_min_us = 1`: shorter off-CPU periods are not charged.
+    pub offcpu_min_us: Option<u64>,
+    /// `offcpu_max_ms = 10000`: longer off-CPU periods are not charged.
+    pub offcpu_max_ms: Option<u64>,
+    /// `offcpu_states = "SD"`: task states that count (S sleeping, D disk
+    /// sleep, R preempted), or "all".
+    pub offcpu_states: Option<String>,
+    /// `offcpu_sample_one_in = 1`: record 1 in N switch-outs (values scaled).
+    pub offcpu_sample_one_in: Option<u32>,
+    /// `pagefault_period = 16`: faults per page-fault sample.
+    pub pagefault_period: Option<u64>,
 }
 
 impl RawConfig {
@@ -48,6 +67,15 @@ impl RawConfig {
             retention_seconds: other.retention_seconds.or(self.retention_seconds),
             memory_budget_mib: other.memory_budget_mib.or(self.memory_budget_mib),
             stack_map_entries: other.stack_map_entries.or(self.stack_map_entries),
+            offcpu: other.offcpu.or(self.offcpu),
+            wakeup: other.wakeup.or(self.wakeup),
+            offwake: other.offwake.or(self.offwake),
+            pagefault: other.pagefault.or(self.pagefault),
+            offcpu_min_us: other.offcpu_min_us.or(self.offcpu_min_us),
+            offcpu_max_ms: other.offcpu_max_ms.or(self.offcpu_max_ms),
+            offcpu_states: other.offcpu_states.or(self.offcpu_states),
+            offcpu_sample_one_in: other.offcpu_sample_one_in.or(self.offcpu_sample_one_in),
+            pagefault_period: other.pagefault_period.or(self.pagefault_period),
         }
     }
 }
@@ -65,6 +93,34 @@ pub struct Config {
     pub memory_budget: usize,
     /// Entries of each BPF stack map.
     pub stack_map_entries: u32,
+    /// Off-CPU, wakeup, off-wake and page-fault recording.
+    pub events: crate::collect::events::EventOptions,
+}
+
+/// Task-state letters (as in `ps`) to prev_state bits; "all" is 0 (every state).
+pub fn parse_states(s: &str) -> anyhow::Result<u32> {
+    if s == "all" {
+        return Ok(0);
+    }
+    let mut mask = 0;
+    for c in s.chars() {
+        mask |= match c {
+            'S' => 0x1,
+            'D' => 0x2,
+            'R' => {
+                bail!(
+                    "offcpu_states: R (preempted) is state 0 and cannot be selected alone; use \"all\""
+                )
+            }
+            _ => {
+                bail!("offcpu_states = {s:?}: use letters S (sleeping), D (disk sleep), or \"all\"")
+            }
+        };
+    }
+    if mask == 0 {
+        bail!("offcpu_states is empty: use S, D, SD or all");
+    }
+    Ok(mask)
 }
 
 impl Config {
@@ -101,7 +157,39 @@ impl Config {
         if !(4..=65536).contains(&budget) {
             bail!("memory_budget_mib = {budget} is out of range: use 4..=65536");
         }
+        use crate::collect::events::{EventOptions, defaults as ev};
+        let min_us = raw.offcpu_min_us.unwrap_or(ev::MIN_BLOCK_NS / 1000);
+        let max_ms = raw.offcpu_max_ms.unwrap_or(ev::MAX_BLOCK_NS / 1_000_000);
+        if min_us.saturating_mul(1000) > max_ms.saturating_mul(1_000_000)
+            || max_ms == 0
+            || max_ms > 3_600_000
+        {
+            bail!(
+                "offcpu_min_us = {min_us} / offcpu_max_ms = {max_ms}: need min <= max and 1 <= max_ms <= 3600000"
+            );
+        }
+        let sample_one_in = raw.offcpu_sample_one_in.unwrap_or(1);
+        let pagefault_period = raw.pagefault_period.unwrap_or(ev::PAGEFAULT_PERIOD);
+        if sample_one_in == 0 || pagefault_period == 0 {
+            bail!("offcpu_sample_one_in and pagefault_period must be at least 1");
+        }
+        let events = EventOptions {
+            offcpu: raw.offcpu.unwrap_or(true),
+            wakeup: raw.wakeup.unwrap_or(true),
+            offwake: raw.offwake.unwrap_or(true),
+            pagefault: raw.pagefault.unwrap_or(true),
+            min_block_ns: min_us * 1000,
+            max_block_ns: max_ms * 1_000_000,
+            state_mask: match &raw.offcpu_states {
+                Some(s) => parse_states(s)?,
+                None => ev::STATE_MASK,
+            },
+            sample_one_in,
+            pagefault_period,
+            pid: None,
+        };
         Ok(Config {
+            events,
             listen,
             frequency_hz: raw
                 .frequency_hz

@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+use std::collections::HashMap;
+
 use crate::collect::SamplerOptions;
+use crate::collect::events::{EventKind, EventOptions};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::{DRAIN_INTERVAL, Pipeline};
@@ -77,7 +80,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         memory_budget: config.memory_budget,
         ..Default::default()
     };
-    let store = Arc::new(RwLock::new(Store::new(store_options)));
+    let store = Arc::new(RwLock::new(Store::new(store_options.clone())));
     let metrics = Arc::new(Metrics::new(config.memory_budget));
     let ready = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
@@ -90,12 +93,36 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         include_idle: true,
         ..Default::default()
     };
+    let events_opts = config.events.clone();
+    let event_stores: Arc<HashMap<EventKind, Arc<RwLock<Store>>>> = Arc::new(
+        [
+            (EventKind::OffCpu, events_opts.offcpu),
+            (EventKind::Wakeup, events_opts.wakeup),
+            (EventKind::OffWake, events_opts.offwake),
+            (EventKind::PageFault, events_opts.pagefault),
+        ]
+        .into_iter()
+        .filter(|(_, on)| *on)
+        .map(|(k, _)| (k, Arc::new(RwLock::new(Store::new(store_options.clone())))))
+        .collect(),
+    );
     let (started_tx, started_rx) = std::sync::mpsc::channel();
     let collector = {
         let (store, metrics, stop) = (store.clone(), metrics.clone(), stop.clone());
+        let event_stores = event_stores.clone();
         std::thread::Builder::new()
             .name("emberd-collect".into())
-            .spawn(move || collect_loop(sampler, store, metrics, stop, started_tx))
+            .spawn(move || {
+                collect_loop(
+                    sampler,
+                    events_opts,
+                    store,
+                    event_stores,
+                    metrics,
+                    stop,
+                    started_tx,
+                )
+            })
             .context("starting the collector thread")?
     };
     match started_rx.recv() {
@@ -115,6 +142,8 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
 
     let state = AppState {
         cache: Default::default(),
+        renders: Arc::new(tokio::sync::Semaphore::new(serve::MAX_CONCURRENT_RENDERS)),
+        events: event_stores,
         store,
         metrics,
         ready: ready.clone(),
@@ -160,12 +189,14 @@ async fn wait_for_signal() {
 /// The collector thread: drain, name, store, once a second, until `stop`.
 fn collect_loop(
     options: SamplerOptions,
+    events: EventOptions,
     store: Arc<RwLock<Store>>,
+    event_stores: Arc<HashMap<EventKind, Arc<RwLock<Store>>>>,
     metrics: Arc<Metrics>,
     stop: Arc<AtomicBool>,
     started: std::sync::mpsc::Sender<anyhow::Result<Vec<u32>>>,
 ) -> anyhow::Result<()> {
-    let mut pipeline = match Pipeline::start(options.clone()) {
+    let mut pipeline = match Pipeline::start(options.clone(), events) {
         Ok(p) => {
             let _ = started.send(Ok(p.sampler().cpus().to_vec()));
             p
@@ -200,6 +231,25 @@ fn collect_loop(
             let dropped_before = st.stats().dropped_for_budget;
             st.insert(unix_now(), &batch.samples);
             metrics.observe_store(&st.stats(), dropped_before);
+        }
+        let now_unix = unix_now();
+        let mut by_kind: HashMap<EventKind, Vec<crate::symbolize::SymbolizedSample>> =
+            HashMap::new();
+        for (kind, s) in batch.events {
+            by_kind.entry(kind).or_default().push(s);
+        }
+        for (kind, st) in event_stores.iter() {
+            let samples = by_kind.remove(kind).unwrap_or_default();
+            st.write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(now_unix, &samples);
+        }
+        // Large renderings free big buffers; hand the memory back to the
+        // system instead of keeping the peak resident.
+        #[cfg(target_env = "gnu")]
+        // SAFETY: malloc_trim only releases free heap memory.
+        unsafe {
+            libc::malloc_trim(0);
         }
         if let Ok(counters) = pipeline.counters() {
             metrics.observe_drain(

@@ -15,3 +15,4 @@ pub mod render;
 pub mod serve;
 pub mod store;
 pub mod symbolize;
+pub mod view;

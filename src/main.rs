@@ -10,6 +10,7 @@ use emberd::check::{self, Status};
 use emberd::collect::{Pid, SamplerOptions, defaults};
 use emberd::config::{Config, RawConfig};
 use emberd::profile::Grouping;
+use emberd::query::Event;
 use emberd::record::{self, RecordOptions};
 
 /// emberd: an always-on sampling profiler for this Linux host.
@@ -82,6 +83,15 @@ struct RecordArgs {
     /// Keep samples of the idle task.
     #[arg(long)]
     idle: bool,
+    /// What to record: cpu, offcpu, wakeup, offwake, pagefault or hotcold.
+    #[arg(long, short = 'e', default_value = "cpu", value_parser = parse_event)]
+    event: Event,
+    /// Page faults per page-fault sample (values are scaled back to faults).
+    #[arg(long, default_value_t = emberd::collect::events::defaults::PAGEFAULT_PERIOD)]
+    pagefault_period: u64,
+    /// Record one in N off-CPU periods (values scaled by N).
+    #[arg(long, default_value_t = 1)]
+    offcpu_sample_one_in: u32,
     /// Entries of each BPF stack map (two are kept, about 1 KiB kernel memory each).
     #[arg(long, default_value_t = defaults::STACK_MAP_ENTRIES)]
     stack_map_entries: u32,
@@ -123,6 +133,13 @@ fn run_record(args: RecordArgs) -> anyhow::Result<ExitCode> {
         sampler,
         grouping: args.group,
         output: args.output,
+        event: args.event,
+        event_knobs: {
+            let mut k = emberd::collect::events::EventOptions::default();
+            k.pagefault_period = args.pagefault_period;
+            k.sample_one_in = args.offcpu_sample_one_in;
+            k
+        },
     };
     let summary = record::record(&options)?;
     eprintln!("{}", summary.report());
@@ -138,10 +155,20 @@ fn run_daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         retention_seconds: args.retention_seconds,
         memory_budget_mib: args.memory_budget_mib,
         stack_map_entries: args.stack_map_entries,
+        ..RawConfig::default()
     };
     let config = Config::load(args.config.as_deref(), flags)?;
     emberd::daemon::run(config)?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn parse_event(s: &str) -> Result<Event, String> {
+    Event::from_name(s).ok_or_else(|| {
+        format!(
+            "unknown event {s:?}: use {}",
+            Event::ALL.map(Event::name).join(", ")
+        )
+    })
 }
 
 fn run_check() -> anyhow::Result<ExitCode> {

@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::collect::events::{EventCounters, EventKind, EventOptions, EventSampler};
 use crate::collect::{CollectError, Counters, CpuSampler, SamplerOptions};
 use crate::symbolize::{Misses, SymbolizedSample, Symbolizer, SymbolizerOptions};
 
@@ -23,31 +24,51 @@ pub struct Batch {
     pub missing_stacks: u64,
     /// Distinct (thread, stack) keys drained: the counts map's fill.
     pub keys: usize,
+    /// Named off-CPU, wakeup, off-wake and page-fault aggregates.
+    pub events: Vec<(EventKind, SymbolizedSample)>,
 }
 
 /// The sampler and the symbolizer, stepped together.
 #[derive(Debug)]
 pub struct Pipeline {
     sampler: CpuSampler,
+    events: Option<EventSampler>,
     symbolizer: Symbolizer,
 }
 
 impl Pipeline {
-    /// Loads and attaches the sampler.
-    pub fn start(options: SamplerOptions) -> Result<Self, CollectError> {
+    /// Loads and attaches the CPU sampler, and the events programs if any
+    /// event is switched on.
+    pub fn start(options: SamplerOptions, events: EventOptions) -> Result<Self, CollectError> {
         let symbolizer = Symbolizer::new(SymbolizerOptions::default());
         let sampler = CpuSampler::start(options)?;
+        let events = if events.any() {
+            Some(EventSampler::start(events)?)
+        } else {
+            None
+        };
         Ok(Self {
             sampler,
+            events,
             symbolizer,
         })
+    }
+
+    /// Cumulative counters of the events programs, if loaded.
+    pub fn event_counters(&self) -> Option<Result<EventCounters, CollectError>> {
+        self.events.as_ref().map(EventSampler::counters)
     }
 
     /// Reads mappings of new processes until `until` (or until `stop` is set),
     /// then drains and names what was sampled.
     pub fn step(&mut self, until: Instant, stop: &AtomicBool) -> Result<Batch, CollectError> {
         loop {
-            for pid in self.sampler.new_processes()? {
+            let mut pids = self.sampler.new_processes()?;
+            if let Some(e) = &mut self.events {
+                pids.extend(e.new_processes()?);
+            }
+            self.symbolizer.refresh_new_processes();
+            for pid in pids {
                 self.symbolizer.note_process(pid);
             }
             let now = Instant::now();
@@ -57,11 +78,17 @@ impl Pipeline {
             std::thread::sleep(NEW_PROCESS_POLL.min(until - now));
         }
         let drain = self.sampler.drain()?;
+        let raw_events = match &mut self.events {
+            Some(e) => e.drain()?,
+            None => Vec::new(),
+        };
         let keys = drain.samples.len();
+        tracing::debug!("drained {} cpu keys, {} event keys", keys, raw_events.len());
         Ok(Batch {
             samples: self.symbolizer.symbolize(drain.samples),
             missing_stacks: drain.missing_stacks,
             keys,
+            events: self.symbolizer.symbolize_events(raw_events),
         })
     }
 

@@ -91,6 +91,17 @@ impl FoldedStack {
         Self(s)
     }
 
+    /// `prefix;rest` from a root frame and an already folded stack.
+    pub fn with_root(root: &str, rest: &FoldedStack) -> Self {
+        let mut s = FoldedStack::from_frames([root]).0;
+        if !rest.0.is_empty() {
+            s.reserve(rest.0.len() + 1);
+            s.push(';');
+            s.push_str(&rest.0);
+        }
+        Self(s)
+    }
+
     /// The folded text.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -36,12 +36,105 @@ fn bad(param: &str, reason: impl Into<String>) -> QueryError {
     }
 }
 
-/// The events emberd records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// The events emberd records, and the views built from them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Event {
     /// On-CPU samples of the cpu-clock event.
     #[default]
     Cpu,
+    /// Off-CPU time, charged to the blocked stack.
+    OffCpu,
+    /// Blocked time of woken threads, charged to the waker's stack.
+    Wakeup,
+    /// Blocked stack `--` waker stack.
+    OffWake,
+    /// Page faults.
+    PageFault,
+    /// On-CPU and off-CPU time of the same threads, in one graph.
+    HotCold,
+}
+
+impl Event {
+    /// Every event, in documentation order.
+    pub const ALL: [Event; 6] = [
+        Event::Cpu,
+        Event::OffCpu,
+        Event::Wakeup,
+        Event::OffWake,
+        Event::PageFault,
+        Event::HotCold,
+    ];
+
+    /// The name used in `event=` and `--event`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Event::Cpu => "cpu",
+            Event::OffCpu => "offcpu",
+            Event::Wakeup => "wakeup",
+            Event::OffWake => "offwake",
+            Event::PageFault => "pagefault",
+            Event::HotCold => "hotcold",
+        }
+    }
+
+    /// The event named `s`.
+    pub fn from_name(s: &str) -> Option<Event> {
+        Event::ALL.into_iter().find(|e| e.name() == s)
+    }
+
+    /// The stored event behind this view (`None` for CPU and hot/cold).
+    pub fn kind(self) -> Option<crate::collect::events::EventKind> {
+        use crate::collect::events::EventKind;
+        match self {
+            Event::OffCpu => Some(EventKind::OffCpu),
+            Event::Wakeup => Some(EventKind::Wakeup),
+            Event::OffWake => Some(EventKind::OffWake),
+            Event::PageFault => Some(EventKind::PageFault),
+            Event::Cpu | Event::HotCold => None,
+        }
+    }
+
+    /// Whether values are times (stored in ns, folded in us, drawn in ms).
+    pub fn is_time(self) -> bool {
+        matches!(
+            self,
+            Event::OffCpu | Event::Wakeup | Event::OffWake | Event::HotCold
+        )
+    }
+
+    /// The unit of folded values.
+    pub fn folded_unit(self) -> &'static str {
+        match self {
+            Event::Cpu => "samples",
+            Event::PageFault => "pages",
+            _ => "us",
+        }
+    }
+
+    /// The SVG title's event part, with its unit, as flamegraph.pl users know it.
+    pub fn title(self) -> &'static str {
+        match self {
+            Event::Cpu => "CPU Flame Graph (samples)",
+            Event::OffCpu => "Off-CPU Time Flame Graph (ms)",
+            Event::Wakeup => "Wakeup Time Flame Graph (ms)",
+            Event::OffWake => "Off-Wake Time Flame Graph (ms)",
+            Event::PageFault => "Page Fault Flame Graph (pages)",
+            Event::HotCold => "Hot/Cold Flame Graph (ms)",
+        }
+    }
+
+    /// The default palette, after flamegraph.pl's habits.
+    pub fn palette(self) -> inferno::flamegraph::Palette {
+        use inferno::flamegraph::Palette;
+        use inferno::flamegraph::color::{BasicPalette, MultiPalette};
+        match self {
+            Event::Cpu | Event::HotCold => Palette::Multi(MultiPalette::Java),
+            Event::OffCpu => Palette::Basic(BasicPalette::Io),
+            Event::Wakeup => Palette::Multi(MultiPalette::Wakeup),
+            Event::OffWake => Palette::Basic(BasicPalette::Aqua),
+            Event::PageFault => Palette::Basic(BasicPalette::Mem),
+        }
+    }
 }
 
 /// Flame-graph options, named as flamegraph.pl names them.
@@ -116,14 +209,17 @@ impl Query {
         }
         let get = |k: &str| map.get(k).copied();
 
-        let event = match get("event").unwrap_or("cpu") {
-            "cpu" => Event::Cpu,
-            other => {
-                return Err(bad(
+        let event = match get("event") {
+            None => Event::Cpu,
+            Some(name) => Event::from_name(name).ok_or_else(|| {
+                bad(
                     "event",
-                    format!("{other:?} is not recorded by this emberd; known: cpu"),
-                ));
-            }
+                    format!(
+                        "unknown event {name:?}; known: {}",
+                        Event::ALL.map(Event::name).join(", ")
+                    ),
+                )
+            })?,
         };
         let (from, to) = match (get("seconds"), get("from"), get("to")) {
             (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
@@ -224,24 +320,40 @@ impl Query {
     /// regexes.
     pub fn fold(&self, result: &QueryResult<'_>) -> Profile {
         let mut profile = Profile::new();
-        let mut stack_text: HashMap<crate::store::StackId, String> = HashMap::new();
+        self.fold_into(&mut profile, result, |v| v, "");
+        profile
+    }
+
+    /// Folds rows into `profile`, mapping each value with `scale` (dropping
+    /// those that become 0) and appending `suffix` to every frame but the
+    /// grouping frame.
+    pub fn fold_into(
+        &self,
+        profile: &mut Profile,
+        result: &QueryResult<'_>,
+        scale: impl Fn(u64) -> u64,
+        suffix: &str,
+    ) {
+        let mut stack_text: HashMap<crate::store::StackId, FoldedStack> = HashMap::new();
         for row in &result.rows {
+            let value = scale(row.value);
+            if value == 0 {
+                continue;
+            }
             let frames = stack_text.entry(row.stack).or_insert_with(|| {
-                let names: Vec<String> = result.frames(row.stack).map(|f| f.to_string()).collect();
+                let names: Vec<String> = result
+                    .frames(row.stack)
+                    .map(|f| format!("{f}{suffix}"))
+                    .collect();
                 FoldedStack::from_frames(names.iter().map(String::as_str))
-                    .as_str()
-                    .to_owned()
             });
             let root = self
                 .group
                 .root_frame(&row.process_comm, &row.thread_comm, row.pid, row.tid);
             let stack = match root {
-                Some(r) if frames.is_empty() => FoldedStack::from_frames([r.as_str()]),
-                Some(r) => {
-                    FoldedStack::from_frames([r.as_str()].into_iter().chain(frames.split(';')))
-                }
-                None if frames.is_empty() => FoldedStack::from_frames(["[empty]"]),
-                None => FoldedStack::from_frames(frames.split(';')),
+                Some(r) => FoldedStack::with_root(&r, frames),
+                None if frames.as_str().is_empty() => FoldedStack::from_frames(["[empty]"]),
+                None => frames.clone(),
             };
             if self
                 .include
@@ -254,9 +366,8 @@ impl Query {
             {
                 continue;
             }
-            profile.add(stack, row.value);
+            profile.add(stack, value);
         }
-        profile
     }
 }
 
@@ -430,6 +541,7 @@ mod tests {
             ("colors=plaid", "colors"),
             ("width=5", "width"),
             ("event=gpu", "event"),
+            ("event=", "event"),
             ("bogus=1", "bogus"),
             ("pid=1&pid=2", "pid"),
         ] {

@@ -7,11 +7,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+use std::collections::HashMap;
+
+use crate::collect::events::{EventKind, EventOptions};
 use crate::collect::{Counter, Counters, Pid, SamplerOptions};
 use crate::pipeline::{DRAIN_INTERVAL, Pipeline};
 use crate::profile::{Grouping, Profile};
+use crate::query::{Event, Query, unix_now};
 use crate::render;
+use crate::store::{Store, StoreOptions};
 use crate::symbolize::Misses;
+use crate::symbolize::SymbolizedSample;
+use crate::view::{self, Sources};
 
 /// The output formats `record` writes, chosen by file extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,13 +54,20 @@ pub struct RecordOptions {
     pub grouping: Grouping,
     /// Where to write, format by extension.
     pub output: PathBuf,
+    /// What to record (`--event`).
+    pub event: Event,
+    /// Knobs of the off-CPU and page-fault programs (which events are on
+    /// follows `event`).
+    pub event_knobs: EventOptions,
 }
 
 /// What a recording collected, for the summary line.
 #[derive(Debug, Clone)]
 pub struct RecordSummary {
-    /// The profile.
+    /// The profile, in the event's folded unit.
     pub profile: Profile,
+    /// The query the profile answers (window, grouping, event).
+    pub query: Query,
     /// BPF counters at the end.
     pub counters: Counters,
     /// Stack ids missing at drain time.
@@ -92,6 +106,26 @@ fn process_alive(pid: Pid) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// `knobs` with only what `event` needs switched on, for process `pid`.
+pub fn event_options(event: Event, pid: Option<Pid>, knobs: &EventOptions) -> EventOptions {
+    let mut o = EventOptions {
+        offcpu: false,
+        wakeup: false,
+        offwake: false,
+        pagefault: false,
+        pid,
+        ..knobs.clone()
+    };
+    match event {
+        Event::Cpu => {}
+        Event::OffCpu | Event::HotCold => o.offcpu = true,
+        Event::Wakeup => o.wakeup = true,
+        Event::OffWake => o.offwake = true,
+        Event::PageFault => o.pagefault = true,
+    }
+    o
+}
+
 /// Samples for `options.duration` (or until Ctrl-C, or until the profiled
 /// process exits) and returns the profile, without writing it.
 pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
@@ -101,11 +135,21 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
     {
         bail!("no process with pid {pid}: check the -p argument");
     }
-    let mut pipeline = Pipeline::start(options.sampler.clone())?;
+    let mut pipeline = Pipeline::start(
+        options.sampler.clone(),
+        event_options(options.event, options.sampler.pid, &options.event_knobs),
+    )?;
     catch_interrupt();
+    let store_options = StoreOptions {
+        retention: options.duration + Duration::from_secs(3600),
+        memory_budget: usize::MAX / 2,
+        ..StoreOptions::default()
+    };
+    let mut cpu = Store::new(store_options.clone());
+    let mut events: HashMap<EventKind, Store> = HashMap::new();
     let start = Instant::now();
+    let start_unix = unix_now();
     let deadline = start + options.duration;
-    let mut profile = Profile::new();
     let mut missing_stacks = 0;
     loop {
         let now = Instant::now();
@@ -121,20 +165,63 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
             .step(until, &INTERRUPTED)
             .context("draining samples")?;
         missing_stacks += batch.missing_stacks;
-        for s in &batch.samples {
-            profile.add_sample(s, options.grouping);
+        let at = unix_now();
+        cpu.insert(at, &batch.samples);
+        let mut by_kind: HashMap<EventKind, Vec<SymbolizedSample>> = HashMap::new();
+        for (kind, s) in batch.events {
+            by_kind.entry(kind).or_default().push(s);
+        }
+        for (kind, samples) in by_kind {
+            tracing::debug!(
+                "{kind:?}: {} aggregates, {} total",
+                samples.len(),
+                samples.iter().map(|s| s.count).sum::<u64>()
+            );
+            events
+                .entry(kind)
+                .or_insert_with(|| Store::new(store_options.clone()))
+                .insert(at, &samples);
         }
         if done {
             break;
         }
     }
     let elapsed = start.elapsed();
+    if let Some(Ok(ec)) = pipeline.event_counters() {
+        tracing::debug!("event counters: {ec:?}");
+    }
     let counters = pipeline.counters()?;
     let cpus = pipeline.sampler().cpus().len();
     let misses = pipeline.misses();
     drop(pipeline);
+
+    let params: Vec<(String, String)> = vec![
+        ("from".into(), start_unix.to_string()),
+        ("to".into(), (unix_now() + 2).to_string()),
+        ("group".into(), options.grouping.to_string()),
+        ("event".into(), options.event.name().into()),
+    ];
+    let query = Query::parse(&params, unix_now(), u64::MAX / 4)
+        .map_err(|e| anyhow::anyhow!("internal query: {e}"))?;
+    let empty = Store::new(store_options);
+    let offcpu = events.get(&EventKind::OffCpu).unwrap_or(&empty);
+    let sources = Sources {
+        cpu: Some(&cpu),
+        event: Some(
+            options
+                .event
+                .kind()
+                .and_then(|k| events.get(&k))
+                .unwrap_or(&empty),
+        ),
+        offcpu: Some(offcpu),
+        cpu_period_ns: 1_000_000_000 / options.sampler.frequency_hz.max(1),
+    };
+    let profile = view::fold(&query, sources)
+        .map_err(|e| anyhow::anyhow!("no data source for event {}", e.name()))?;
     Ok(RecordSummary {
         profile,
+        query,
         counters,
         missing_stacks,
         misses,
@@ -165,25 +252,18 @@ pub fn record(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
             let host = nix::unistd::gethostname()
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_else(|_| "localhost".into());
-            let mut svg = render::flamegraph::SvgOptions::new(
-                format!(
-                    "CPU Flame Graph: {host}, {:.0} s at {} Hz{}",
-                    summary.elapsed.as_secs_f64(),
-                    options.sampler.frequency_hz,
-                    options
-                        .sampler
-                        .pid
-                        .map(|p| format!(", pid {p}"))
-                        .unwrap_or_default()
-                ),
-                "samples",
-            );
-            svg.subtitle = Some(format!(
-                "event cpu-clock, {} samples on {} CPUs, {} lost stacks",
-                summary.profile.total(),
-                summary.cpus,
-                summary.counters.lost_stacks() + summary.missing_stacks
-            ));
+            let mut q = summary.query.clone();
+            q.seconds = summary.elapsed.as_secs_f64().round() as u64;
+            let mut svg =
+                view::svg_options(&q, &summary.profile, &host, options.sampler.frequency_hz);
+            if options.event == Event::Cpu {
+                svg.subtitle = Some(format!(
+                    "event cpu-clock, {} samples on {} CPUs, {} lost stacks",
+                    summary.profile.total(),
+                    summary.cpus,
+                    summary.counters.lost_stacks() + summary.missing_stacks
+                ));
+            }
             render::flamegraph::write(&summary.profile, &svg, w)
         }
     }

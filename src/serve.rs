@@ -17,10 +17,12 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
+use crate::collect::events::EventKind;
 use crate::metrics::Metrics;
-use crate::query::{Query, QueryError, unix_now};
+use crate::query::{Event, Query, QueryError, unix_now};
 use crate::render;
 use crate::store::Store;
+use crate::view::{self, Sources};
 
 /// Rendered answers of the current store generation. The store changes once
 /// a second, so clients polling the same view (dashboards, several scrapers)
@@ -29,11 +31,20 @@ use crate::store::Store;
 #[derive(Debug, Default)]
 pub struct ResponseCache {
     generation: u64,
+    bytes: usize,
     entries: HashMap<CacheKey, Arc<tokio::sync::OnceCell<Rendered>>>,
 }
 
 /// Entries kept per generation.
 const CACHE_ENTRIES: usize = 32;
+/// Bodies larger than this are not kept, and the cache holds at most
+/// [`CACHE_BYTES`]: memory stays bounded whatever clients ask.
+const CACHE_MAX_BODY: usize = 4 << 20;
+/// Total bytes of cached bodies.
+const CACHE_BYTES: usize = 16 << 20;
+/// Renderings at once; more wait. Each can take tens of MiB for an hour of
+/// deep stacks, so this bounds the daemon's peak memory under load.
+pub const MAX_CONCURRENT_RENDERS: usize = 2;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct CacheKey {
@@ -84,20 +95,37 @@ where
     };
     let cell = {
         let mut cache = st.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.generation != generation || cache.entries.len() >= CACHE_ENTRIES {
+        if cache.generation != generation
+            || cache.entries.len() >= CACHE_ENTRIES
+            || cache.bytes >= CACHE_BYTES
+        {
             cache.entries.clear();
+            cache.bytes = 0;
             cache.generation = generation;
         }
-        cache.entries.entry(key).or_default().clone()
+        cache.entries.entry(key.clone()).or_default().clone()
     };
     let rendered = cell
         .get_or_try_init(|| async {
+            let _permit = st
+                .renders
+                .acquire()
+                .await
+                .map_err(|e| AppError::Internal(e.to_string()))?;
             tokio::task::spawn_blocking(render)
                 .await
                 .map_err(|e| AppError::Internal(e.to_string()))?
         })
         .await?;
-    Ok(rendered.response())
+    let resp = rendered.response();
+    let size = rendered.body.len();
+    let mut cache = st.cache.lock().unwrap_or_else(|e| e.into_inner());
+    if size > CACHE_MAX_BODY {
+        cache.entries.remove(&key);
+    } else if cache.generation == generation {
+        cache.bytes += size;
+    }
+    Ok(resp)
 }
 
 /// What every handler shares.
@@ -105,8 +133,12 @@ where
 pub struct AppState {
     /// Rendered answers shared by identical requests.
     pub cache: Arc<std::sync::Mutex<ResponseCache>>,
+    /// Bounds renderings at once to [`MAX_CONCURRENT_RENDERS`].
+    pub renders: Arc<tokio::sync::Semaphore>,
     /// The CPU sample store.
     pub store: Arc<RwLock<Store>>,
+    /// The stores of the other events that are switched on.
+    pub events: Arc<HashMap<EventKind, Arc<RwLock<Store>>>>,
     /// emberd's metrics.
     pub metrics: Arc<Metrics>,
     /// Set once the BPF programs are attached, cleared on shutdown.
@@ -156,6 +188,7 @@ pub fn router(state: AppState) -> Router {
         .route("/flamegraph.svg", get(flamegraph))
         .route("/folded", get(folded))
         .route("/debug/pprof/profile", get(pprof_profile))
+        .route("/debug/pprof/{event}", get(pprof_event))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -194,15 +227,46 @@ fn parse_query(raw: &str, st: &AppState) -> Result<Query, QueryError> {
     Query::parse(&params, unix_now(), st.retention_secs)
 }
 
-/// Selects and folds under the read lock; returns the profile and the number
-/// of seconds of data it covers.
+/// Runs `f` with read access to the stores `q` needs. The locks are held
+/// only while `f` selects and folds.
+fn with_sources<R>(
+    st: &AppState,
+    q: &Query,
+    f: impl FnOnce(Sources<'_>) -> R,
+) -> Result<R, AppError> {
+    let poisoned = |_| AppError::Internal("store lock poisoned".into());
+    let cpu = st.store.read().map_err(poisoned)?;
+    let event_store = q.event.kind().and_then(|k| st.events.get(&k));
+    let event = event_store
+        .map(|s| s.read())
+        .transpose()
+        .map_err(poisoned)?;
+    let off_store = (q.event == Event::HotCold)
+        .then(|| st.events.get(&EventKind::OffCpu))
+        .flatten();
+    let offcpu = off_store.map(|s| s.read()).transpose().map_err(poisoned)?;
+    Ok(f(Sources {
+        cpu: Some(&cpu),
+        event: event.as_deref(),
+        offcpu: offcpu.as_deref(),
+        cpu_period_ns: 1_000_000_000 / st.frequency_hz.max(1),
+    }))
+}
+
+fn switched_off(e: Event) -> AppError {
+    AppError::BadRequest(QueryError {
+        param: "event".into(),
+        reason: format!(
+            "{} is switched off in this emberd's configuration (set {} = true)",
+            e.name(),
+            e.name()
+        ),
+    })
+}
+
+/// Selects and folds under the read locks.
 fn folded_profile(st: &AppState, q: &Query) -> Result<crate::profile::Profile, AppError> {
-    let store = st
-        .store
-        .read()
-        .map_err(|_| AppError::Internal("store lock poisoned".into()))?;
-    let result = store.query(&q.selection);
-    Ok(q.fold(&result))
+    with_sources(st, q, |src| view::fold(q, src))?.map_err(switched_off)
 }
 
 async fn folded(State(st): State<AppState>, RawQuery(raw): RawQuery) -> Result<Response, AppError> {
@@ -245,29 +309,7 @@ async fn flamegraph(
     cached(&st, "flamegraph", &raw, &q, move || {
         let (st, q) = (st2, q2);
         let profile = folded_profile(&st, &q)?;
-        let title = q.svg.title.clone().unwrap_or_else(|| {
-            format!(
-                "CPU Flame Graph: {}, last {} s at {} Hz",
-                st.host, q.seconds, st.frequency_hz
-            )
-        });
-        let mut opts = render::flamegraph::SvgOptions::new(title, "samples");
-        opts.subtitle = Some(if profile.is_empty() {
-            "no samples in this window".to_owned()
-        } else {
-            format!(
-                "{} samples, {} stacks, grouped by {}",
-                profile.total(),
-                profile.len(),
-                q.group
-            )
-        });
-        opts.palette = q.svg.colors;
-        opts.hash = q.svg.hash;
-        opts.inverted = q.svg.inverted;
-        opts.reverse = q.svg.reverse;
-        opts.min_width = q.svg.minwidth;
-        opts.width = q.svg.width;
+        let opts = view::svg_options(&q, &profile, &st.host, st.frequency_hz);
         let mut out = Vec::new();
         render::flamegraph::write(&profile, &opts, &mut out)
             .map_err(|e| AppError::Internal(e.to_string()))?;
@@ -291,14 +333,15 @@ async fn pprof_profile(
     let st2 = st.clone();
     let q2 = q.clone();
     cached(&st, "pprof", &raw, &q, move || {
-        let proto = {
-            let store = st2
-                .store
-                .read()
-                .map_err(|_| AppError::Internal("store lock poisoned".into()))?;
-            let result = store.query(&q2.selection);
-            render::pprof::cpu_profile(&q2, &result, st2.frequency_hz)
-        };
+        let proto = with_sources(&st2, &q2, |src| view::pprof(&q2, src, st2.frequency_hz))?
+            .map_err(|e| match e {
+                Event::HotCold => AppError::BadRequest(QueryError {
+                    param: "event".into(),
+                    reason: "hotcold mixes units and has no pprof form; fetch cpu and offcpu"
+                        .into(),
+                }),
+                e => switched_off(e),
+            })?;
         Ok(Rendered {
             body: render::pprof::encode_gzip(&proto).into(),
             headers: vec![
@@ -314,6 +357,33 @@ async fn pprof_profile(
         })
     })
     .await
+}
+
+/// `/debug/pprof/offcpu`, `/wakeup`, `/offwake`, `/pagefault`: the same as
+/// `/debug/pprof/profile?event=NAME`.
+async fn pprof_event(
+    State(st): State<AppState>,
+    axum::extract::Path(event): axum::extract::Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, AppError> {
+    if !matches!(
+        event.as_str(),
+        "offcpu" | "wakeup" | "offwake" | "pagefault"
+    ) {
+        return Ok(not_found().await);
+    }
+    let mut raw = raw.unwrap_or_default();
+    if form_urlencoded::parse(raw.as_bytes()).any(|(k, _)| k == "event") {
+        return Err(AppError::BadRequest(QueryError {
+            param: "event".into(),
+            reason: format!("the route already says event={event}"),
+        }));
+    }
+    if !raw.is_empty() {
+        raw.push('&');
+    }
+    raw.push_str(&format!("event={event}"));
+    pprof_profile(State(st), RawQuery(Some(raw))).await
 }
 
 async fn metrics(State(st): State<AppState>) -> Response {

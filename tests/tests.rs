@@ -12,6 +12,8 @@ mod cli;
 mod cpu;
 /// The daemon: HTTP API, real clients (go tool pprof, Prometheus), signals.
 mod daemon;
+/// Off-CPU, wakeup, off-wake, page-fault and hot/cold profiles.
+mod events;
 /// JIT frames from perf maps: Node.js and the JVM.
 mod jit;
 /// The symbolizer on real processes, without BPF: perf maps, fallbacks, ELF.

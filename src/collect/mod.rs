@@ -7,6 +7,7 @@
 //! drain, and a stack id is never deleted while a count still refers to it.
 
 mod counters;
+pub mod events;
 mod perf_event;
 
 use std::fmt;
@@ -299,24 +300,7 @@ impl CpuSampler {
     /// call. Cheap enough to call several times a second, so that the
     /// mappings of a short-lived process are read while it lives.
     pub fn new_processes(&mut self) -> Result<Vec<Pid>, CollectError> {
-        let map = &self.skel.maps.new_tgids;
-        let batch = map
-            .lookup_and_delete_batch(map.max_entries().min(256), MapFlags::ANY, MapFlags::ANY)
-            .map_err(|source| CollectError::Drain {
-                map: "new_tgids",
-                source,
-            })?;
-        let mut pids: Vec<Pid> = batch
-            .filter_map(|(k, _)| Some(Pid(u32::from_ne_bytes(k.get(..4)?.try_into().ok()?))))
-            .collect();
-        // Whatever the batch iterator left behind (it stops silently on errors).
-        for k in map.keys().collect::<Vec<_>>() {
-            if let Some(b) = k.get(..4) {
-                pids.push(Pid(u32::from_ne_bytes(b.try_into().expect("4 bytes"))));
-            }
-            let _ = map.delete(&k);
-        }
-        Ok(pids)
+        drain_new_tgids(&self.skel.maps.new_tgids)
     }
 
     /// Flips the buffers and empties the one the program wrote until now.
@@ -357,23 +341,11 @@ fn drain_buffer(counts: &MapMut<'_>, stacks: &MapMut<'_>) -> Result<Drain, Colle
                 if let Some(s) = stack_cache.get(&id) {
                     return Ok(s.clone().unwrap_or(RawStack::Lost));
                 }
+                let stack = match events::read_stack(stacks, id)? {
+                    RawStack::Lost => None,
+                    s => Some(s),
+                };
                 let key = (id as u32).to_ne_bytes();
-                let value =
-                    stacks
-                        .lookup(&key, MapFlags::ANY)
-                        .map_err(|source| CollectError::Drain {
-                            map: "stacks",
-                            source,
-                        })?;
-                let stack = value.map(|v| {
-                    let ips: Vec<u64> = v
-                        .chunks_exact(8)
-                        .map(|c| u64::from_ne_bytes(c.try_into().expect("8-byte chunk")))
-                        .take_while(|&ip| ip != 0)
-                        .collect();
-                    let truncated = ips.len() * 8 == v.len();
-                    RawStack::Ips { ips, truncated }
-                });
                 // Deleting a missing id fails with ENOENT; nothing to do then.
                 let _ = stacks.delete(&key);
                 stack_cache.insert(id, stack.clone());
@@ -437,6 +409,27 @@ fn read_and_clear_counts(
         let _ = counts.delete(&k);
     }
     Ok(out)
+}
+
+/// Empties a `new_tgids` map (see `bpf/profile.bpf.c`) and returns its pids.
+pub(crate) fn drain_new_tgids(map: &MapMut<'_>) -> Result<Vec<Pid>, CollectError> {
+    let batch = map
+        .lookup_and_delete_batch(map.max_entries().min(256), MapFlags::ANY, MapFlags::ANY)
+        .map_err(|source| CollectError::Drain {
+            map: "new_tgids",
+            source,
+        })?;
+    let mut pids: Vec<Pid> = batch
+        .filter_map(|(k, _)| Some(Pid(u32::from_ne_bytes(k.get(..4)?.try_into().ok()?))))
+        .collect();
+    // Whatever the batch iterator left behind (it stops silently on errors).
+    for k in map.keys().collect::<Vec<_>>() {
+        if let Some(b) = k.get(..4) {
+            pids.push(Pid(u32::from_ne_bytes(b.try_into().expect("4 bytes"))));
+        }
+        let _ = map.delete(&k);
+    }
+    Ok(pids)
 }
 
 fn comm_to_string(comm: &[i8]) -> String {

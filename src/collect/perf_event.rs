@@ -44,10 +44,14 @@ impl PerfEvent {
         };
         attr.sample_freq = hz;
         attr.set_freq(1);
-        // SAFETY: `attr` is fully initialized (zeroed, then set above).
+        Self::open(&mut attr, cpu)
+    }
+
+    fn open(attr: &mut sys::bindings::perf_event_attr, cpu: u32) -> Result<Self, PerfEventError> {
+        // SAFETY: `attr` is fully initialized (zeroed, then set by the caller).
         let fd = unsafe {
             sys::perf_event_open(
-                &mut attr,
+                attr,
                 -1,
                 cpu as i32,
                 -1,
@@ -72,6 +76,19 @@ impl PerfEvent {
         }
         // SAFETY: perf_event_open returned a new, owned descriptor.
         Ok(Self(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Opens the page-fault software event on `cpu` for every task, one
+    /// sample every `period` faults.
+    pub fn page_faults(cpu: u32, period: u64) -> Result<Self, PerfEventError> {
+        let mut attr = sys::bindings::perf_event_attr {
+            size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
+            type_: sys::bindings::PERF_TYPE_SOFTWARE,
+            config: sys::bindings::PERF_COUNT_SW_PAGE_FAULTS as u64,
+            ..Default::default()
+        };
+        attr.sample_period = period;
+        Self::open(&mut attr, cpu)
     }
 
     /// Gives up ownership of the descriptor (to a BPF link, which closes it).

@@ -28,6 +28,10 @@ pub struct SvgOptions {
     pub min_width: Option<f64>,
     /// Image width in pixels (default 1200).
     pub width: Option<usize>,
+    /// Multiplies values for display (e.g. 0.001 to show us as ms).
+    pub factor: f64,
+    /// Frames ending in this suffix are drawn in blues (hot/cold graphs).
+    pub cold_suffix: Option<&'static str>,
 }
 
 impl SvgOptions {
@@ -43,6 +47,8 @@ impl SvgOptions {
             reverse: false,
             min_width: None,
             width: None,
+            factor: 1.0,
+            cold_suffix: None,
         }
     }
 }
@@ -69,6 +75,27 @@ pub fn write<W: Write>(profile: &Profile, options: &SvgOptions, w: W) -> io::Res
         opts.min_width = w;
     }
     opts.image_width = options.width;
+    opts.factor = options.factor;
+    let mut cold_map = inferno::flamegraph::color::PaletteMap::default();
+    if let Some(suffix) = options.cold_suffix {
+        for (stack, _) in profile.sorted() {
+            for f in stack.frames().filter(|f| f.ends_with(suffix)) {
+                // Shades of blue, stable per name.
+                let h = f
+                    .bytes()
+                    .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+                let c = inferno::flamegraph::color::Color {
+                    r: (h % 55) as u8,
+                    g: (80 + h % 80) as u8,
+                    b: (190 + h % 65) as u8,
+                };
+                cold_map.insert(f, c);
+            }
+        }
+    }
+    if options.cold_suffix.is_some() {
+        opts.palette_map = Some(&mut cold_map);
+    }
     if profile.is_empty() {
         // inferno refuses to render nothing; one labelled stack of zero width
         // is not possible either, so give a single frame that says why.

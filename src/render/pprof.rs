@@ -269,6 +269,34 @@ pub fn cpu_profile(query: &Query, result: &QueryResult<'_>, frequency_hz: u64) -
     b.p.period = period;
     // Time is what CPU profiles are read in (as Go's own CPU profiles).
     b.p.default_sample_type = cpu;
+    fill_samples(&mut b, query, result, |v| vec![v as i64, v as i64 * period]);
+    b.p
+}
+
+/// Builds the pprof profile of a stored event: one sample type (`ty`/`unit`,
+/// e.g. `offcpu`/`nanoseconds`), labels as for CPU.
+pub fn event_profile(
+    query: &Query,
+    result: &QueryResult<'_>,
+    ty: &str,
+    unit: &str,
+) -> proto::Profile {
+    let mut b = Builder::new();
+    let (t, u) = (b.s(ty), b.s(unit));
+    b.p.sample_type = vec![proto::ValueType { r#type: t, unit: u }];
+    b.p.period_type = Some(proto::ValueType { r#type: t, unit: u });
+    b.p.period = 1;
+    fill_samples(&mut b, query, result, |v| vec![v as i64]);
+    b.p
+}
+
+/// Adds one sample per row, with `values` of the row's value.
+fn fill_samples(
+    b: &mut Builder,
+    query: &Query,
+    result: &QueryResult<'_>,
+    values: impl Fn(u64) -> Vec<i64>,
+) {
     let (from, to) = (query.selection.from, query.selection.to);
     b.p.time_nanos = from as i64 * 1_000_000_000;
     b.p.duration_nanos = (to - from) as i64 * 1_000_000_000;
@@ -325,11 +353,10 @@ pub fn cpu_profile(query: &Query, result: &QueryResult<'_>, frequency_hz: u64) -
         }
         b.p.sample.push(proto::Sample {
             location_id: locs,
-            value: vec![row.value as i64, row.value as i64 * period],
+            value: values(row.value),
             label,
         });
     }
-    b.p
 }
 
 /// Encodes and gzips a profile, as pprof files are.

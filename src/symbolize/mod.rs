@@ -46,8 +46,11 @@ pub enum FrameKind {
     Jit,
     /// Kernel code (`_[k]`).
     Kernel,
-    /// A frame emberd adds to show data quality: `[lost]`, `[truncated]`.
+    /// A frame emberd adds to show data quality (`[lost]`, `[truncated]`)
+    /// or structure (the `--` between blocked and waker stacks).
     Marker,
+    /// A frame of the waker's stack in an off-wake chain (`_[w]`).
+    Waker,
 }
 
 /// The ELF file a frame's code lives in (pprof's mapping).
@@ -93,6 +96,7 @@ impl Frame {
             FrameKind::Inlined => "_[i]",
             FrameKind::Jit => "_[j]",
             FrameKind::Kernel => "_[k]",
+            FrameKind::Waker => "_[w]",
         }
     }
 }
@@ -179,10 +183,15 @@ struct MapsSnapshot {
 
 /// Processes whose mappings are remembered; beyond this the oldest half goes.
 const MAX_SNAPSHOTS: usize = 8192;
+/// How long a new process's mappings keep being re-read.
+pub const RECENT_REFRESH: Duration = Duration::from_secs(2);
+/// New processes tracked for refresh at once.
+const MAX_RECENT: usize = 256;
 
 /// Names addresses of sampled stacks; keeps caches across drains.
 pub struct Symbolizer {
     snapshots: HashMap<Pid, MapsSnapshot>,
+    recent: Vec<(Pid, Instant)>,
     modules: HashMap<FileId, Arc<Module>>,
     blaze: blazesym::symbolize::Symbolizer,
     kernel_source: Source<'static>,
@@ -250,6 +259,7 @@ impl Symbolizer {
         };
         Self {
             snapshots: HashMap::new(),
+            recent: Vec::new(),
             modules: HashMap::new(),
             blaze: blazesym::symbolize::Symbolizer::builder()
                 .enable_code_info(true)
@@ -279,12 +289,37 @@ impl Symbolizer {
 
     /// Reads and remembers the mappings of a process that just appeared, so
     /// that its samples can be named even if it exits before the next drain.
+    /// A new process is still mapping its libraries (ld.so), so its snapshot
+    /// is refreshed by [`Symbolizer::refresh_new_processes`] for a while.
     pub fn note_process(&mut self, pid: Pid) {
-        self.snapshot(pid, Instant::now());
+        let now = Instant::now();
+        self.snapshot(pid, now);
+        self.recent.retain(|(p, _)| *p != pid);
+        if self.recent.len() < MAX_RECENT {
+            self.recent.push((pid, now));
+        }
+    }
+
+    /// Re-reads the mappings of processes noted in the last
+    /// [`RECENT_REFRESH`], while they live.
+    pub fn refresh_new_processes(&mut self) {
+        let now = Instant::now();
+        self.recent
+            .retain(|(_, t)| now.duration_since(*t) < RECENT_REFRESH);
+        let pids: Vec<Pid> = self.recent.iter().map(|(p, _)| *p).collect();
+        for pid in pids {
+            self.snapshot(pid, now);
+        }
     }
 
     fn snapshot(&mut self, pid: Pid, now: Instant) -> Option<Arc<ProcessMaps>> {
-        let maps = Arc::new(ProcessMaps::read(pid).ok()?);
+        let maps = ProcessMaps::read(pid).ok()?;
+        if maps.mappings().is_empty() {
+            // A zombie (exited, not yet reaped) has no mappings left: keep
+            // what was read while it lived.
+            return None;
+        }
+        let maps = Arc::new(maps);
         if self.snapshots.len() >= MAX_SNAPSHOTS {
             let mut ages: Vec<Instant> = self.snapshots.values().map(|s| s.taken).collect();
             ages.sort_unstable();
@@ -300,6 +335,71 @@ impl Symbolizer {
             },
         );
         Some(maps)
+    }
+
+    /// Names the stacks of one drain's events. An off-wake chain becomes the
+    /// blocked stack, a `--` frame, then the waker's stack leaf first (root
+    /// last) and the waker's name, each with `_[w]`.
+    pub fn symbolize_events(
+        &mut self,
+        events: Vec<crate::collect::events::RawEvent>,
+    ) -> Vec<(crate::collect::events::EventKind, SymbolizedSample)> {
+        let n = events.len();
+        let mut raws = Vec::with_capacity(n);
+        let mut wakers = Vec::new();
+        let mut kinds = Vec::with_capacity(n);
+        for (i, e) in events.into_iter().enumerate() {
+            kinds.push(e.kind);
+            raws.push(e.sample);
+            if let Some(w) = e.waker {
+                wakers.push(i);
+                raws.push(RawSample {
+                    pid: w.pid,
+                    tid: w.tid,
+                    comm: w.comm,
+                    kernel: w.kernel,
+                    user: w.user,
+                    count: 0,
+                });
+            }
+        }
+        // Primaries and wakers were interleaved; restore the pairing.
+        let mut named = self.symbolize(raws).into_iter();
+        let mut out = Vec::with_capacity(n);
+        let mut waker_iter = wakers.into_iter().peekable();
+        // Stacks taken inside a BPF program start with the program's own
+        // frames; they are emberd, not the workload.
+        let is_bpf = |f: &Frame| {
+            f.kind == FrameKind::Kernel
+                && (f.name.starts_with("bpf_prog_")
+                    || f.name.starts_with("bpf_trace_run")
+                    || f.name.starts_with("__bpf_trace_")
+                    || f.name.starts_with("__traceiter_"))
+        };
+        for (i, kind) in kinds.into_iter().enumerate() {
+            let Some(mut s) = named.next() else { break };
+            s.frames.retain(|f| !is_bpf(f));
+            if waker_iter.peek() == Some(&i) {
+                waker_iter.next();
+                if let Some(w) = named.next() {
+                    s.frames.push(Frame::new("--", FrameKind::Marker));
+                    s.frames
+                        .extend(
+                            w.frames
+                                .into_iter()
+                                .filter(|f| !is_bpf(f))
+                                .rev()
+                                .map(|mut f| {
+                                    f.kind = FrameKind::Waker;
+                                    f
+                                }),
+                        );
+                    s.frames.push(Frame::new(&*w.thread_comm, FrameKind::Waker));
+                }
+            }
+            out.push((kind, s));
+        }
+        out
     }
 
     /// Names the stacks of one drain's samples.

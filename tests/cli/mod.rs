@@ -117,7 +117,7 @@ fn svg_output_names_hot_function() {
     let svg = std::fs::read_to_string(&path).unwrap();
     assert!(svg.starts_with("<?xml"), "not an SVG document");
     assert!(svg.trim_end().ends_with("</svg>"), "SVG is cut short");
-    assert!(svg.contains("CPU Flame Graph: "), "title missing");
+    assert!(svg.contains("CPU Flame Graph (samples): "), "title missing");
     assert!(svg.contains("hot_a"), "hot_a missing from the SVG");
     assert!(svg.contains("<script"), "the SVG should be interactive");
 }

@@ -33,7 +33,7 @@ pub fn build_c(name: &str) -> PathBuf {
         .join(format!("{name}.c"));
     let out = scratch().join(name);
     let status = Command::new("clang")
-        .args(["-O2", "-g", "-fno-omit-frame-pointer", "-o"])
+        .args(["-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
         .arg(&out)
         .arg(&src)
         .status()

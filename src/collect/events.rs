@@ -1,0 +1,415 @@
+//! Collect off-CPU time, wakeups, off-wake chains and page faults
+//! (`bpf/events.bpf.c`).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::mem::MaybeUninit;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, MapMut};
+
+use super::{CollectError, PerfEvent, Pid, RawSample, RawStack, Tid, online_cpus};
+use crate::bpf::events::types;
+use crate::bpf::events::{EventsSkel, EventsSkelBuilder};
+
+/// The events besides CPU samples. Values: `EVENT_*` in `bpf/emberd.h`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventKind {
+    /// Time off CPU, charged to the stack the thread blocked in (ns).
+    OffCpu,
+    /// Time the woken thread had been blocked, charged to the waker's stack (ns).
+    Wakeup,
+    /// Blocked stack and waker stack together (ns).
+    OffWake,
+    /// Page faults charged to the faulting user stack.
+    PageFault,
+}
+
+impl EventKind {
+    fn from_raw(v: u32) -> Option<Self> {
+        Some(match v {
+            1 => EventKind::OffCpu,
+            2 => EventKind::Wakeup,
+            3 => EventKind::OffWake,
+            4 => EventKind::PageFault,
+            _ => return None,
+        })
+    }
+}
+
+/// Defaults of [`EventOptions`].
+pub mod defaults {
+    /// Shorter off-CPU periods are not charged (bcc's offcputime -m): 1 us.
+    pub const MIN_BLOCK_NS: u64 = 1_000;
+    /// Longer off-CPU periods are not charged either (bcc's -M): 10 s. Also
+    /// how long a stack id may be held by a blocked thread before it is
+    /// collected.
+    pub const MAX_BLOCK_NS: u64 = 10_000_000_000;
+    /// Task states counted as off CPU: interruptible and uninterruptible
+    /// sleep (1 | 2). Preempted, runnable threads are CPU contention, not
+    /// blocking, and would swamp an idle host's graph with the scheduler.
+    pub const STATE_MASK: u32 = 0x3;
+    /// Page faults per sample. Sampling every fault with its stack slowed a
+    /// fault-heavy program by about a third here; 1 in 16 costs a few percent.
+    pub const PAGEFAULT_PERIOD: u64 = 16;
+    /// Entries of the events' stack map.
+    pub const STACK_MAP_ENTRIES: u32 = 16384;
+}
+
+/// What to record. Every field documents its default.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EventOptions {
+    /// Off-CPU time (default on).
+    pub offcpu: bool,
+    /// Wakeup time (default on; needs the off-CPU hooks).
+    pub wakeup: bool,
+    /// Off-wake chains (default on; needs the off-CPU hooks).
+    pub offwake: bool,
+    /// Page faults (default on).
+    pub pagefault: bool,
+    /// [`defaults::MIN_BLOCK_NS`].
+    pub min_block_ns: u64,
+    /// [`defaults::MAX_BLOCK_NS`].
+    pub max_block_ns: u64,
+    /// [`defaults::STATE_MASK`]; 0 counts every state.
+    pub state_mask: u32,
+    /// Record one in N switch-outs, values scaled by N (default 1: all). The
+    /// knob for hosts that switch millions of times a second.
+    pub sample_one_in: u32,
+    /// [`defaults::PAGEFAULT_PERIOD`].
+    pub pagefault_period: u64,
+    /// Only this process (default: all).
+    pub pid: Option<Pid>,
+}
+
+impl Default for EventOptions {
+    fn default() -> Self {
+        Self {
+            offcpu: true,
+            wakeup: true,
+            offwake: true,
+            pagefault: true,
+            min_block_ns: defaults::MIN_BLOCK_NS,
+            max_block_ns: defaults::MAX_BLOCK_NS,
+            state_mask: defaults::STATE_MASK,
+            sample_one_in: 1,
+            pagefault_period: defaults::PAGEFAULT_PERIOD,
+            pid: None,
+        }
+    }
+}
+
+impl EventOptions {
+    /// Whether any event is on.
+    pub fn any(&self) -> bool {
+        self.offcpu || self.wakeup || self.offwake || self.pagefault
+    }
+}
+
+/// The thread on the other side of an event: the waker of an off-wake chain.
+#[derive(Debug, Clone)]
+pub struct OtherSide {
+    /// Process.
+    pub pid: Pid,
+    /// Thread.
+    pub tid: Tid,
+    /// Thread name.
+    pub comm: String,
+    /// Kernel stack.
+    pub kernel: RawStack,
+    /// User stack.
+    pub user: RawStack,
+}
+
+/// One drained event aggregate.
+#[derive(Debug, Clone)]
+pub struct RawEvent {
+    /// Which event.
+    pub kind: EventKind,
+    /// The thread charged, its stacks, and the value in `count`.
+    pub sample: RawSample,
+    /// For off-wake chains, the waker.
+    pub waker: Option<OtherSide>,
+}
+
+/// Counters of the events program.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventCounters {
+    /// sched_switch calls.
+    pub switches: u64,
+    /// sched_waking calls.
+    pub wakeups: u64,
+    /// Page-fault samples.
+    pub pagefaults: u64,
+    /// Off-CPU periods lost to a full blocked-thread table.
+    pub blocked_full: u64,
+    /// Events lost to a full counts map.
+    pub counts_full: u64,
+    /// Stacks lost (collision or full map).
+    pub stacks_lost: u64,
+    /// Switch-outs skipped by `sample_one_in`.
+    pub sampled_out: u64,
+}
+
+/// The loaded events programs. Dropping detaches and unloads them.
+pub struct EventSampler {
+    skel: EventsSkel<'static>,
+    _links: Vec<Link>,
+    options: EventOptions,
+    drains: u64,
+}
+
+impl fmt::Debug for EventSampler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventSampler")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How often unused stack ids are collected, in drains.
+const STACK_GC_EVERY: u64 = 5;
+
+impl EventSampler {
+    /// Loads `bpf/events.bpf.c` and attaches what `options` switches on.
+    pub fn start(options: EventOptions) -> Result<Self, CollectError> {
+        if options.sample_one_in == 0 || options.pagefault_period == 0 {
+            return Err(CollectError::Options(
+                "offcpu_sample_one_in and pagefault_period must be at least 1".into(),
+            ));
+        }
+        if options.min_block_ns > options.max_block_ns {
+            return Err(CollectError::Options(
+                "offcpu_min_block must not exceed offcpu_max_block".into(),
+            ));
+        }
+        let storage = Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut open = EventsSkelBuilder::default()
+            .open(storage)
+            .map_err(|source| CollectError::Load { source })?;
+        let cfg = &mut open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .expect("events.bpf.c has read-only globals")
+            .config;
+        let sched = options.offcpu || options.wakeup || options.offwake;
+        cfg.min_block_ns = options.min_block_ns;
+        cfg.max_block_ns = options.max_block_ns;
+        cfg.state_mask = options.state_mask;
+        cfg.sample_one_in = options.sample_one_in;
+        cfg.pagefault_period = options.pagefault_period;
+        cfg.target_tgid = options.pid.map_or(0, |p| p.0);
+        // Wakeup and off-wake need the blocked-thread table that off-CPU fills.
+        cfg.offcpu = u8::from(sched);
+        cfg.wakeup = u8::from(options.wakeup);
+        cfg.offwake = u8::from(options.offwake);
+        let skel = open
+            .load()
+            .map_err(|source| CollectError::Load { source })?;
+        assert_eq!(
+            skel.maps.event_counts.key_size() as usize,
+            std::mem::size_of::<types::event_key>(),
+            "bpf/emberd.h and src/bpf.rs disagree on event_key"
+        );
+        let mut links = vec![
+            skel.progs
+                .handle__sched_process_exec
+                .attach()
+                .map_err(|source| CollectError::Load { source })?,
+        ];
+        if sched {
+            for prog in [
+                &skel.progs.handle__sched_switch,
+                &skel.progs.handle__sched_waking,
+                &skel.progs.handle__sched_wakeup_new,
+            ] {
+                links.push(
+                    prog.attach()
+                        .map_err(|source| CollectError::Load { source })?,
+                );
+            }
+        }
+        if options.pagefault {
+            for cpu in online_cpus()? {
+                let event = PerfEvent::page_faults(cpu, options.pagefault_period)?;
+                let link = skel
+                    .progs
+                    .handle__page_fault
+                    .attach_perf_event(event.as_raw_fd())
+                    .map_err(|source| CollectError::Attach { cpu, source })?;
+                event.into_raw_fd();
+                links.push(link);
+            }
+        }
+        Ok(Self {
+            skel,
+            _links: links,
+            options,
+            drains: 0,
+        })
+    }
+
+    /// The options it runs with.
+    pub fn options(&self) -> &EventOptions {
+        &self.options
+    }
+
+    /// Cumulative counters, summed over CPUs.
+    pub fn counters(&self) -> Result<EventCounters, CollectError> {
+        let map = &self.skel.maps.event_counters;
+        let mut v = [0u64; 7];
+        for (i, slot) in v.iter_mut().enumerate() {
+            let per_cpu = map
+                .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
+                .map_err(|source| CollectError::Drain {
+                    map: "event_counters",
+                    source,
+                })?
+                .unwrap_or_default();
+            *slot = per_cpu
+                .iter()
+                .filter_map(|b| Some(u64::from_ne_bytes(b.get(..8)?.try_into().ok()?)))
+                .sum();
+        }
+        Ok(EventCounters {
+            switches: v[0],
+            wakeups: v[1],
+            pagefaults: v[2],
+            blocked_full: v[3],
+            counts_full: v[4],
+            stacks_lost: v[5],
+            sampled_out: v[6],
+        })
+    }
+
+    /// Processes seen for the first time (or since exec) by these programs.
+    pub fn new_processes(&mut self) -> Result<Vec<Pid>, CollectError> {
+        super::drain_new_tgids(&self.skel.maps.new_tgids)
+    }
+
+    /// Empties the counts map and returns its aggregates.
+    pub fn drain(&mut self) -> Result<Vec<RawEvent>, CollectError> {
+        let maps = &self.skel.maps;
+        let counts = &maps.event_counts;
+        let mut entries: Vec<(types::event_key, u64)> = Vec::new();
+        let parse = |k: &[u8], v: &[u8]| -> Option<(types::event_key, u64)> {
+            let key = *plain::from_bytes::<types::event_key>(k).ok()?;
+            Some((key, u64::from_ne_bytes(v.get(..8)?.try_into().ok()?)))
+        };
+        let batch = counts
+            .lookup_and_delete_batch(counts.max_entries().min(1024), MapFlags::ANY, MapFlags::ANY)
+            .map_err(|source| CollectError::Drain {
+                map: "event_counts",
+                source,
+            })?;
+        entries.extend(batch.filter_map(|(k, v)| parse(&k, &v)));
+        // The program keeps adding while we drain; a key re-added after its
+        // batch was read is simply drained next time.
+        let mut stacks: HashMap<i32, RawStack> = HashMap::new();
+        let mut stack = |id: i32| -> Result<RawStack, CollectError> {
+            if id < 0 {
+                return Ok(if id == -2 {
+                    RawStack::Lost
+                } else {
+                    RawStack::None
+                });
+            }
+            if let Some(s) = stacks.get(&id) {
+                return Ok(s.clone());
+            }
+            let s = read_stack(&maps.event_stacks, id)?;
+            stacks.insert(id, s.clone());
+            Ok(s)
+        };
+        let mut out = Vec::with_capacity(entries.len());
+        for (k, value) in entries {
+            let Some(kind) = EventKind::from_raw(k.event) else {
+                continue;
+            };
+            let sample = RawSample {
+                pid: Pid(k.tgid),
+                tid: Tid(k.pid),
+                comm: super::comm_to_string(&k.comm),
+                kernel: stack(k.kstack_id)?,
+                user: stack(k.ustack_id)?,
+                count: value,
+            };
+            let waker = (kind == EventKind::OffWake).then(|| -> Result<OtherSide, CollectError> {
+                Ok(OtherSide {
+                    pid: Pid(k.waker_tgid),
+                    tid: Tid(k.waker_pid),
+                    comm: super::comm_to_string(&k.waker_comm),
+                    kernel: stack(k.waker_kstack_id)?,
+                    user: stack(k.waker_ustack_id)?,
+                })
+            });
+            out.push(RawEvent {
+                kind,
+                sample,
+                waker: waker.transpose()?,
+            });
+        }
+        self.drains += 1;
+        if self.drains.is_multiple_of(STACK_GC_EVERY) {
+            self.collect_stacks()?;
+        }
+        Ok(out)
+    }
+
+    /// Deletes stack ids no blocked thread can still refer to: unused for
+    /// longer than the maximum block time plus a margin.
+    fn collect_stacks(&mut self) -> Result<(), CollectError> {
+        let maps = &self.skel.maps;
+        let now = ktime_ns();
+        let horizon = now.saturating_sub(self.options.max_block_ns + 2_000_000_000);
+        let used = &maps.stack_used;
+        let batch = used
+            .lookup_batch(used.max_entries(), MapFlags::ANY, MapFlags::ANY)
+            .map_err(|source| CollectError::Drain {
+                map: "stack_used",
+                source,
+            })?;
+        for (k, v) in batch {
+            let (Some(k), Some(v)) = (k.get(..4), v.get(..8)) else {
+                continue;
+            };
+            let ts = u64::from_ne_bytes(v.try_into().expect("8 bytes"));
+            if ts != 0 && ts < horizon {
+                let _ = maps.event_stacks.delete(k);
+                let _ = used.update(k, &0u64.to_ne_bytes(), MapFlags::ANY);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns.
+fn ktime_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| Duration::from(t).as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Reads one stack of a stack-trace map (innermost first).
+pub(super) fn read_stack(stacks: &MapMut<'_>, id: i32) -> Result<RawStack, CollectError> {
+    let key = (id as u32).to_ne_bytes();
+    let value = stacks
+        .lookup(&key, MapFlags::ANY)
+        .map_err(|source| CollectError::Drain {
+            map: "stacks",
+            source,
+        })?;
+    Ok(value.map_or(RawStack::Lost, |v| {
+        let ips: Vec<u64> = v
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().expect("8-byte chunk")))
+            .take_while(|&ip| ip != 0)
+            .collect();
+        let truncated = ips.len() * 8 == v.len();
+        RawStack::Ips { ips, truncated }
+    }))
+}

@@ -1,0 +1,134 @@
+//! Views: what one query shows, for every event, built from the stores. The
+//! daemon's routes and `emberd record` both go through here, so a folded file,
+//! an SVG and a pprof of the same window always agree.
+
+use crate::profile::Profile;
+use crate::query::{Event, Query};
+use crate::render::flamegraph::SvgOptions;
+use crate::render::pprof;
+use crate::store::Store;
+
+/// Suffix of off-CPU frames in hot/cold graphs, drawn in blue.
+pub const COLD_SUFFIX: &str = "_[o]";
+
+/// The stores a view may read.
+#[derive(Debug, Clone, Copy)]
+pub struct Sources<'a> {
+    /// CPU samples.
+    pub cpu: Option<&'a Store>,
+    /// The store of the queried event (off-CPU, wakeup, off-wake, page faults).
+    pub event: Option<&'a Store>,
+    /// Off-CPU time, for hot/cold.
+    pub offcpu: Option<&'a Store>,
+    /// Nanoseconds per CPU sample (1e9 / frequency).
+    pub cpu_period_ns: u64,
+}
+
+fn ns_to_us(v: u64) -> u64 {
+    (v + 500) / 1000
+}
+
+/// The folded profile of `q`, in [`Event::folded_unit`] units; `None` names
+/// the event whose store is missing (switched off).
+pub fn fold(q: &Query, src: Sources<'_>) -> Result<Profile, Event> {
+    let mut profile = Profile::new();
+    match q.event {
+        Event::Cpu => {
+            let cpu = src.cpu.ok_or(Event::Cpu)?;
+            q.fold_into(&mut profile, &cpu.query(&q.selection), |v| v, "");
+        }
+        Event::PageFault => {
+            let st = src.event.ok_or(q.event)?;
+            q.fold_into(&mut profile, &st.query(&q.selection), |v| v, "");
+        }
+        Event::OffCpu | Event::Wakeup | Event::OffWake => {
+            let st = src.event.ok_or(q.event)?;
+            q.fold_into(&mut profile, &st.query(&q.selection), ns_to_us, "");
+        }
+        Event::HotCold => {
+            let cpu = src.cpu.ok_or(Event::Cpu)?;
+            let off = src.offcpu.ok_or(Event::OffCpu)?;
+            let period = src.cpu_period_ns;
+            q.fold_into(
+                &mut profile,
+                &cpu.query(&q.selection),
+                |v| ns_to_us(v * period),
+                "",
+            );
+            q.fold_into(
+                &mut profile,
+                &off.query(&q.selection),
+                ns_to_us,
+                COLD_SUFFIX,
+            );
+        }
+    }
+    Ok(profile)
+}
+
+/// SVG options for `q` over `profile`: title naming event, unit, host and
+/// window, the event's palette, and flamegraph.pl's options from the query.
+pub fn svg_options(q: &Query, profile: &Profile, host: &str, frequency_hz: u64) -> SvgOptions {
+    let title = q.svg.title.clone().unwrap_or_else(|| {
+        let freq = if matches!(q.event, Event::Cpu) {
+            format!(" at {frequency_hz} Hz")
+        } else {
+            String::new()
+        };
+        format!("{}: {host}, {} s{freq}", q.event.title(), q.seconds)
+    });
+    let count_name = match q.event {
+        Event::Cpu => "samples",
+        Event::PageFault => "pages",
+        _ => "ms",
+    };
+    let mut opts = SvgOptions::new(title, count_name);
+    opts.subtitle = Some(if profile.is_empty() {
+        "no samples in this window".to_owned()
+    } else if q.event == Event::HotCold {
+        "on-CPU warm, off-CPU (_[o]) blue; both in time".to_owned()
+    } else {
+        format!("{} stacks, grouped by {}", profile.len(), q.group)
+    });
+    if q.event.is_time() {
+        // Folded values are microseconds; show milliseconds.
+        opts.factor = 0.001;
+    }
+    opts.palette = Some(q.svg.colors.unwrap_or_else(|| q.event.palette()));
+    opts.cold_suffix = (q.event == Event::HotCold).then_some(COLD_SUFFIX);
+    opts.hash = q.svg.hash;
+    opts.inverted = q.svg.inverted;
+    opts.reverse = q.svg.reverse;
+    opts.min_width = q.svg.minwidth;
+    opts.width = q.svg.width;
+    opts
+}
+
+/// The pprof profile of `q` (CPU or one stored event; hot/cold has none).
+pub fn pprof(
+    q: &Query,
+    src: Sources<'_>,
+    frequency_hz: u64,
+) -> Result<pprof::proto::Profile, Event> {
+    match q.event {
+        Event::Cpu => {
+            let cpu = src.cpu.ok_or(Event::Cpu)?;
+            Ok(pprof::cpu_profile(
+                q,
+                &cpu.query(&q.selection),
+                frequency_hz,
+            ))
+        }
+        Event::HotCold => Err(Event::HotCold),
+        e => {
+            let st = src.event.ok_or(e)?;
+            let (ty, unit) = match e {
+                Event::PageFault => ("pagefaults", "count"),
+                Event::Wakeup => ("wakeup", "nanoseconds"),
+                Event::OffWake => ("offwake", "nanoseconds"),
+                _ => ("offcpu", "nanoseconds"),
+            };
+            Ok(pprof::event_profile(q, &st.query(&q.selection), ty, unit))
+        }
+    }
+}

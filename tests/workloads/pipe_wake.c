@@ -1,0 +1,48 @@
+/* Two threads, ten rounds: one blocks in read() on a pipe from wait_for_data(),
+ * the other writes after 100 ms from producer(). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#include "raw_syscall.h"
+
+static int fds[2];
+
+__attribute__((noinline)) void wait_for_data(void)
+{
+	char c;
+	for (int i = 0; i < 10; i++)
+		if (raw_syscall3(SYS_read, fds[0], (long)&c, 1) != 1)
+			exit(1);
+}
+
+__attribute__((noinline)) void producer(void)
+{
+	struct timespec ts = {0, 100 * 1000 * 1000};
+	for (int i = 0; i < 10; i++) {
+		raw_syscall3(SYS_nanosleep, (long)&ts, 0, 0);
+		if (raw_syscall3(SYS_write, fds[1], (long)"x", 1) != 1)
+			exit(1);
+	}
+}
+
+static void *consumer_main(void *arg)
+{
+	(void)arg;
+	wait_for_data();
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	double delay = argc > 1 ? atof(argv[1]) : 0.5;
+	struct timespec d = {(time_t)delay, (long)((delay - (time_t)delay) * 1e9)};
+	pthread_t t;
+	if (pipe(fds))
+		return 1;
+	nanosleep(&d, NULL);
+	pthread_create(&t, NULL, consumer_main, NULL);
+	producer();
+	pthread_join(t, NULL);
+	return 0;
+}
