@@ -68,6 +68,8 @@ pub struct RecordSummary {
     pub profile: Profile,
     /// The query the profile answers (window, grouping, event).
     pub query: Query,
+    /// Counters of the off-CPU and page-fault programs, if they ran.
+    pub event_counters: Option<crate::collect::events::EventCounters>,
     /// BPF counters at the end.
     pub counters: Counters,
     /// Stack ids missing at drain time.
@@ -187,9 +189,7 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
         }
     }
     let elapsed = start.elapsed();
-    if let Some(Ok(ec)) = pipeline.event_counters() {
-        tracing::debug!("event counters: {ec:?}");
-    }
+    let event_counters = pipeline.event_counters().transpose()?;
     let counters = pipeline.counters()?;
     let cpus = pipeline.sampler().cpus().len();
     let misses = pipeline.misses();
@@ -221,6 +221,7 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
         .map_err(|e| anyhow::anyhow!("no data source for event {}", e.name()))?;
     Ok(RecordSummary {
         profile,
+        event_counters,
         query,
         counters,
         missing_stacks,
@@ -275,6 +276,12 @@ impl RecordSummary {
     /// A one-paragraph report for stderr, like perf record's.
     pub fn report(&self) -> String {
         let c = &self.counters;
+        let events = self.event_counters.map_or(String::new(), |e| {
+            format!(
+                "\n[ events: {} switches, {} wakeups, {} page-fault samples; dropped: {} blocked-table full, {} counts full, {} stacks lost; {} sampled out ]",
+                e.switches, e.wakeups, e.pagefaults, e.blocked_full, e.counts_full, e.stacks_lost, e.sampled_out
+            )
+        });
         format!(
             "[ emberd record: {:.1} s, {} samples kept in {} stacks ({} seen, {} idle skipped, {} other processes) ]\n\
              [ lost: {} stack collisions, {} stack-map full, {} counts-map full, {} missing at drain; unnamed addresses: {} ]",
@@ -294,6 +301,6 @@ impl RecordSummary {
                 + self.misses.elf_error
                 + self.misses.no_symbol
                 + self.misses.kernel_no_symbol,
-        )
+        ) + &events
     }
 }
