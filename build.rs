@@ -29,4 +29,5 @@ fn main() {
         println!("cargo:rerun-if-changed={src}");
     }
     println!("cargo:rerun-if-changed=bpf/emberd.h");
+    println!("cargo:rerun-if-changed=bpf/new_process.h");
 }

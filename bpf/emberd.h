@@ -101,6 +101,7 @@ enum emberd_event_counter {
 	ECOUNTER_COUNTS_FULL,      /* event counts map full: an event is lost */
 	ECOUNTER_STACK_LOST,       /* stack collision or full stack map */
 	ECOUNTER_SAMPLED_OUT,      /* off-CPU periods skipped by the 1-in-N sampling knob */
+	ECOUNTER_NEW_PROCESS_DROPPED, /* new_tgids full: a process's maps are read late */
 	ECOUNTER_MAX,
 };
 

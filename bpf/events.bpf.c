@@ -73,23 +73,6 @@ struct {
 	__type(value, struct blocked);
 } blocked_threads SEC(".maps");
 
-/* Processes seen since their last exec, and the new ones for the agent to
- * read the mappings of while they live (as in profile.bpf.c: a process that
- * only blocks may never be sampled on CPU). */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);   /* tgid */
-	__type(value, __u8);
-} seen_tgids SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);   /* tgid */
-	__type(value, __u8);
-} new_tgids SEC(".maps");
-
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, ECOUNTER_MAX);
@@ -113,14 +96,11 @@ static __always_inline void ecount(__u32 which)
 		*v += 1;
 }
 
-static __always_inline void note_process(__u32 tgid)
-{
-	__u8 one = 1;
+#include "new_process.h"
 
-	if (tgid == 0 || bpf_map_lookup_elem(&seen_tgids, &tgid))
-		return;
-	bpf_map_update_elem(&seen_tgids, &tgid, &one, BPF_ANY);
-	bpf_map_update_elem(&new_tgids, &tgid, &one, BPF_ANY);
+static __always_inline void on_new_process_dropped(void)
+{
+	ecount(ECOUNTER_NEW_PROCESS_DROPPED);
 }
 
 static __always_inline void stamp(__s32 id, __u64 now)
@@ -356,18 +336,5 @@ int handle__page_fault(struct bpf_perf_event_data *ctx)
 	k->waker_kstack_id = EMBERD_STACK_NONE;
 	k->waker_ustack_id = EMBERD_STACK_NONE;
 	add(k, config.pagefault_period);
-	return 0;
-}
-
-/*
- * TP_PROTO(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
- * After exec the process's mappings are new: announce it again.
- */
-SEC("raw_tracepoint/sched_process_exec")
-int handle__sched_process_exec(void *ctx)
-{
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-
-	bpf_map_delete_elem(&seen_tgids, &tgid);
 	return 0;
 }

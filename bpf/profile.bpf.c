@@ -44,26 +44,6 @@ struct {
 	__uint(value_size, EMBERD_MAX_STACK_DEPTH * sizeof(__u64)); /* instruction pointers */
 } stacks0 SEC(".maps"), stacks1 SEC(".maps");
 
-/*
- * Processes seen since their last exec. A process missing here is new: it is
- * put in `new_tgids`, which the agent polls several times a second to read
- * the process's mappings while it is still alive (a short-lived process may
- * be gone by the next drain).
- */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);   /* tgid */
-	__type(value, __u8);
-} seen_tgids SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);   /* tgid */
-	__type(value, __u8);
-} new_tgids SEC(".maps");
-
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, COUNTER_MAX);
@@ -77,6 +57,13 @@ static __always_inline void count(__u32 which)
 
 	if (v)
 		*v += 1;
+}
+
+#include "new_process.h"
+
+static __always_inline void on_new_process_dropped(void)
+{
+	count(COUNTER_NEW_PROCESS_DROPPED);
 }
 
 /* Turns bpf_get_stackid's result into a key id, counting what went wrong. */
@@ -94,17 +81,6 @@ static __always_inline __s32 stack_result(long id, __u32 collision_counter)
 	}
 	/* -EFAULT: no stack of this kind (user-mode sample, kernel thread). */
 	return EMBERD_STACK_NONE;
-}
-
-static __always_inline void note_process(__u32 tgid)
-{
-	__u8 one = 1;
-
-	if (tgid == 0 || bpf_map_lookup_elem(&seen_tgids, &tgid))
-		return;
-	bpf_map_update_elem(&seen_tgids, &tgid, &one, BPF_ANY);
-	if (bpf_map_update_elem(&new_tgids, &tgid, &one, BPF_ANY) != 0)
-		count(COUNTER_NEW_PROCESS_DROPPED);
 }
 
 static __always_inline void record(void *ctx, void *counts, void *stacks, __u32 tgid, __u32 pid)
@@ -157,19 +133,5 @@ int handle__cpu_clock(struct bpf_perf_event_data *ctx)
 		record(ctx, &counts0, &stacks0, tgid, pid);
 	else
 		record(ctx, &counts1, &stacks1, tgid, pid);
-	return 0;
-}
-
-/*
- * TP_PROTO(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
- * Runs in the exec'ing task: after exec its mappings are new, so it counts as
- * a new process again.
- */
-SEC("raw_tracepoint/sched_process_exec")
-int handle__sched_process_exec(void *ctx)
-{
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-
-	bpf_map_delete_elem(&seen_tgids, &tgid);
 	return 0;
 }

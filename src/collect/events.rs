@@ -152,6 +152,8 @@ pub struct EventCounters {
     pub stacks_lost: u64,
     /// Switch-outs skipped by `sample_one_in`.
     pub sampled_out: u64,
+    /// New processes not announced because `new_tgids` was full.
+    pub new_process_dropped: u64,
 }
 
 /// The loaded events programs. Dropping detaches and unloads them.
@@ -261,7 +263,7 @@ impl EventSampler {
     /// Cumulative counters, summed over CPUs.
     pub fn counters(&self) -> Result<EventCounters, CollectError> {
         let map = &self.skel.maps.event_counters;
-        let mut v = [0u64; 7];
+        let mut v = [0u64; 8];
         for (i, slot) in v.iter_mut().enumerate() {
             let per_cpu = map
                 .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
@@ -283,6 +285,7 @@ impl EventSampler {
             counts_full: v[4],
             stacks_lost: v[5],
             sampled_out: v[6],
+            new_process_dropped: v[7],
         })
     }
 

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * New-process notices, shared by profile.bpf.c and events.bpf.c (each object
+ * gets its own maps). A process missing from `seen_tgids` is new (or has just
+ * exec'd): it is put in `new_tgids`, which the agent polls several times a
+ * second to read the process's mappings while it is still alive (a
+ * short-lived process may be gone by the next drain). The caller defines
+ * `on_new_process_dropped()` to count a full `new_tgids`.
+ */
+#ifndef EMBERD_NEW_PROCESS_H
+#define EMBERD_NEW_PROCESS_H
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);   /* tgid */
+	__type(value, __u8);
+} seen_tgids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);   /* tgid */
+	__type(value, __u8);
+} new_tgids SEC(".maps");
+
+static __always_inline void on_new_process_dropped(void);
+
+static __always_inline void note_process(__u32 tgid)
+{
+	__u8 one = 1;
+
+	if (tgid == 0 || bpf_map_lookup_elem(&seen_tgids, &tgid))
+		return;
+	bpf_map_update_elem(&seen_tgids, &tgid, &one, BPF_ANY);
+	if (bpf_map_update_elem(&new_tgids, &tgid, &one, BPF_ANY) != 0)
+		on_new_process_dropped();
+}
+
+/*
+ * TP_PROTO(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+ * Runs in the exec'ing task: after exec its mappings are new, so it counts as
+ * a new process again.
+ */
+SEC("raw_tracepoint/sched_process_exec")
+int handle__sched_process_exec(void *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+	bpf_map_delete_elem(&seen_tgids, &tgid);
+	return 0;
+}
+
+#endif /* EMBERD_NEW_PROCESS_H */
