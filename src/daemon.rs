@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::pipeline::{DRAIN_INTERVAL, Pipeline};
 use crate::query::unix_now;
 use crate::serve::{self, AppState};
-use crate::store::{Store, StoreOptions};
+use crate::store::{Store, StoreOptions, StoreStats};
 
 /// Sends a state line to systemd's notification socket, if `NOTIFY_SOCKET`
 /// names one (the sd_notify protocol: one datagram, `KEY=VALUE` lines).
@@ -75,9 +75,19 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
                 config.listen
             )
         })?;
+    // One budget for all stores: split evenly between CPU and the events on.
+    let events_on = [
+        config.events.offcpu,
+        config.events.wakeup,
+        config.events.offwake,
+        config.events.pagefault,
+    ]
+    .iter()
+    .filter(|on| **on)
+    .count();
     let store_options = StoreOptions {
         retention: config.retention,
-        memory_budget: config.memory_budget,
+        memory_budget: config.memory_budget / (1 + events_on),
         ..Default::default()
     };
     let store = Arc::new(RwLock::new(Store::new(store_options.clone())));
@@ -226,13 +236,22 @@ fn collect_loop(
         }
         missing_total += batch.missing_stacks;
         kept_total += batch.samples.iter().map(|s| s.count).sum::<u64>();
-        {
-            let mut st = store.write().unwrap_or_else(|e| e.into_inner());
-            let dropped_before = st.stats().dropped_for_budget;
-            st.insert(unix_now(), &batch.samples);
-            metrics.observe_store(&st.stats(), dropped_before);
-        }
         let now_unix = unix_now();
+        let mut totals = StoreStats::default();
+        let mut dropped_before = 0;
+        let mut add = |st: &mut Store, samples: &[crate::symbolize::SymbolizedSample]| {
+            dropped_before += st.stats().dropped_for_budget;
+            st.insert(now_unix, samples);
+            let s = st.stats();
+            totals.bytes += s.bytes;
+            totals.slots += s.slots;
+            totals.stacks += s.stacks;
+            totals.dropped_for_budget += s.dropped_for_budget;
+        };
+        add(
+            &mut store.write().unwrap_or_else(|e| e.into_inner()),
+            &batch.samples,
+        );
         let mut by_kind: HashMap<EventKind, Vec<crate::symbolize::SymbolizedSample>> =
             HashMap::new();
         for (kind, s) in batch.events {
@@ -240,10 +259,9 @@ fn collect_loop(
         }
         for (kind, st) in event_stores.iter() {
             let samples = by_kind.remove(kind).unwrap_or_default();
-            st.write()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(now_unix, &samples);
+            add(&mut st.write().unwrap_or_else(|e| e.into_inner()), &samples);
         }
+        metrics.observe_store(&totals, dropped_before);
         // Large renderings free big buffers; hand the memory back to the
         // system instead of keeping the peak resident.
         #[cfg(target_env = "gnu")]

@@ -117,7 +117,7 @@ impl Metrics {
         let store_bytes = Gauge::default();
         registry.register(
             "store_bytes",
-            "Estimated bytes of the sample store",
+            "Estimated bytes of the sample stores, all events",
             store_bytes.clone(),
         );
         let store_budget: Gauge = Gauge::default();
@@ -130,7 +130,7 @@ impl Metrics {
         let store_slots = Gauge::default();
         registry.register(
             "store_slots",
-            "Time slots held by the store",
+            "Time slots held by the stores, all events",
             store_slots.clone(),
         );
         let store_dropped = Counter::default();

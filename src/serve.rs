@@ -387,12 +387,16 @@ async fn pprof_event(
 }
 
 async fn metrics(State(st): State<AppState>) -> Response {
-    {
-        if let Ok(store) = st.store.read() {
-            let stats = store.stats();
-            st.metrics.observe_store_gauges(&stats);
+    // Gauges over every store, read now.
+    let mut totals = crate::store::StoreStats::default();
+    for store in std::iter::once(&st.store).chain(st.events.values()) {
+        if let Ok(store) = store.read() {
+            let s = store.stats();
+            totals.bytes += s.bytes;
+            totals.slots += s.slots;
         }
     }
+    st.metrics.observe_store_gauges(&totals);
     (
         [(
             header::CONTENT_TYPE,
