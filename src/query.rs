@@ -316,14 +316,6 @@ impl Query {
         })
     }
 
-    /// Folds store rows into a profile under this query's grouping and frame
-    /// regexes.
-    pub fn fold(&self, result: &QueryResult<'_>) -> Profile {
-        let mut profile = Profile::new();
-        self.fold_into(&mut profile, result, |v| v, "");
-        profile
-    }
-
     /// Folds rows into `profile`, mapping each value with `scale` (dropping
     /// those that become 0) and appending `suffix` to every frame but the
     /// grouping frame.

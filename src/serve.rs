@@ -269,94 +269,96 @@ fn folded_profile(st: &AppState, q: &Query) -> Result<crate::profile::Profile, A
     with_sources(st, q, |src| view::fold(q, src))?.map_err(switched_off)
 }
 
-async fn folded(State(st): State<AppState>, RawQuery(raw): RawQuery) -> Result<Response, AppError> {
+/// Parses the query and answers from the cache, rendering with `render` on
+/// a miss.
+async fn answer(
+    st: AppState,
+    raw: Option<String>,
+    route: &'static str,
+    render: fn(&AppState, &Query) -> Result<Rendered, AppError>,
+) -> Result<Response, AppError> {
     let raw = raw.unwrap_or_default();
     let q = parse_query(&raw, &st)?;
-    let st2 = st.clone();
-    let q2 = q.clone();
-    cached(&st, "folded", &raw, &q, move || {
-        let profile = folded_profile(&st2, &q2)?;
-        let mut body = Vec::new();
-        render::folded::write(&profile, &mut body)
-            .map_err(|e| AppError::Internal(e.to_string()))?;
-        let mut headers = vec![(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        )];
-        if profile.is_empty() {
-            // Folded text has no comments; the header says why it is empty.
-            headers.push((
-                header::HeaderName::from_static("x-emberd-note"),
-                HeaderValue::from_static("no samples in this window"),
-            ));
-        }
-        Ok(Rendered {
-            body: body.into(),
-            headers,
-        })
-    })
-    .await
+    let (st2, q2) = (st.clone(), q.clone());
+    cached(&st, route, &raw, &q, move || render(&st2, &q2)).await
+}
+
+async fn folded(State(st): State<AppState>, RawQuery(raw): RawQuery) -> Result<Response, AppError> {
+    answer(st, raw, "folded", render_folded).await
 }
 
 async fn flamegraph(
     State(st): State<AppState>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, AppError> {
-    let raw = raw.unwrap_or_default();
-    let q = parse_query(&raw, &st)?;
-    let st2 = st.clone();
-    let q2 = q.clone();
-    cached(&st, "flamegraph", &raw, &q, move || {
-        let (st, q) = (st2, q2);
-        let profile = folded_profile(&st, &q)?;
-        let opts = view::svg_options(&q, &profile, &st.host, st.frequency_hz);
-        let mut out = Vec::new();
-        render::flamegraph::write(&profile, &opts, &mut out)
-            .map_err(|e| AppError::Internal(e.to_string()))?;
-        Ok(Rendered {
-            body: out.into(),
-            headers: vec![(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("image/svg+xml"),
-            )],
-        })
-    })
-    .await
+    answer(st, raw, "flamegraph", render_svg).await
 }
 
 async fn pprof_profile(
     State(st): State<AppState>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, AppError> {
-    let raw = raw.unwrap_or_default();
-    let q = parse_query(&raw, &st)?;
-    let st2 = st.clone();
-    let q2 = q.clone();
-    cached(&st, "pprof", &raw, &q, move || {
-        let proto = with_sources(&st2, &q2, |src| view::pprof(&q2, src, st2.frequency_hz))?
-            .map_err(|e| match e {
-                Event::HotCold => AppError::BadRequest(QueryError {
-                    param: "event".into(),
-                    reason: "hotcold mixes units and has no pprof form; fetch cpu and offcpu"
-                        .into(),
-                }),
-                e => switched_off(e),
-            })?;
-        Ok(Rendered {
-            body: render::pprof::encode_gzip(&proto).into(),
-            headers: vec![
-                (
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/octet-stream"),
-                ),
-                (
-                    header::CONTENT_DISPOSITION,
-                    HeaderValue::from_static("attachment; filename=\"profile.pb.gz\""),
-                ),
-            ],
-        })
+    answer(st, raw, "pprof", render_pprof).await
+}
+
+fn render_folded(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
+    let profile = folded_profile(st, q)?;
+    let mut body = Vec::new();
+    render::folded::write(&profile, &mut body).map_err(|e| AppError::Internal(e.to_string()))?;
+    let mut headers = vec![(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    )];
+    if profile.is_empty() {
+        // Folded text has no comments; the header says why it is empty.
+        headers.push((
+            header::HeaderName::from_static("x-emberd-note"),
+            HeaderValue::from_static("no samples in this window"),
+        ));
+    }
+    Ok(Rendered {
+        body: body.into(),
+        headers,
     })
-    .await
+}
+
+fn render_svg(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
+    let profile = folded_profile(st, q)?;
+    let opts = view::svg_options(q, &profile, &st.host, st.frequency_hz);
+    let mut out = Vec::new();
+    render::flamegraph::write(&profile, &opts, &mut out)
+        .map_err(|e| AppError::Internal(e.to_string()))?;
+    Ok(Rendered {
+        body: out.into(),
+        headers: vec![(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("image/svg+xml"),
+        )],
+    })
+}
+
+fn render_pprof(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
+    let proto =
+        with_sources(st, q, |src| view::pprof(q, src, st.frequency_hz))?.map_err(|e| match e {
+            Event::HotCold => AppError::BadRequest(QueryError {
+                param: "event".into(),
+                reason: "hotcold mixes units and has no pprof form; fetch cpu and offcpu".into(),
+            }),
+            e => switched_off(e),
+        })?;
+    Ok(Rendered {
+        body: render::pprof::encode_gzip(&proto).into(),
+        headers: vec![
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            ),
+            (
+                header::CONTENT_DISPOSITION,
+                HeaderValue::from_static("attachment; filename=\"profile.pb.gz\""),
+            ),
+        ],
+    })
 }
 
 /// `/debug/pprof/offcpu`, `/wakeup`, `/offwake`, `/pagefault`: the same as

@@ -426,11 +426,17 @@ impl Symbolizer {
             .map(|s| {
                 let thread_comm: Arc<str> = Arc::from(s.comm.as_str());
                 let snapshots = &self.snapshots;
+                // A process whose maps were read this drain had its name read
+                // with them; others (kernel threads, gone processes) are read
+                // now or fall back to what was seen earlier.
                 let process_comm = process_comms
                     .entry(s.pid)
                     .or_insert_with(|| {
-                        read_process_comm(s.pid)
-                            .or_else(|| snapshots.get(&s.pid).and_then(|m| m.comm.clone()))
+                        let snap = snapshots.get(&s.pid);
+                        snap.filter(|m| m.taken == now)
+                            .and_then(|m| m.comm.clone())
+                            .or_else(|| read_process_comm(s.pid))
+                            .or_else(|| snap.and_then(|m| m.comm.clone()))
                             .unwrap_or_else(|| thread_comm.clone())
                     })
                     .clone();
