@@ -76,19 +76,36 @@ struct event_key {
 	char waker_comm[EMBERD_COMM_LEN];
 };
 
-/* A thread off CPU since `ts`, with the stacks it blocked in. */
+/*
+ * A thread off CPU since `ts`, with the user stack it blocked in (its kernel
+ * stack is walked when it comes back, see events.bpf.c).
+ */
 struct blocked {
-	__u64 ts;              /* ns, bpf_ktime_get_ns */
+	__u64 ts;              /* ns, bpf_ktime_get_ns; 0: not blocked */
+	__u64 woken_after;     /* ns blocked when sched_waking fired; 0: not yet */
 	__u32 tgid;
-	__s32 kstack_id;
 	__s32 ustack_id;
-	__u32 waker_tgid;      /* set by sched_wakeup */
+	__u32 waker_tgid;      /* set by sched_waking when has_waker */
 	__u32 waker_pid;
 	__s32 waker_kstack_id;
 	__s32 waker_ustack_id;
-	__u32 has_waker;
+	__u32 has_waker;       /* the waker's stacks were recorded */
+	__u32 _pad;
 	char comm[EMBERD_COMM_LEN];
 	char waker_comm[EMBERD_COMM_LEN];
+};
+
+/*
+ * A blocked thread's kernel stack, walked with bpf_get_task_stack, in the
+ * `blocked_kstacks` map under the low 31 bits of `hash`. Off-CPU and off-wake
+ * keys' `kstack_id` index this map, not the stack-trace map.
+ */
+struct task_kstack {
+	__u64 hash;            /* of ips[0..nr) */
+	__u64 used;            /* ns of last use, for the agent's collection */
+	__u32 nr;
+	__u32 _pad;
+	__u64 ips[EMBERD_MAX_STACK_DEPTH]; /* zero after nr */
 };
 
 /* Indices of the events program's per-CPU counters; keep in step with
@@ -102,6 +119,8 @@ enum emberd_event_counter {
 	ECOUNTER_STACK_LOST,       /* stack collision or full stack map */
 	ECOUNTER_SAMPLED_OUT,      /* off-CPU periods skipped by the 1-in-N sampling knob */
 	ECOUNTER_NEW_PROCESS_DROPPED, /* new_tgids full: a process's maps are read late */
+	ECOUNTER_SHORT_OFFCPU_SAMPLED_OUT, /* short off-CPU periods not recorded (sample_below_ns) */
+	ECOUNTER_SHORT_WAKEUP_SAMPLED_OUT, /* wakeups ending short blocks not recorded */
 	ECOUNTER_MAX,
 };
 
@@ -112,6 +131,7 @@ struct events_config {
 	__u32 state_mask;        /* prev_state bits that count; 0 = every state */
 	__u32 sample_one_in;     /* record 1 in N switch-outs (1 = all), value scaled by N */
 	__u64 pagefault_period;  /* faults per page-fault sample, to scale values */
+	__u64 sample_below_ns;   /* shorter blocks are sampled (events.bpf.c) */
 	__u32 target_tgid;       /* 0: every process */
 	__u8 offcpu;             /* record off-CPU (and wakeup/offwake need it) */
 	__u8 wakeup;

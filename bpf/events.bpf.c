@@ -2,21 +2,39 @@
 /*
  * Off-CPU time, wakeups, off-wake chains and page faults.
  *
- * sched_switch remembers when a thread left the CPU and the stacks it blocked
- * in; sched_waking charges the blocked time so far to the waker's stack and
- * notes the waker; when the thread runs again its whole off-CPU time is
- * charged to the blocked stack (offcpu) and to blocked + waker (offwake).
+ * sched_switch remembers when a thread left the CPU and the user stack it
+ * blocked in; sched_waking charges the blocked time so far to the waker's
+ * stacks and notes the waker; when the thread runs again its whole off-CPU
+ * time is charged to the blocked stacks (offcpu) and to blocked + waker
+ * (offwake). The blocked thread's kernel stack is walked then, not when it
+ * blocks: a sleeping task's kernel stack is still there to walk
+ * (bpf_get_task_stack), and by then the length of the block is known, which
+ * the sampling below needs.
  *
- * Counts are drained with lookup-and-delete (no double buffer). Stack ids are
- * held by blocked threads across drains, so they are not deleted after each
- * drain: every use stamps `stack_used[id]`, and the agent deletes only ids
- * unused for longer than the maximum block time.
+ * Sampling of short blocks. Kernel stack walks cost microseconds here (ORC
+ * unwinder, mitigations), on the critical path of every wakeup, and on a busy
+ * host most blocks last microseconds. A block shorter than T =
+ * config.sample_below_ns is recorded with probability length/T and charged
+ * T, so every block still counts for its length on average; blocks of T or
+ * more are all recorded, exactly. Walks per second are then bounded by
+ * blocked time / T rather than by the switch rate. The waker is sampled the
+ * same way at sched_waking (with the length so far); an off-wake chain needs
+ * both, so a recorded waker makes its wakee's kernel stack certain and the
+ * rest of the wakee's probability is made up at switch-in (see
+ * charge_offcpu).
+ *
+ * Counts are drained with lookup-and-delete (no double buffer). User stack
+ * ids are held by blocked threads across drains, so they are not deleted
+ * after each drain: every use stamps `stack_used[id]`, and the agent deletes
+ * only ids unused for longer than the maximum block time. `blocked_kstacks`
+ * entries carry their own last-use time.
  */
 #include <linux/types.h>
 #include <linux/bpf.h>
 #include <linux/bpf_perf_event.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
 #include "emberd.h"
 
 #ifndef EEXIST
@@ -32,7 +50,6 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 struct task_struct {
 	int pid;
 	int tgid;
-	char comm[16];
 } __attribute__((preserve_access_index));
 
 const volatile struct events_config config = {
@@ -40,6 +57,7 @@ const volatile struct events_config config = {
 	.min_block_ns = 1000,
 	.sample_one_in = 1,
 	.pagefault_period = 1,
+	.sample_below_ns = 0,
 };
 
 /* max_entries of these maps are set by the agent before load. */
@@ -65,11 +83,30 @@ struct {
 	__type(value, __u64);
 } stack_used SEC(".maps");
 
-/* Threads off CPU now, by thread id. Bounded: overflow is counted. */
+/* Kernel stacks of blocked threads; max_entries set by the agent. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 32768);
+	__uint(max_entries, 4096);
 	__type(key, __u32);
+	__type(value, struct task_kstack);
+} blocked_kstacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct task_kstack);
+} kstack_scratch SEC(".maps");
+
+/*
+ * Per-thread off-CPU state, in task storage: no hash of thread ids to look
+ * up, fill or clean (it goes with the thread), and bounded by the threads
+ * that exist. A failed allocation is counted as ECOUNTER_BLOCKED_FULL.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct blocked);
 } blocked_threads SEC(".maps");
 
@@ -88,6 +125,14 @@ struct {
 	__type(value, struct event_key);
 } key_scratch SEC(".maps");
 
+/* The process this CPU last announced: most switch-outs repeat it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} last_noted SEC(".maps");
+
 static __always_inline void ecount(__u32 which)
 {
 	__u64 *v = bpf_map_lookup_elem(&event_counters, &which);
@@ -101,6 +146,19 @@ static __always_inline void ecount(__u32 which)
 static __always_inline void on_new_process_dropped(void)
 {
 	ecount(ECOUNTER_NEW_PROCESS_DROPPED);
+}
+
+/* note_process, skipped when this CPU announced the same process last. */
+static __always_inline void note_process_cached(__u32 tgid)
+{
+	__u32 zero = 0;
+	__u32 *last = bpf_map_lookup_elem(&last_noted, &zero);
+
+	if (last && *last == tgid)
+		return;
+	note_process(tgid);
+	if (last)
+		*last = tgid;
 }
 
 static __always_inline void stamp(__s32 id, __u64 now)
@@ -157,110 +215,184 @@ static __always_inline struct event_key *scratch_key(void)
 	return k;
 }
 
-static __always_inline void blocked_key(struct event_key *k, __u32 event, __u32 pid,
-					struct blocked *b)
+/*
+ * The kernel stack of `task`, which is off CPU, as a `blocked_kstacks` id.
+ * Keys are 31 bits of a 64-bit hash; another stack under the same key is
+ * counted as lost, like a stack-map collision.
+ */
+static __always_inline __s32 blocked_kstack(struct task_struct *task, __u64 now)
 {
-	k->event = event;
-	k->tgid = b->tgid;
-	k->pid = pid;
-	k->kstack_id = b->kstack_id;
-	k->ustack_id = b->ustack_id;
-	__builtin_memcpy(k->comm, b->comm, sizeof(k->comm));
+	__u32 zero = 0, key;
+	struct task_kstack *s = bpf_map_lookup_elem(&kstack_scratch, &zero), *old;
+	__u64 h = 0xcbf29ce484222325ULL;
+	long n;
+
+	if (!s)
+		return EMBERD_STACK_NONE;
+	n = bpf_get_task_stack(task, s->ips, sizeof(s->ips), 0);
+	if (n <= 0)
+		return EMBERD_STACK_NONE;
+	n /= sizeof(__u64);
+	for (int i = 0; i < EMBERD_MAX_STACK_DEPTH; i++) {
+		if (i >= n)
+			break;
+		h = (h ^ s->ips[i]) * 0x100000001b3ULL;
+		h ^= h >> 29;
+	}
+	key = (__u32)(h ^ (h >> 32)) & 0x7fffffff;
+	old = bpf_map_lookup_elem(&blocked_kstacks, &key);
+	if (!old) {
+		s->hash = h;
+		s->used = now;
+		s->nr = n;
+		if (bpf_map_update_elem(&blocked_kstacks, &key, s, BPF_NOEXIST) == 0)
+			return key;
+		old = bpf_map_lookup_elem(&blocked_kstacks, &key);
+		if (!old) {
+			ecount(ECOUNTER_STACK_LOST); /* full */
+			return EMBERD_STACK_LOST;
+		}
+	}
+	if (old->hash != h) {
+		ecount(ECOUNTER_STACK_LOST);
+		return EMBERD_STACK_LOST;
+	}
+	old->used = now;
+	return key;
+}
+
+/* 1 with probability num/den (num < den), from the kernel's prandom. */
+static __always_inline int chance(__u64 num, __u64 den)
+{
+	return (((__u64)bpf_get_prandom_u32() * den) >> 32) < num;
 }
 
 /*
- * TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
- *          unsigned int prev_state)
+ * `next` comes back after `delta` ns off CPU: record the period if the
+ * sampling picks it (see the top of this file) and charge it.
  */
-SEC("raw_tracepoint/sched_switch")
-int handle__sched_switch(struct bpf_raw_tracepoint_args *ctx)
+static __always_inline void charge_offcpu(void *ctx, struct task_struct *next,
+					  struct blocked *b, __u64 delta, __u64 now)
 {
-	struct task_struct *prev = (struct task_struct *)ctx->args[1];
-	struct task_struct *next = (struct task_struct *)ctx->args[2];
-	unsigned int prev_state = ctx->args[3];
+	__u64 t = config.sample_below_ns, scale = 1;
+	struct event_key *k;
+	int take;
+
+	/*
+	 * Wanted: recorded with probability p = delta/T. A waking that was
+	 * considered at `woken_after` ns recorded its waker (and so this
+	 * period) with probability w = woken_after/T already; the rest,
+	 * (p - w) / (1 - w), is drawn here.
+	 */
+	if (delta >= t || b->has_waker)
+		take = 1;
+	else
+		take = chance(delta - b->woken_after, t - b->woken_after);
+	if (!take) {
+		ecount(ECOUNTER_SHORT_OFFCPU_SAMPLED_OUT);
+		return;
+	}
+	if (config.sample_one_in > 1)
+		scale = config.sample_one_in;
+	k = scratch_key();
+	if (!k)
+		return;
+	k->event = EVENT_OFFCPU;
+	k->tgid = b->tgid;
+	k->pid = next->pid;
+	k->kstack_id = blocked_kstack(next, now);
+	k->ustack_id = b->ustack_id;
+	__builtin_memcpy(k->comm, b->comm, sizeof(k->comm));
+	stamp(k->ustack_id, now);
+	add(k, (delta >= t ? delta : t) * scale);
+	if (config.offwake && b->has_waker) {
+		/* Recorded with the waker's probability w = woken_after/T. */
+		__u64 w = b->woken_after;
+
+		k->event = EVENT_OFFWAKE;
+		k->waker_tgid = b->waker_tgid;
+		k->waker_pid = b->waker_pid;
+		k->waker_kstack_id = b->waker_kstack_id;
+		k->waker_ustack_id = b->waker_ustack_id;
+		__builtin_memcpy(k->waker_comm, b->waker_comm, sizeof(k->waker_comm));
+		stamp(k->waker_kstack_id, now);
+		stamp(k->waker_ustack_id, now);
+		add(k, (w >= t || w == 0 ? delta : delta * t / w) * scale);
+	}
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(handle__sched_switch, _Bool preempt, struct task_struct *prev,
+	     struct task_struct *next, unsigned int prev_state)
+{
 	__u64 now = bpf_ktime_get_ns();
-	__u32 prev_pid = BPF_CORE_READ(prev, pid);
-	__u32 prev_tgid = BPF_CORE_READ(prev, tgid);
-	__u32 next_pid = BPF_CORE_READ(next, pid);
+	__u64 id = bpf_get_current_pid_tgid(); /* prev is current here */
+	__u32 prev_pid = (__u32)id, prev_tgid = id >> 32;
 	struct blocked *b;
 
 	ecount(ECOUNTER_SWITCHES);
 	if (!config.offcpu)
 		return 0;
 
-	/* The thread leaving the CPU: remember when and where it blocked. */
+	/* The thread leaving the CPU: remember when, and its user stack. */
 	if (prev_pid != 0 &&
 	    (config.state_mask == 0 || (prev_state & config.state_mask)) &&
 	    (config.target_tgid == 0 || prev_tgid == config.target_tgid)) {
 		if (config.sample_one_in > 1 && bpf_get_prandom_u32() % config.sample_one_in) {
 			ecount(ECOUNTER_SAMPLED_OUT);
 		} else {
-			struct blocked nb = {};
-
-			note_process(prev_tgid);
-			nb.ts = now;
-			nb.tgid = prev_tgid;
-			nb.kstack_id = stackid(ctx, 0, now);
-			nb.ustack_id = stackid(ctx, BPF_F_USER_STACK, now);
-			BPF_CORE_READ_STR_INTO(&nb.comm, prev, comm);
-			if (bpf_map_update_elem(&blocked_threads, &prev_pid, &nb, BPF_ANY) != 0)
+			b = bpf_task_storage_get(&blocked_threads, prev, 0,
+						 BPF_LOCAL_STORAGE_GET_F_CREATE);
+			if (b) {
+				note_process_cached(prev_tgid);
+				b->ts = now;
+				b->woken_after = 0;
+				b->has_waker = 0;
+				b->tgid = prev_tgid;
+				b->ustack_id = stackid(ctx, BPF_F_USER_STACK, now);
+				bpf_get_current_comm(&b->comm, sizeof(b->comm));
+			} else {
 				ecount(ECOUNTER_BLOCKED_FULL);
+			}
 		}
 	}
 
 	/* The thread coming back: charge its time off CPU. */
-	if (next_pid == 0)
-		return 0;
-	b = bpf_map_lookup_elem(&blocked_threads, &next_pid);
-	if (!b)
-		return 0;
-	{
+	b = bpf_task_storage_get(&blocked_threads, next, 0, 0);
+	if (b && b->ts) {
 		__u64 delta = now - b->ts;
-		struct event_key *k;
 
-		if (delta >= config.min_block_ns && delta <= config.max_block_ns) {
-			delta *= config.sample_one_in > 1 ? config.sample_one_in : 1;
-			k = scratch_key();
-			if (k) {
-				blocked_key(k, EVENT_OFFCPU, next_pid, b);
-				stamp(k->kstack_id, now);
-				stamp(k->ustack_id, now);
-				add(k, delta);
-				if (config.offwake && b->has_waker) {
-					k->event = EVENT_OFFWAKE;
-					k->waker_tgid = b->waker_tgid;
-					k->waker_pid = b->waker_pid;
-					k->waker_kstack_id = b->waker_kstack_id;
-					k->waker_ustack_id = b->waker_ustack_id;
-					__builtin_memcpy(k->waker_comm, b->waker_comm, sizeof(k->waker_comm));
-					stamp(k->waker_kstack_id, now);
-					stamp(k->waker_ustack_id, now);
-					add(k, delta);
-				}
-			}
-		}
+		b->ts = 0;
+		if (delta >= config.min_block_ns && delta <= config.max_block_ns)
+			charge_offcpu(ctx, next, b, delta, now);
 	}
-	bpf_map_delete_elem(&blocked_threads, &next_pid);
 	return 0;
 }
 
-/* TP_PROTO(struct task_struct *p) */
-static __always_inline int on_wakeup(struct bpf_raw_tracepoint_args *ctx)
+/*
+ * The waker's stacks are taken here, in its own context; sampled like the
+ * blocks (see the top of this file), with the length of the block so far.
+ */
+static __always_inline int on_wakeup(void *ctx, struct task_struct *p)
 {
-	struct task_struct *p = (struct task_struct *)ctx->args[0];
-	__u32 pid = BPF_CORE_READ(p, pid);
-	__u64 now = bpf_ktime_get_ns(), delta;
-	__u64 id = bpf_get_current_pid_tgid();
+	__u64 now = bpf_ktime_get_ns(), delta, id, t = config.sample_below_ns;
 	struct event_key *k;
 	struct blocked *b;
 
 	ecount(ECOUNTER_WAKEUPS);
 	if (!config.wakeup && !config.offwake)
 		return 0;
-	b = bpf_map_lookup_elem(&blocked_threads, &pid);
-	if (!b)
+	b = bpf_task_storage_get(&blocked_threads, p, 0, 0);
+	if (!b || !b->ts || b->woken_after)
 		return 0;
-	note_process(id >> 32);
+	delta = now - b->ts;
+	b->woken_after = delta ? delta : 1;
+	if (delta < t && !chance(delta, t)) {
+		ecount(ECOUNTER_SHORT_WAKEUP_SAMPLED_OUT);
+		return 0;
+	}
+	id = bpf_get_current_pid_tgid();
+	note_process_cached(id >> 32);
 	b->waker_tgid = id >> 32;
 	b->waker_pid = (__u32)id;
 	b->waker_kstack_id = stackid(ctx, 0, now);
@@ -268,10 +400,8 @@ static __always_inline int on_wakeup(struct bpf_raw_tracepoint_args *ctx)
 	bpf_get_current_comm(&b->waker_comm, sizeof(b->waker_comm));
 	b->has_waker = 1;
 
-	delta = now - b->ts;
 	if (!config.wakeup || delta < config.min_block_ns || delta > config.max_block_ns)
 		return 0;
-	delta *= config.sample_one_in > 1 ? config.sample_one_in : 1;
 	k = scratch_key();
 	if (!k)
 		return 0;
@@ -284,11 +414,11 @@ static __always_inline int on_wakeup(struct bpf_raw_tracepoint_args *ctx)
 	__builtin_memcpy(k->comm, b->waker_comm, sizeof(k->comm));
 	/* Whom it woke, for context. */
 	k->waker_tgid = b->tgid;
-	k->waker_pid = pid;
+	k->waker_pid = p->pid;
 	__builtin_memcpy(k->waker_comm, b->comm, sizeof(k->waker_comm));
 	k->waker_kstack_id = EMBERD_STACK_NONE;
 	k->waker_ustack_id = EMBERD_STACK_NONE;
-	add(k, delta);
+	add(k, (delta >= t ? delta : t) * (config.sample_one_in > 1 ? config.sample_one_in : 1));
 	return 0;
 }
 
@@ -299,16 +429,16 @@ static __always_inline int on_wakeup(struct bpf_raw_tracepoint_args *ctx)
  * start of try_to_wake_up, in the waker's own context (as bcc's kprobe on
  * try_to_wake_up, which this kernel cannot have).
  */
-SEC("raw_tracepoint/sched_waking")
-int handle__sched_waking(struct bpf_raw_tracepoint_args *ctx)
+SEC("tp_btf/sched_waking")
+int BPF_PROG(handle__sched_waking, struct task_struct *p)
 {
-	return on_wakeup(ctx);
+	return on_wakeup(ctx, p);
 }
 
-SEC("raw_tracepoint/sched_wakeup_new")
-int handle__sched_wakeup_new(struct bpf_raw_tracepoint_args *ctx)
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(handle__sched_wakeup_new, struct task_struct *p)
 {
-	return on_wakeup(ctx);
+	return on_wakeup(ctx, p);
 }
 
 /* The page-fault software event, sampled every `pagefault_period` faults. */

@@ -28,3 +28,4 @@ pub mod events {
 unsafe impl plain::Plain for events::types::event_key {}
 
 const _: () = assert!(std::mem::size_of::<events::types::event_key>() == 72);
+const _: () = assert!(std::mem::size_of::<events::types::task_kstack>() == 24 + 127 * 8);

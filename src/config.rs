@@ -55,6 +55,10 @@ pub struct RawConfig {
     pub offcpu_sample_one_in: Option<u32>,
     /// `pagefault_period = 16`: faults per page-fault sample.
     pub pagefault_period: Option<u64>,
+    /// `offcpu_sample_below_us = 200`: shorter off-CPU periods (and the
+    /// wakeups ending them) are recorded with probability length/this and
+    /// charged this; 0 records all.
+    pub offcpu_sample_below_us: Option<u64>,
 }
 
 impl RawConfig {
@@ -76,6 +80,7 @@ impl RawConfig {
             offcpu_states: other.offcpu_states.or(self.offcpu_states),
             offcpu_sample_one_in: other.offcpu_sample_one_in.or(self.offcpu_sample_one_in),
             pagefault_period: other.pagefault_period.or(self.pagefault_period),
+            offcpu_sample_below_us: other.offcpu_sample_below_us.or(self.offcpu_sample_below_us),
         }
     }
 }
@@ -173,6 +178,14 @@ impl Config {
         if sample_one_in == 0 || pagefault_period == 0 {
             bail!("offcpu_sample_one_in and pagefault_period must be at least 1");
         }
+        let below_us = raw
+            .offcpu_sample_below_us
+            .unwrap_or(ev::SAMPLE_BELOW_NS / 1000);
+        if below_us > 1_000_000 {
+            bail!(
+                "offcpu_sample_below_us = {below_us} is out of range: use 0 (record every wakeup) ..= 1000000"
+            );
+        }
         let events = EventOptions {
             offcpu: raw.offcpu.unwrap_or(true),
             wakeup: raw.wakeup.unwrap_or(true),
@@ -186,6 +199,7 @@ impl Config {
             },
             sample_one_in,
             pagefault_period,
+            sample_below_ns: below_us * 1000,
             pid: None,
         };
         Ok(Config {

@@ -51,6 +51,37 @@ struct DaemonArgs {
     /// Entries of each BPF stack map [default: 16384].
     #[arg(long)]
     stack_map_entries: Option<u32>,
+    /// Record off-CPU time [default: true].
+    #[arg(long)]
+    offcpu: Option<bool>,
+    /// Record wakeup time [default: true].
+    #[arg(long)]
+    wakeup: Option<bool>,
+    /// Record off-wake chains [default: true].
+    #[arg(long)]
+    offwake: Option<bool>,
+    /// Record page faults [default: true].
+    #[arg(long)]
+    pagefault: Option<bool>,
+    /// Shorter off-CPU periods are not charged, us [default: 1].
+    #[arg(long)]
+    offcpu_min_us: Option<u64>,
+    /// Longer off-CPU periods are not charged, ms [default: 10000].
+    #[arg(long)]
+    offcpu_max_ms: Option<u64>,
+    /// Task states counted off CPU: S, D, SD or all [default: SD].
+    #[arg(long)]
+    offcpu_states: Option<String>,
+    /// Record one in N switch-outs, values scaled by N [default: 1].
+    #[arg(long)]
+    offcpu_sample_one_in: Option<u32>,
+    /// Faults per page-fault sample [default: 16].
+    #[arg(long)]
+    pagefault_period: Option<u64>,
+    /// Off-CPU periods shorter than this are sampled (probability
+    /// length/this, charged this), us; 0 records all [default: 200].
+    #[arg(long)]
+    offcpu_sample_below_us: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -92,6 +123,10 @@ struct RecordArgs {
     /// Record one in N off-CPU periods (values scaled by N).
     #[arg(long, default_value_t = 1)]
     offcpu_sample_one_in: u32,
+    /// Off-CPU periods shorter than this many us are sampled (probability
+    /// length/this, charged this); 0 records every period.
+    #[arg(long, default_value_t = emberd::collect::events::defaults::SAMPLE_BELOW_NS / 1000)]
+    offcpu_sample_below_us: u64,
     /// Entries of each BPF stack map (two are kept, about 1 KiB kernel memory each).
     #[arg(long, default_value_t = defaults::STACK_MAP_ENTRIES)]
     stack_map_entries: u32,
@@ -138,6 +173,7 @@ fn run_record(args: RecordArgs) -> anyhow::Result<ExitCode> {
             let mut k = emberd::collect::events::EventOptions::default();
             k.pagefault_period = args.pagefault_period;
             k.sample_one_in = args.offcpu_sample_one_in;
+            k.sample_below_ns = args.offcpu_sample_below_us.saturating_mul(1000);
             k
         },
     };
@@ -155,7 +191,16 @@ fn run_daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         retention_seconds: args.retention_seconds,
         memory_budget_mib: args.memory_budget_mib,
         stack_map_entries: args.stack_map_entries,
-        ..RawConfig::default()
+        offcpu: args.offcpu,
+        wakeup: args.wakeup,
+        offwake: args.offwake,
+        pagefault: args.pagefault,
+        offcpu_min_us: args.offcpu_min_us,
+        offcpu_max_ms: args.offcpu_max_ms,
+        offcpu_states: args.offcpu_states,
+        offcpu_sample_one_in: args.offcpu_sample_one_in,
+        pagefault_period: args.pagefault_period,
+        offcpu_sample_below_us: args.offcpu_sample_below_us,
     };
     let config = Config::load(args.config.as_deref(), flags)?;
     emberd::daemon::run(config)?;

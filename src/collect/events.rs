@@ -54,6 +54,13 @@ pub mod defaults {
     /// Page faults per sample. Sampling every fault with its stack slowed a
     /// fault-heavy program by about a third here; 1 in 16 costs a few percent.
     pub const PAGEFAULT_PERIOD: u64 = 16;
+    /// Off-CPU periods (and wakeups) shorter than this are recorded with
+    /// probability length/this and charged this, so on average exactly;
+    /// longer ones are all recorded: 200 us. A kernel stack walk costs
+    /// microseconds here, on the woken thread's critical path; this bounds
+    /// the walks per second by the blocked time, whatever the switch rate.
+    /// 0 records every period.
+    pub const SAMPLE_BELOW_NS: u64 = 200_000;
     /// Entries of the events' stack map.
     pub const STACK_MAP_ENTRIES: u32 = 16384;
 }
@@ -81,6 +88,8 @@ pub struct EventOptions {
     pub sample_one_in: u32,
     /// [`defaults::PAGEFAULT_PERIOD`].
     pub pagefault_period: u64,
+    /// [`defaults::SAMPLE_BELOW_NS`].
+    pub sample_below_ns: u64,
     /// Only this process (default: all).
     pub pid: Option<Pid>,
 }
@@ -97,6 +106,7 @@ impl Default for EventOptions {
             state_mask: defaults::STATE_MASK,
             sample_one_in: 1,
             pagefault_period: defaults::PAGEFAULT_PERIOD,
+            sample_below_ns: defaults::SAMPLE_BELOW_NS,
             pid: None,
         }
     }
@@ -154,6 +164,10 @@ pub struct EventCounters {
     pub sampled_out: u64,
     /// New processes not announced because `new_tgids` was full.
     pub new_process_dropped: u64,
+    /// Short off-CPU periods left out by `sample_below_ns`.
+    pub short_offcpu_sampled_out: u64,
+    /// Wakeups ending short blocks left out by `sample_below_ns`.
+    pub short_wakeups_sampled_out: u64,
 }
 
 /// The loaded events programs. Dropping detaches and unloads them.
@@ -204,11 +218,16 @@ impl EventSampler {
         cfg.state_mask = options.state_mask;
         cfg.sample_one_in = options.sample_one_in;
         cfg.pagefault_period = options.pagefault_period;
+        cfg.sample_below_ns = options.sample_below_ns;
         cfg.target_tgid = options.pid.map_or(0, |p| p.0);
         // Wakeup and off-wake need the blocked-thread table that off-CPU fills.
         cfg.offcpu = u8::from(sched);
         cfg.wakeup = u8::from(options.wakeup);
         cfg.offwake = u8::from(options.offwake);
+        open.maps
+            .blocked_kstacks
+            .set_max_entries(BLOCKED_KSTACK_ENTRIES)
+            .map_err(|source| CollectError::Load { source })?;
         let skel = open
             .load()
             .map_err(|source| CollectError::Load { source })?;
@@ -263,7 +282,7 @@ impl EventSampler {
     /// Cumulative counters, summed over CPUs.
     pub fn counters(&self) -> Result<EventCounters, CollectError> {
         let map = &self.skel.maps.event_counters;
-        let mut v = [0u64; 8];
+        let mut v = [0u64; 10];
         for (i, slot) in v.iter_mut().enumerate() {
             let per_cpu = map
                 .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
@@ -286,6 +305,8 @@ impl EventSampler {
             stacks_lost: v[5],
             sampled_out: v[6],
             new_process_dropped: v[7],
+            short_offcpu_sampled_out: v[8],
+            short_wakeups_sampled_out: v[9],
         })
     }
 
@@ -328,6 +349,23 @@ impl EventSampler {
             stacks.insert(id, s.clone());
             Ok(s)
         };
+        // Off-CPU and off-wake kernel stack ids index `blocked_kstacks`.
+        let mut kstacks: HashMap<i32, RawStack> = HashMap::new();
+        let mut blocked_kstack = |id: i32| -> Result<RawStack, CollectError> {
+            if id < 0 {
+                return Ok(if id == -2 {
+                    RawStack::Lost
+                } else {
+                    RawStack::None
+                });
+            }
+            if let Some(s) = kstacks.get(&id) {
+                return Ok(s.clone());
+            }
+            let s = read_blocked_kstack(&maps.blocked_kstacks, id)?;
+            kstacks.insert(id, s.clone());
+            Ok(s)
+        };
         let mut out = Vec::with_capacity(entries.len());
         for (k, value) in entries {
             let Some(kind) = EventKind::from_raw(k.event) else {
@@ -337,7 +375,11 @@ impl EventSampler {
                 pid: Pid(k.tgid),
                 tid: Tid(k.pid),
                 comm: super::comm_to_string(&k.comm),
-                kernel: stack(k.kstack_id)?,
+                kernel: if matches!(kind, EventKind::OffCpu | EventKind::OffWake) {
+                    blocked_kstack(k.kstack_id)?
+                } else {
+                    stack(k.kstack_id)?
+                },
                 user: stack(k.ustack_id)?,
                 count: value,
             };
@@ -386,8 +428,70 @@ impl EventSampler {
                 let _ = used.update(k, &0u64.to_ne_bytes(), MapFlags::ANY);
             }
         }
+        // Blocked kernel stacks are used when charged, so any count naming
+        // one was drained long before it is this old.
+        let horizon = now.saturating_sub(BLOCKED_KSTACK_IDLE_NS);
+        let kstacks = &maps.blocked_kstacks;
+        let stale: Vec<Vec<u8>> = kstacks
+            .keys()
+            .filter(|k| {
+                kstacks
+                    .lookup(k, MapFlags::ANY)
+                    .ok()
+                    .flatten()
+                    .and_then(|v| kstack_last_used(&v))
+                    .is_some_and(|used| used < horizon)
+            })
+            .collect();
+        for k in stale {
+            let _ = kstacks.delete(&k);
+        }
         Ok(())
     }
+}
+
+/// A `blocked_kstacks` entry unused this long is deleted.
+const BLOCKED_KSTACK_IDLE_NS: u64 = 10_000_000_000;
+
+/// Entries of `blocked_kstacks`: distinct kernel stacks threads blocked in
+/// during the last [`BLOCKED_KSTACK_IDLE_NS`] (about 1 KiB of kernel memory
+/// each).
+pub const BLOCKED_KSTACK_ENTRIES: u32 = 4096;
+
+/// Reads one kernel stack of `blocked_kstacks` (innermost first).
+fn read_blocked_kstack(map: &MapMut<'_>, id: i32) -> Result<RawStack, CollectError> {
+    let value = map
+        .lookup(&(id as u32).to_ne_bytes(), MapFlags::ANY)
+        .map_err(|source| CollectError::Drain {
+            map: "blocked_kstacks",
+            source,
+        })?;
+    let Some(v) = value else {
+        return Ok(RawStack::Lost);
+    };
+    // struct task_kstack: hash, used, nr, pad, ips (read by offset: the
+    // lookup's buffer carries no alignment guarantee).
+    let ips: Vec<u64> = v
+        .get(24..)
+        .unwrap_or_default()
+        .chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().expect("8-byte chunk")))
+        .collect();
+    let nr = v
+        .get(16..20)
+        .map_or(0, |b| {
+            u32::from_ne_bytes(b.try_into().expect("4 bytes")) as usize
+        })
+        .min(ips.len());
+    Ok(RawStack::Ips {
+        truncated: nr == ips.len(),
+        ips: ips[..nr].to_vec(),
+    })
+}
+
+/// `task_kstack.used` of a `blocked_kstacks` value.
+fn kstack_last_used(v: &[u8]) -> Option<u64> {
+    Some(u64::from_ne_bytes(v.get(8..16)?.try_into().ok()?))
 }
 
 /// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns.

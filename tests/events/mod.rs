@@ -38,6 +38,48 @@ fn offcpu_charges_sleep_to_sleepy() {
     );
 }
 
+/// 4000 sleeps of ~20 us (plus timer slack), far below the 200 us sampling
+/// threshold: sampled (each recorded with probability length/200 us and
+/// charged 200 us), short_naps still gets the time it really slept, as it
+/// does when every period is recorded.
+#[test]
+fn short_offcpu_periods_are_sampled_without_bias() {
+    require_root();
+    for threshold in ["200", "0"] {
+        let bin = build_c("short_naps");
+        let truth = scratch().join(format!("short_naps-{threshold}.us"));
+        let mut w = Workload::spawn(Command::new(&bin).arg("2").arg(&truth));
+        let pid = w.pid().to_string();
+        let p = record_folded(
+            &format!("short-naps-{threshold}.folded"),
+            &[
+                "-e",
+                "offcpu",
+                "-s",
+                "5",
+                "-p",
+                &pid,
+                "--offcpu-sample-below-us",
+                threshold,
+            ],
+        );
+        assert!(w.0.wait().expect("waiting for short_naps").success());
+        let slept: u64 = std::fs::read_to_string(&truth)
+            .expect("short_naps wrote its total")
+            .trim()
+            .parse()
+            .expect("a number of us");
+        let us = sum_where(&p, |f| {
+            f.contains(&"short_naps") && f.contains(&"__x64_sys_nanosleep_[k]")
+        });
+        assert!(
+            us * 100 >= slept * 85 && us * 100 <= slept * 115,
+            "threshold {threshold} us: short_naps slept {slept} us, emberd charged {us} us:\n{}",
+            top(&p, 8)
+        );
+    }
+}
+
 /// The producer wakes the reader ten times after 100 ms: wakeup charges about
 /// 1 s to producer's stack; offwake joins wait_for_data -- producer.
 #[test]
