@@ -269,6 +269,9 @@ fn collect_loop(
         unsafe {
             libc::malloc_trim(0);
         }
+        if let Some(Ok(counters)) = pipeline.event_counters() {
+            metrics.observe_events(&counters);
+        }
         if let Ok(counters) = pipeline.counters() {
             metrics.observe_drain(
                 &counters,

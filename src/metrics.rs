@@ -11,6 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::collect::events::EventCounters;
 use crate::collect::{Counter as BpfCounter, Counters};
 use crate::store::StoreStats;
 use crate::symbolize::Misses;
@@ -45,6 +46,13 @@ pub struct MissLabel {
     pub reason: String,
 }
 
+/// `hook` label: a BPF program of the events object.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HookLabel {
+    /// `sched_switch`, `sched_waking` or `page_fault`.
+    pub hook: String,
+}
+
 /// `route` and `code` labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteCode {
@@ -77,7 +85,10 @@ pub struct Metrics {
     latency: Family<RouteLabel, Histogram>,
     rss: Gauge,
     cpu_seconds: Gauge<f64, AtomicU64>,
+    hook_runs: Family<HookLabel, Counter>,
+    sampled_out: Family<MissLabel, Counter>,
     last: Mutex<(Counters, Misses, u64, u64)>,
+    last_events: Mutex<EventCounters>,
 }
 
 impl Metrics {
@@ -165,7 +176,22 @@ impl Metrics {
             "emberd's user + system CPU time in seconds",
             cpu_seconds.clone(),
         );
+        let hook_runs = Family::<HookLabel, Counter>::default();
+        registry.register(
+            "event_hook_runs",
+            "Runs of the off-CPU/wakeup/page-fault BPF programs, per hook",
+            hook_runs.clone(),
+        );
+        let sampled_out = Family::<MissLabel, Counter>::default();
+        registry.register(
+            "offcpu_sampled_out",
+            "Off-CPU periods and wakeups left out by sampling (values of the rest are scaled), by reason",
+            sampled_out.clone(),
+        );
         Self {
+            hook_runs,
+            sampled_out,
+            last_events: Mutex::new(EventCounters::default()),
             registry,
             samples,
             dropped,
@@ -253,6 +279,54 @@ impl Metrics {
                 .inc_by(now.saturating_sub(prev));
         }
         *last = (*counters, *misses, missing_stacks_total, kept);
+    }
+
+    /// Updates the events programs' metrics (counters are cumulative).
+    pub fn observe_events(&self, c: &EventCounters) {
+        let mut last = self.last_events.lock().unwrap_or_else(|e| e.into_inner());
+        let p = *last;
+        for (hook, now, prev) in [
+            ("sched_switch", c.switches, p.switches),
+            ("sched_waking", c.wakeups, p.wakeups),
+            ("page_fault", c.pagefaults, p.pagefaults),
+        ] {
+            self.hook_runs
+                .get_or_create(&HookLabel { hook: hook.into() })
+                .inc_by(now.saturating_sub(prev));
+        }
+        let ev = |r: &str| ReasonLabel {
+            event: "offcpu".into(),
+            reason: r.into(),
+        };
+        self.dropped
+            .get_or_create(&ev("blocked_state_unavailable"))
+            .inc_by(c.blocked_full.saturating_sub(p.blocked_full));
+        self.dropped
+            .get_or_create(&ev("counts_map_full"))
+            .inc_by(c.counts_full.saturating_sub(p.counts_full));
+        self.lost_stacks
+            .get_or_create(&ev("collision_or_full"))
+            .inc_by(c.stacks_lost.saturating_sub(p.stacks_lost));
+        for (reason, now, prev) in [
+            ("one_in_n", c.sampled_out, p.sampled_out),
+            (
+                "short_period",
+                c.short_offcpu_sampled_out,
+                p.short_offcpu_sampled_out,
+            ),
+            (
+                "short_wakeup",
+                c.short_wakeups_sampled_out,
+                p.short_wakeups_sampled_out,
+            ),
+        ] {
+            self.sampled_out
+                .get_or_create(&MissLabel {
+                    reason: reason.into(),
+                })
+                .inc_by(now.saturating_sub(prev));
+        }
+        *last = *c;
     }
 
     /// Updates the store metrics after an insert; `dropped_before` is the

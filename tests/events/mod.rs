@@ -185,4 +185,16 @@ fn daemon_serves_offcpu_and_pagefault() {
     }
     assert_eq!(d.get("/debug/pprof/hotcold?seconds=5").status, 404);
     assert_eq!(d.get("/folded?seconds=5&event=hotcold").status, 200);
+    // The events programs' own counters reach /metrics: the sleeps alone
+    // switched and woke sleepy ten times.
+    let m = d.get("/metrics").text();
+    let value = |name: &str| -> f64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{m}"))
+    };
+    assert!(value(r#"emberd_event_hook_runs_total{hook="sched_switch"}"#) >= 10.0);
+    assert!(value(r#"emberd_event_hook_runs_total{hook="sched_waking"}"#) >= 10.0);
+    value(r#"emberd_offcpu_sampled_out_total{reason="short_period"}"#);
+    value(r#"emberd_samples_dropped_total{event="offcpu",reason="blocked_state_unavailable"}"#);
 }
