@@ -201,6 +201,18 @@ pub fn run() -> Vec<Item> {
             detail: format!("cannot sample: {e}"),
         }),
     }
+    match crate::collect::events::EventSampler::start(crate::collect::events::EventOptions::default()) {
+        Ok(_) => items.push(Item {
+            what: "off-CPU events",
+            status: Status::Ok,
+            detail: "tp_btf sched_switch/sched_waking with task storage and the page-fault perf event loaded and attached".into(),
+        }),
+        Err(e) => items.push(Item {
+            what: "off-CPU events",
+            status: Status::Degraded,
+            detail: format!("{e}"),
+        }),
+    }
     items.push(match crate::symbolize::kallsyms_readable() {
         Ok(true) => Item {
             what: "kallsyms",
@@ -244,7 +256,7 @@ pub fn run() -> Vec<Item> {
         detail: if tracefs {
             "mounted".into()
         } else {
-            "not mounted: classic tracepoints unavailable (emberd uses raw tracepoints, so nothing is lost today); mount -t tracefs nodev /sys/kernel/tracing".into()
+            "not mounted: classic tracepoints unavailable (emberd uses raw and BTF-typed tracepoints, so nothing is lost today); mount -t tracefs nodev /sys/kernel/tracing".into()
         },
     });
     let bpffs = std::fs::read_to_string("/proc/mounts")

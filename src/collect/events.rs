@@ -205,7 +205,7 @@ impl EventSampler {
         let storage = Box::leak(Box::new(MaybeUninit::uninit()));
         let mut open = EventsSkelBuilder::default()
             .open(storage)
-            .map_err(|source| CollectError::Load { source })?;
+            .map_err(|source| CollectError::LoadEvents { source })?;
         let cfg = &mut open
             .maps
             .rodata_data
@@ -227,10 +227,10 @@ impl EventSampler {
         open.maps
             .blocked_kstacks
             .set_max_entries(BLOCKED_KSTACK_ENTRIES)
-            .map_err(|source| CollectError::Load { source })?;
+            .map_err(|source| CollectError::LoadEvents { source })?;
         let skel = open
             .load()
-            .map_err(|source| CollectError::Load { source })?;
+            .map_err(|source| CollectError::LoadEvents { source })?;
         assert_eq!(
             skel.maps.event_counts.key_size() as usize,
             std::mem::size_of::<types::event_key>(),
@@ -240,7 +240,7 @@ impl EventSampler {
             skel.progs
                 .handle__sched_process_exec
                 .attach()
-                .map_err(|source| CollectError::Load { source })?,
+                .map_err(|source| CollectError::LoadEvents { source })?,
         ];
         if sched {
             for prog in [
@@ -250,7 +250,7 @@ impl EventSampler {
             ] {
                 links.push(
                     prog.attach()
-                        .map_err(|source| CollectError::Load { source })?,
+                        .map_err(|source| CollectError::LoadEvents { source })?,
                 );
             }
         }

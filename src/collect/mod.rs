@@ -103,6 +103,14 @@ pub enum CollectError {
         /// The libbpf error.
         source: libbpf_rs::Error,
     },
+    /// The events object (off-CPU, wakeup, page faults) failed to load or attach.
+    #[error(
+        "loading the off-CPU/wakeup/page-fault programs failed: {source}\nhint: they need BTF-typed tracepoints (tp_btf) and BPF task storage (Linux 5.11 or later); run `emberd check`, or switch them off with offcpu = wakeup = offwake = pagefault = false"
+    )]
+    LoadEvents {
+        /// The libbpf error.
+        source: libbpf_rs::Error,
+    },
     /// perf_event_open failed.
     #[error(transparent)]
     PerfEvent(#[from] perf_event::PerfEventError),
