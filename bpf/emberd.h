@@ -82,7 +82,7 @@ struct event_key {
  */
 struct blocked {
 	__u64 ts;              /* ns, bpf_ktime_get_ns; 0: not blocked */
-	__u64 woken_after;     /* ns blocked when sched_waking fired; 0: not yet */
+	__u64 woken_after;     /* ns blocked when the recorded waker woke it */
 	__u32 tgid;
 	__s32 ustack_id;
 	__u32 waker_tgid;      /* set by sched_waking when has_waker */

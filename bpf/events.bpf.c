@@ -18,10 +18,12 @@
  * T, so every block still counts for its length on average; blocks of T or
  * more are all recorded, exactly. Walks per second are then bounded by
  * blocked time / T rather than by the switch rate. The waker is sampled the
- * same way at sched_waking (with the length so far); an off-wake chain needs
- * both, so a recorded waker makes its wakee's kernel stack certain and the
- * rest of the wakee's probability is made up at switch-in (see
- * charge_offcpu).
+ * same way at sched_waking, with the length so far, and independently: an
+ * off-wake chain is charged whenever its waker was recorded (weighted by the
+ * waker's probability), the off-CPU period only when its own draw says so.
+ * A waking that is not recorded writes nothing: the blocked thread's state
+ * was last written on its own CPU, and writing it from the waker's would
+ * bounce the cache line on every wakeup.
  *
  * Counts are drained with lookup-and-delete (no double buffer). User stack
  * ids are held by blocked threads across drains, so they are not deleted
@@ -278,20 +280,13 @@ static __always_inline void charge_offcpu(void *ctx, struct task_struct *next,
 	struct event_key *k;
 	int take;
 
-	/*
-	 * Wanted: recorded with probability p = delta/T. A waking that was
-	 * considered at `woken_after` ns recorded its waker (and so this
-	 * period) with probability w = woken_after/T already; the rest,
-	 * (p - w) / (1 - w), is drawn here.
-	 */
-	if (delta >= t || b->has_waker)
-		take = 1;
-	else
-		take = chance(delta - b->woken_after, t - b->woken_after);
-	if (!take) {
+	/* Off-CPU: recorded with probability delta/T. */
+	take = delta >= t || chance(delta, t);
+	if (!take)
 		ecount(ECOUNTER_SHORT_OFFCPU_SAMPLED_OUT);
+	/* Off-wake needs this kernel stack too whenever the waker was recorded. */
+	if (!take && !(config.offwake && b->has_waker))
 		return;
-	}
 	if (config.sample_one_in > 1)
 		scale = config.sample_one_in;
 	k = scratch_key();
@@ -304,7 +299,8 @@ static __always_inline void charge_offcpu(void *ctx, struct task_struct *next,
 	k->ustack_id = b->ustack_id;
 	__builtin_memcpy(k->comm, b->comm, sizeof(k->comm));
 	stamp(k->ustack_id, now);
-	add(k, (delta >= t ? delta : t) * scale);
+	if (take)
+		add(k, (delta >= t ? delta : t) * scale);
 	if (config.offwake && b->has_waker) {
 		/* Recorded with the waker's probability w = woken_after/T. */
 		__u64 w = b->woken_after;
@@ -383,10 +379,9 @@ static __always_inline int on_wakeup(void *ctx, struct task_struct *p)
 	if (!config.wakeup && !config.offwake)
 		return 0;
 	b = bpf_task_storage_get(&blocked_threads, p, 0, 0);
-	if (!b || !b->ts || b->woken_after)
+	if (!b || !b->ts || b->has_waker)
 		return 0;
 	delta = now - b->ts;
-	b->woken_after = delta ? delta : 1;
 	if (delta < t && !chance(delta, t)) {
 		ecount(ECOUNTER_SHORT_WAKEUP_SAMPLED_OUT);
 		return 0;
@@ -398,6 +393,7 @@ static __always_inline int on_wakeup(void *ctx, struct task_struct *p)
 	b->waker_kstack_id = stackid(ctx, 0, now);
 	b->waker_ustack_id = stackid(ctx, BPF_F_USER_STACK, now);
 	bpf_get_current_comm(&b->waker_comm, sizeof(b->waker_comm));
+	b->woken_after = delta ? delta : 1;
 	b->has_waker = 1;
 
 	if (!config.wakeup || delta < config.min_block_ns || delta > config.max_block_ns)
