@@ -90,10 +90,18 @@ struct blocked {
 	__s32 waker_kstack_id;
 	__s32 waker_ustack_id;
 	__u32 has_waker;       /* the waker's stacks were recorded */
-	__u32 _pad;
+	__u32 ustack_p;        /* chance the user stack was taken, of EMBERD_P_ONE; 0: not taken */
 	char comm[EMBERD_COMM_LEN];
 	char waker_comm[EMBERD_COMM_LEN];
+	__u64 last_len;        /* ns of this thread's previous off-CPU period; 0: none yet */
 };
+
+/* Probabilities in events.bpf.c are fixed point: EMBERD_P_ONE is certainty. */
+#define EMBERD_P_ONE (1U << 16)
+/* A user stack is taken with at least this chance (1/8), however short the
+ * thread's previous block: bounds the weight of a long block that follows
+ * short ones. */
+#define EMBERD_P_USTACK_FLOOR (EMBERD_P_ONE >> 3)
 
 /*
  * A blocked thread's kernel stack, walked with bpf_get_task_stack, in the

@@ -55,7 +55,7 @@ pub struct RawConfig {
     pub offcpu_sample_one_in: Option<u32>,
     /// `pagefault_period = 16`: faults per page-fault sample.
     pub pagefault_period: Option<u64>,
-    /// `offcpu_sample_below_us = 200`: shorter off-CPU periods (and the
+    /// `offcpu_sample_below_us = 1000`: shorter off-CPU periods (and the
     /// wakeups ending them) are recorded with probability length/this and
     /// charged this; 0 records all.
     pub offcpu_sample_below_us: Option<u64>,

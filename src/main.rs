@@ -79,7 +79,7 @@ struct DaemonArgs {
     #[arg(long)]
     pagefault_period: Option<u64>,
     /// Off-CPU periods shorter than this are sampled (probability
-    /// length/this, charged this), us; 0 records all [default: 200].
+    /// length/this, charged this), us; 0 records all [default: 1000].
     #[arg(long)]
     offcpu_sample_below_us: Option<u64>,
 }

@@ -56,11 +56,11 @@ pub mod defaults {
     pub const PAGEFAULT_PERIOD: u64 = 16;
     /// Off-CPU periods (and wakeups) shorter than this are recorded with
     /// probability length/this and charged this, so on average exactly;
-    /// longer ones are all recorded: 200 us. A kernel stack walk costs
+    /// longer ones are all recorded: 1 ms. A kernel stack walk costs
     /// microseconds here, on the woken thread's critical path; this bounds
     /// the walks per second by the blocked time, whatever the switch rate.
     /// 0 records every period.
-    pub const SAMPLE_BELOW_NS: u64 = 200_000;
+    pub const SAMPLE_BELOW_NS: u64 = 1_000_000;
     /// Entries of the events' stack map.
     pub const STACK_MAP_ENTRIES: u32 = 16384;
 }

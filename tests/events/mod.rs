@@ -38,14 +38,15 @@ fn offcpu_charges_sleep_to_sleepy() {
     );
 }
 
-/// 4000 sleeps of ~20 us (plus timer slack), far below the 200 us sampling
-/// threshold: sampled (each recorded with probability length/200 us and
-/// charged 200 us), short_naps still gets the time it really slept, as it
-/// does when every period is recorded.
+/// 8000 sleeps of ~20 us (plus timer slack), far below the sampling
+/// threshold T (1 ms by default): sampled (the user stack taken with a chance
+/// predicted from the previous sleep, the period recorded with chance
+/// length/T in all and charged accordingly), short_naps still gets the time
+/// it really slept, as it does when every period is recorded (T = 0).
 #[test]
 fn short_offcpu_periods_are_sampled_without_bias() {
     require_root();
-    for threshold in ["200", "0"] {
+    for threshold in ["1000", "200", "0"] {
         let bin = build_c("short_naps");
         let truth = scratch().join(format!("short_naps-{threshold}.us"));
         let mut w = Workload::spawn(Command::new(&bin).arg("2").arg(&truth));

@@ -1,4 +1,4 @@
-/* A thread that sleeps 4000 times for 20 us inside short_naps(), after
+/* A thread that sleeps 8000 times for 20 us inside short_naps(), after
  * argv[1] s, and writes the wall time those sleeps took, in us, to the file
  * argv[2]: blocks much shorter than emberd's sampling threshold, with the
  * truth to compare the sampled estimate against. */
@@ -20,7 +20,7 @@ static double now_us(void)
 __attribute__((noinline)) void short_naps(void)
 {
 	struct timespec ts = {0, 20 * 1000};
-	for (int i = 0; i < 4000; i++) {
+	for (int i = 0; i < 8000; i++) {
 		double t0 = now_us();
 		raw_syscall3(SYS_nanosleep, (long)&ts, 0, 0);
 		slept_us += now_us() - t0;
