@@ -82,26 +82,27 @@ struct event_key {
  */
 struct blocked {
 	__u64 ts;              /* ns, bpf_ktime_get_ns; 0: not blocked */
-	__u64 woken_after;     /* ns blocked when the recorded waker woke it */
 	__u32 tgid;
 	__s32 ustack_id;
+	__u32 ustack_p;        /* chance the user stack was taken, of EMBERD_P_ONE; 0: not taken */
+	__u32 waker_p;         /* chance the waker was recorded with, of EMBERD_P_ONE */
 	__u32 waker_tgid;      /* set by sched_waking when has_waker */
 	__u32 waker_pid;
 	__s32 waker_kstack_id;
 	__s32 waker_ustack_id;
 	__u32 has_waker;       /* the waker's stacks were recorded */
-	__u32 ustack_p;        /* chance the user stack was taken, of EMBERD_P_ONE; 0: not taken */
+	__u32 _pad;
 	char comm[EMBERD_COMM_LEN];
 	char waker_comm[EMBERD_COMM_LEN];
-	__u64 last_len;        /* ns of this thread's previous off-CPU period; 0: none yet */
 };
 
 /* Probabilities in events.bpf.c are fixed point: EMBERD_P_ONE is certainty. */
 #define EMBERD_P_ONE (1U << 16)
-/* A user stack is taken with at least this chance (1/8), however short the
- * thread's previous block: bounds the weight of a long block that follows
- * short ones. */
+/* The least predicted chance (1/8), however short the thread's previous
+ * block: bounds the weight of a long block that follows short ones. */
 #define EMBERD_P_USTACK_FLOOR (EMBERD_P_ONE >> 3)
+/* Entries of events.bpf.c's `predicted` array, indexed by thread id modulo this. */
+#define EMBERD_PREDICTED_SLOTS 65536
 
 /*
  * A blocked thread's kernel stack, walked with bpf_get_task_stack, in the

@@ -18,24 +18,25 @@
  * T, so every block still counts for its length on average; blocks of T or
  * more are all recorded, exactly. Walks per second are then bounded by
  * blocked time / T rather than by the switch rate. The waker is sampled the
- * same way at sched_waking, with the length so far, and independently: an
- * off-wake chain is charged whenever its waker was recorded (weighted by the
- * waker's probability), the off-CPU period only when its own draw says so.
- * A waking that is not recorded writes nothing: the blocked thread's state
- * was last written on its own CPU, and writing it from the waker's would
- * bounce the cache line on every wakeup.
+ * same way at sched_waking, independently: an off-wake chain is charged
+ * whenever its waker was recorded (weighted by the waker's chance), the
+ * off-CPU period only when its own draw says so.
  *
- * The user stack has to be walked when the thread leaves the CPU, before the
- * length is known (a sleeping thread's user memory is not readable from
- * another's context), and that walk is then the dearest part (~1 us here).
- * So it is taken with a chance u predicted from the thread's previous
- * period: u = previous/T, at least 1/8, and certain after a period of T or
- * more (or with no history). At switch-in the period is recorded with
- * chance min(1, p/u) more, p = length/T, so with min(p, u) in all, and
- * charged length / min(p, u): still exact on average. A thread that blocks
- * briefly again and again (the costly case) skips 7 walks in 8; a long block
- * right after short ones is recorded with chance at least 1/8 and weighed
- * accordingly.
+ * Predicted chances. The user stack has to be walked when the thread leaves
+ * the CPU, before the length is known (a sleeping thread's user memory is not
+ * readable from another's context), and that walk is then the dearest part
+ * (~1 us here). So it is taken with a chance u predicted from the thread's
+ * previous period (its length/T rounded up to 1/8, 1/4, 1/2 or 1; certain
+ * with no history), and at switch-in the period is recorded with chance
+ * min(1, p/u) more, p = length/T: with min(p, u) in all, and charged
+ * length / min(p, u), still exact on average. The waker is drawn the same
+ * way, first with the wakee's u, kept apart from its state and written only
+ * when it changes (`predicted`): the state is written by the wakee's CPU at
+ * every switch, and reaching it from the waker's CPU at every wakeup cost
+ * ~7% of a ping-pong's throughput here. A thread that
+ * blocks briefly again and again (the costly case) skips 7 walks and 7 reads
+ * in 8; a long block right after short ones is recorded with chance at least
+ * 1/8 and weighed accordingly.
  *
  * Counts are drained with lookup-and-delete (no double buffer). User stack
  * ids are held by blocked threads across drains, so they are not deleted
@@ -123,6 +124,21 @@ struct {
 	__type(key, int);
 	__type(value, struct blocked);
 } blocked_threads SEC(".maps");
+
+/*
+ * Each thread's predicted chance (see the top of this file), by thread id
+ * modulo the size, of EMBERD_P_ONE; 0: no history. Not in task storage:
+ * reaching another task's storage reads a line of its task_struct that every
+ * BPF run in that task writes (current->bpf_ctx), so a waker would miss the
+ * cache on every wakeup. A slot shared by two threads only makes a
+ * prediction worse, never a weight wrong: weights use the chance drawn with.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, EMBERD_PREDICTED_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} predicted SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -292,14 +308,56 @@ static __always_inline __u64 scale_by(__u64 v, __u64 num, __u64 den)
 }
 
 /*
+ * What a record seen with chance `p` (of EMBERD_P_ONE) stands for: p was
+ * min(u, length/T) for a prediction u; recorded with chance u when the
+ * length reached T*u, else with chance length/T, which charges T.
+ */
+static __always_inline __u64 weigh(__u64 len, __u32 u, __u64 t, int *take, __u32 *p)
+{
+	__u64 num = len * EMBERD_P_ONE, den = t * u;
+
+	if (num >= den) {
+		*take = 1;
+		*p = u;
+		return scale_by(len, EMBERD_P_ONE, u);
+	}
+	*take = chance(num, den);
+	*p = num / t ? num / t : 1;
+	return t;
+}
+
+/* The predicted chance for thread `tid` (certain with no history). */
+static __always_inline __u32 predicted_for(__u32 tid)
+{
+	__u32 slot = tid % EMBERD_PREDICTED_SLOTS, *p;
+
+	if (!config.sample_below_ns)
+		return EMBERD_P_ONE;
+	p = bpf_map_lookup_elem(&predicted, &slot);
+	return p && *p ? *p : EMBERD_P_ONE;
+}
+
+/* The chance to predict for a thread's next period from its last one. */
+static __always_inline __u32 predict(__u64 last, __u64 t)
+{
+	if (last * 2 >= t)
+		return EMBERD_P_ONE;
+	if (last * 4 >= t)
+		return EMBERD_P_ONE / 2;
+	if (last * 8 >= t)
+		return EMBERD_P_ONE / 4;
+	return EMBERD_P_USTACK_FLOOR;
+}
+
+/*
  * `next` comes back after `delta` ns off CPU: record the period if the
  * sampling picks it (see the top of this file) and charge it.
  */
 static __always_inline void charge_offcpu(void *ctx, struct task_struct *next,
 					  struct blocked *b, __u64 delta, __u64 now)
 {
-	__u64 t = config.sample_below_ns, scale = 1, weight, num, den;
-	__u32 u = b->ustack_p;
+	__u64 t = config.sample_below_ns, scale = 1, weight;
+	__u32 u = b->ustack_p, p;
 	struct event_key *k;
 	int take;
 
@@ -307,16 +365,7 @@ static __always_inline void charge_offcpu(void *ctx, struct task_struct *next,
 		ecount(ECOUNTER_SHORT_OFFCPU_SAMPLED_OUT);
 		return;
 	}
-	/* Off-CPU: recorded with chance min(1, p/u) more, p = delta/T. */
-	num = delta * EMBERD_P_ONE;
-	den = t * u;
-	if (num >= den) {
-		take = 1;         /* p >= u: recorded with chance u in all */
-		weight = scale_by(delta, EMBERD_P_ONE, u);
-	} else {
-		take = chance(num, den);
-		weight = t;       /* recorded with chance p: delta / p */
-	}
+	weight = weigh(delta, u, t, &take, &p);
 	if (!take)
 		ecount(ECOUNTER_SHORT_OFFCPU_SAMPLED_OUT);
 	/* Off-wake needs this kernel stack too whenever the waker was recorded. */
@@ -337,8 +386,8 @@ static __always_inline void charge_offcpu(void *ctx, struct task_struct *next,
 	if (take)
 		add(k, weight * scale);
 	if (config.offwake && b->has_waker) {
-		/* Recorded with chance u (user stack) times w/T (waker). */
-		__u64 w = b->woken_after, v = scale_by(delta, EMBERD_P_ONE, u);
+		/* Recorded with chance u (user stack) times waker_p (waker). */
+		__u64 v = scale_by(delta, EMBERD_P_ONE, u);
 
 		k->event = EVENT_OFFWAKE;
 		k->waker_tgid = b->waker_tgid;
@@ -348,7 +397,7 @@ static __always_inline void charge_offcpu(void *ctx, struct task_struct *next,
 		__builtin_memcpy(k->waker_comm, b->waker_comm, sizeof(k->waker_comm));
 		stamp(k->waker_kstack_id, now);
 		stamp(k->waker_ustack_id, now);
-		add(k, (w >= t || w == 0 ? v : scale_by(v, t, w)) * scale);
+		add(k, scale_by(v, EMBERD_P_ONE, b->waker_p ? b->waker_p : 1) * scale);
 	}
 }
 
@@ -365,7 +414,7 @@ int BPF_PROG(handle__sched_switch, _Bool preempt, struct task_struct *prev,
 	if (!config.offcpu)
 		return 0;
 
-	/* The thread leaving the CPU: remember when, and its user stack. */
+	/* The thread leaving the CPU: remember when, and maybe its user stack. */
 	if (prev_pid != 0 &&
 	    (config.state_mask == 0 || (prev_state & config.state_mask)) &&
 	    (config.target_tgid == 0 || prev_tgid == config.target_tgid)) {
@@ -375,17 +424,10 @@ int BPF_PROG(handle__sched_switch, _Bool preempt, struct task_struct *prev,
 			b = bpf_task_storage_get(&blocked_threads, prev, 0,
 						 BPF_LOCAL_STORAGE_GET_F_CREATE);
 			if (b) {
-				__u64 t = config.sample_below_ns, last = b->last_len;
-				__u32 u = EMBERD_P_ONE;
+				__u32 u = predicted_for(prev_pid);
 
-				if (last && last < t) {
-					u = last * EMBERD_P_ONE / t;
-					if (u < EMBERD_P_USTACK_FLOOR)
-						u = EMBERD_P_USTACK_FLOOR;
-				}
 				note_process_cached(prev_tgid);
 				b->ts = now;
-				b->woken_after = 0;
 				b->has_waker = 0;
 				b->tgid = prev_tgid;
 				bpf_get_current_comm(&b->comm, sizeof(b->comm));
@@ -405,9 +447,14 @@ int BPF_PROG(handle__sched_switch, _Bool preempt, struct task_struct *prev,
 	b = bpf_task_storage_get(&blocked_threads, next, 0, 0);
 	if (b && b->ts) {
 		__u64 delta = now - b->ts;
+		__u32 pred = predict(delta, config.sample_below_ns);
+		__u32 slot = (__u32)next->pid % EMBERD_PREDICTED_SLOTS, *pp;
 
 		b->ts = 0;
-		b->last_len = delta;
+		/* Wakers on other CPUs read this line: write it only on change. */
+		pp = bpf_map_lookup_elem(&predicted, &slot);
+		if (pp && *pp != pred)
+			*pp = pred;
 		if (delta >= config.min_block_ns && delta <= config.max_block_ns)
 			charge_offcpu(ctx, next, b, delta, now);
 	}
@@ -416,22 +463,31 @@ int BPF_PROG(handle__sched_switch, _Bool preempt, struct task_struct *prev,
 
 /*
  * The waker's stacks are taken here, in its own context; sampled like the
- * blocks (see the top of this file), with the length of the block so far.
+ * user stack (see the top of this file): a first draw with the wakee's
+ * predicted chance, and only then its state and block so far.
  */
 static __always_inline int on_wakeup(void *ctx, struct task_struct *p)
 {
-	__u64 now = bpf_ktime_get_ns(), delta, id, t = config.sample_below_ns;
+	__u64 now = bpf_ktime_get_ns(), delta, weight, id, t = config.sample_below_ns;
 	struct event_key *k;
 	struct blocked *b;
+	__u32 u, p_rec;
+	int take;
 
 	ecount(ECOUNTER_WAKEUPS);
 	if (!config.wakeup && !config.offwake)
 		return 0;
+	u = predicted_for((__u32)p->pid);
+	if (u < EMBERD_P_ONE && !chance(u, EMBERD_P_ONE)) {
+		ecount(ECOUNTER_SHORT_WAKEUP_SAMPLED_OUT);
+		return 0;
+	}
 	b = bpf_task_storage_get(&blocked_threads, p, 0, 0);
 	if (!b || !b->ts || b->has_waker)
 		return 0;
 	delta = now - b->ts;
-	if (delta < t && !chance(delta, t)) {
+	weight = weigh(delta, u, t, &take, &p_rec);
+	if (!take) {
 		ecount(ECOUNTER_SHORT_WAKEUP_SAMPLED_OUT);
 		return 0;
 	}
@@ -442,7 +498,7 @@ static __always_inline int on_wakeup(void *ctx, struct task_struct *p)
 	b->waker_kstack_id = stackid(ctx, 0, now);
 	b->waker_ustack_id = stackid(ctx, BPF_F_USER_STACK, now);
 	bpf_get_current_comm(&b->waker_comm, sizeof(b->waker_comm));
-	b->woken_after = delta ? delta : 1;
+	b->waker_p = p_rec; /* for off-wake's weight */
 	b->has_waker = 1;
 
 	if (!config.wakeup || delta < config.min_block_ns || delta > config.max_block_ns)
@@ -463,7 +519,7 @@ static __always_inline int on_wakeup(void *ctx, struct task_struct *p)
 	__builtin_memcpy(k->waker_comm, b->comm, sizeof(k->waker_comm));
 	k->waker_kstack_id = EMBERD_STACK_NONE;
 	k->waker_ustack_id = EMBERD_STACK_NONE;
-	add(k, (delta >= t ? delta : t) * (config.sample_one_in > 1 ? config.sample_one_in : 1));
+	add(k, weight * (config.sample_one_in > 1 ? config.sample_one_in : 1));
 	return 0;
 }
 
