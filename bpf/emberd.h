@@ -100,7 +100,7 @@ struct blocked {
 #define EMBERD_P_ONE (1U << 16)
 /* The least predicted chance (1/8), however short the thread's previous
  * block: bounds the weight of a long block that follows short ones. */
-#define EMBERD_P_USTACK_FLOOR (EMBERD_P_ONE >> 3)
+#define EMBERD_P_FLOOR (EMBERD_P_ONE >> 3)
 /* Entries of events.bpf.c's `predicted` array, indexed by thread id modulo this. */
 #define EMBERD_PREDICTED_SLOTS 65536
 

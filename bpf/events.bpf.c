@@ -346,7 +346,7 @@ static __always_inline __u32 predict(__u64 last, __u64 t)
 		return EMBERD_P_ONE / 2;
 	if (last * 8 >= t)
 		return EMBERD_P_ONE / 4;
-	return EMBERD_P_USTACK_FLOOR;
+	return EMBERD_P_FLOOR;
 }
 
 /*
@@ -468,7 +468,7 @@ int BPF_PROG(handle__sched_switch, _Bool preempt, struct task_struct *prev,
  */
 static __always_inline int on_wakeup(void *ctx, struct task_struct *p)
 {
-	__u64 now = bpf_ktime_get_ns(), delta, weight, id, t = config.sample_below_ns;
+	__u64 now, delta, weight, id, t = config.sample_below_ns;
 	struct event_key *k;
 	struct blocked *b;
 	__u32 u, p_rec;
@@ -485,6 +485,7 @@ static __always_inline int on_wakeup(void *ctx, struct task_struct *p)
 	b = bpf_task_storage_get(&blocked_threads, p, 0, 0);
 	if (!b || !b->ts || b->has_waker)
 		return 0;
+	now = bpf_ktime_get_ns();
 	delta = now - b->ts;
 	weight = weigh(delta, u, t, &take, &p_rec);
 	if (!take) {

@@ -334,37 +334,13 @@ impl EventSampler {
         // The program keeps adding while we drain; a key re-added after its
         // batch was read is simply drained next time.
         let mut stacks: HashMap<i32, RawStack> = HashMap::new();
-        let mut stack = |id: i32| -> Result<RawStack, CollectError> {
-            if id < 0 {
-                return Ok(if id == -2 {
-                    RawStack::Lost
-                } else {
-                    RawStack::None
-                });
-            }
-            if let Some(s) = stacks.get(&id) {
-                return Ok(s.clone());
-            }
-            let s = read_stack(&maps.event_stacks, id)?;
-            stacks.insert(id, s.clone());
-            Ok(s)
-        };
+        let mut stack = |id| stack_by_id(&mut stacks, id, |id| read_stack(&maps.event_stacks, id));
         // Off-CPU and off-wake kernel stack ids index `blocked_kstacks`.
         let mut kstacks: HashMap<i32, RawStack> = HashMap::new();
-        let mut blocked_kstack = |id: i32| -> Result<RawStack, CollectError> {
-            if id < 0 {
-                return Ok(if id == -2 {
-                    RawStack::Lost
-                } else {
-                    RawStack::None
-                });
-            }
-            if let Some(s) = kstacks.get(&id) {
-                return Ok(s.clone());
-            }
-            let s = read_blocked_kstack(&maps.blocked_kstacks, id)?;
-            kstacks.insert(id, s.clone());
-            Ok(s)
+        let mut blocked_kstack = |id| {
+            stack_by_id(&mut kstacks, id, |id| {
+                read_blocked_kstack(&maps.blocked_kstacks, id)
+            })
         };
         let mut out = Vec::with_capacity(entries.len());
         for (k, value) in entries {
@@ -432,21 +408,39 @@ impl EventSampler {
         // one was drained long before it is this old.
         let horizon = now.saturating_sub(BLOCKED_KSTACK_IDLE_NS);
         let kstacks = &maps.blocked_kstacks;
-        let stale: Vec<Vec<u8>> = kstacks
-            .keys()
-            .filter(|k| {
-                kstacks
-                    .lookup(k, MapFlags::ANY)
-                    .ok()
-                    .flatten()
-                    .and_then(|v| kstack_last_used(&v))
-                    .is_some_and(|used| used < horizon)
-            })
-            .collect();
-        for k in stale {
-            let _ = kstacks.delete(&k);
+        let batch = kstacks
+            .lookup_batch(kstacks.max_entries(), MapFlags::ANY, MapFlags::ANY)
+            .map_err(|source| CollectError::Drain {
+                map: "blocked_kstacks",
+                source,
+            })?;
+        for (k, v) in batch {
+            if kstack_last_used(&v).is_some_and(|used| used < horizon) {
+                let _ = kstacks.delete(&k);
+            }
         }
         Ok(())
+    }
+}
+
+/// The stack a key's stack id names: the markers for negative ids (see
+/// `bpf/emberd.h`), else what `read` finds, read once per id per drain.
+fn stack_by_id(
+    cache: &mut HashMap<i32, RawStack>,
+    id: i32,
+    read: impl FnOnce(i32) -> Result<RawStack, CollectError>,
+) -> Result<RawStack, CollectError> {
+    match id {
+        -2 => Ok(RawStack::Lost),
+        ..0 => Ok(RawStack::None),
+        _ => {
+            if let Some(s) = cache.get(&id) {
+                return Ok(s.clone());
+            }
+            let s = read(id)?;
+            cache.insert(id, s.clone());
+            Ok(s)
+        }
     }
 }
 

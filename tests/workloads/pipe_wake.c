@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "raw_syscall.h"
+#include "delay.h"
 
 static int fds[2];
 
@@ -35,12 +36,10 @@ static void *consumer_main(void *arg)
 
 int main(int argc, char **argv)
 {
-	double delay = argc > 1 ? atof(argv[1]) : 0.5;
-	struct timespec d = {(time_t)delay, (long)((delay - (time_t)delay) * 1e9)};
 	pthread_t t;
 	if (pipe(fds))
 		return 1;
-	nanosleep(&d, NULL);
+	wait_delay_arg(argc, argv);
 	pthread_create(&t, NULL, consumer_main, NULL);
 	producer();
 	pthread_join(t, NULL);

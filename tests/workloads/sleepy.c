@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <time.h>
 #include "raw_syscall.h"
+#include "delay.h"
 
 __attribute__((noinline)) void sleepy(void)
 {
@@ -20,10 +21,8 @@ static void *run(void *arg)
 
 int main(int argc, char **argv)
 {
-	double delay = argc > 1 ? atof(argv[1]) : 0.5;
-	struct timespec d = {(time_t)delay, (long)((delay - (time_t)delay) * 1e9)};
 	pthread_t t;
-	nanosleep(&d, NULL);
+	wait_delay_arg(argc, argv);
 	pthread_create(&t, NULL, run, NULL);
 	pthread_join(t, NULL);
 	return 0;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <time.h>
+#include "delay.h"
 
 #define SIZE (64UL << 20)
 
@@ -14,15 +15,13 @@ __attribute__((noinline)) void touch_pages(volatile char *p)
 
 int main(int argc, char **argv)
 {
-	double delay = argc > 1 ? atof(argv[1]) : 0.5;
-	struct timespec d = {(time_t)delay, (long)((delay - (time_t)delay) * 1e9)};
 	struct timespec after = {0, 300 * 1000 * 1000};
 	char *p = mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		return 1;
 	/* 4 KiB pages, so one fault per page whatever the THP setting. */
 	madvise(p, SIZE, MADV_NOHUGEPAGE);
-	nanosleep(&d, NULL);
+	wait_delay_arg(argc, argv);
 	touch_pages(p);
 	nanosleep(&after, NULL);
 	return 0;
