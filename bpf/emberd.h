@@ -8,19 +8,123 @@
 #define EMBERD_H
 
 #define EMBERD_COMM_LEN 16
-/* kernel.perf_event_max_stack is 127 here: a 128-deep stack map fails with -EINVAL. */
+/* Frames kept per stack. kernel.perf_event_max_stack is 127 here, and
+ * bpf_get_stack returns at most that many kernel frames. */
 #define EMBERD_MAX_STACK_DEPTH 127
+/* Slots of a stored stack's frame array: a power of two, so an index masked
+ * with EMBERD_STACK_SLOTS - 1 is provably in bounds. */
+#define EMBERD_STACK_SLOTS 128
 
-/* Stack ids below zero are not map keys but what happened to the stack. */
-#define EMBERD_STACK_NONE (-1) /* no stack of that kind: user-mode sample, kernel thread */
-#define EMBERD_STACK_LOST (-2) /* the kernel had a stack but could not store it */
+/* Stack keys 0 and 1 are not stacks but what happened to one; every stored
+ * stack's key (a 64-bit hash of its frames) is at least 2. */
+#define EMBERD_STACK_NONE 0ULL /* no stack of that kind: user-mode sample, kernel thread */
+#define EMBERD_STACK_LOST 1ULL /* there was a stack but it could not be stored */
+
+/* How a stack's walk ended. Keep in step with `StackEnd` in src/collect/stack.rs. */
+enum stack_end {
+	STACK_END_ROOT = 0,          /* reached the outermost frame */
+	STACK_END_TRUNCATED = 1,     /* EMBERD_MAX_STACK_DEPTH frames and more to go */
+	STACK_END_NO_INFO = 2,       /* the last frame's file has no unwind info */
+	STACK_END_NOT_READY = 3,     /* frame pointers only: the process's tables were not ready */
+	STACK_END_ERR_READ = 4,      /* reading the user stack failed */
+	STACK_END_ERR_NO_ROW = 5,    /* no unwind row covers the pc */
+	STACK_END_ERR_UNSUPPORTED = 6, /* a CFI rule emberd cannot evaluate */
+	STACK_END_ERR_CFA = 7,       /* the frame address did not move up the stack */
+	STACK_END_ERR_PC = 8,        /* return address in no executable mapping */
+	STACK_END_KERNEL = 9,        /* a kernel stack, as the kernel's unwinder gave it */
+	STACK_END_MAX,
+};
+
+/* Why a stack could not be stored (counted; the sample is kept as [lost]). */
+enum stack_lost {
+	STACK_LOST_FULL = 0,         /* the stack map is full */
+	STACK_LOST_COLLISION = 1,    /* another stack has the same 64-bit key */
+};
+
+/*
+ * A stack in a stack map, under a 64-bit hash of (frames, end). `check` is a
+ * second, independent hash: an entry with another `check` is a collision.
+ */
+struct stored_stack {
+	__u64 check;
+	__u64 used;            /* ns (bpf_ktime_get_ns) of last use, for collection */
+	__u32 nr;              /* frames in ips */
+	__u32 end;             /* enum stack_end */
+	__u64 ips[EMBERD_STACK_SLOTS]; /* innermost first; only nr are meaningful */
+};
+
+/* ---- user-stack unwinding (bpf/unwind.h; rows built by src/unwind/) ---- */
+
+/* One row of a file's unwind table; keep in step with src/unwind/table.rs. */
+struct unwind_row {
+	__u32 pc;              /* first file virtual address covered (to the next row) */
+	__u16 cfa_offset;      /* CFA = reg + cfa_offset; CFA_PLT: the threshold */
+	__s8 rbp_offset;       /* RBP_AT_CFA: caller's rbp at CFA + 8 * rbp_offset */
+	__u8 rule;             /* low 4 bits enum unwind_cfa, high 4 bits enum unwind_rbp */
+};
+
+enum unwind_cfa {
+	CFA_NONE = 0,          /* no FDE covers the pc */
+	CFA_RSP = 1,
+	CFA_RBP = 2,
+	CFA_PLT = 3,           /* rsp + 8, + 8 if (rip & 15) >= cfa_offset */
+	CFA_SIGNAL = 4,        /* signal trampoline: registers in the ucontext at rsp */
+	CFA_END = 5,           /* return address undefined: the outermost frame */
+	CFA_UNSUPPORTED = 6,
+};
+
+enum unwind_rbp {
+	RBP_SAME = 0,
+	RBP_AT_CFA = 1,
+	RBP_UNSUPPORTED = 2,
+};
+
+/* How to unwind through a mapping. */
+enum unwind_map_kind {
+	UNWIND_MAP_TABLE = 0,    /* rows [table_start, +table_len) of unwind_rows */
+	UNWIND_MAP_FP = 1,       /* anonymous code (JIT): frame pointers */
+	UNWIND_MAP_NO_INFO = 2,  /* a file without CFI: frame pointers, marker if they fail */
+	UNWIND_MAP_NOT_READY = 3, /* table not built yet: frame pointers (counted) */
+};
+
+#define EMBERD_MAX_MAPPINGS 128
+
+struct unwind_mapping {
+	__u64 start;           /* runtime addresses [start, end) */
+	__u64 end;
+	__u64 bias;            /* runtime address - file virtual address */
+	__u32 table_start;
+	__u32 table_len;
+	__u32 kind;            /* enum unwind_map_kind */
+	__u32 _pad;
+};
+
+/* A process's executable mappings, sorted by start. */
+struct proc_unwind {
+	__u32 nr;
+	__u32 _pad;
+	struct unwind_mapping maps[EMBERD_MAX_MAPPINGS];
+};
+
+/* Indices of each object's `unwind_counters`; keep in step with
+ * `UnwindCounter` in src/collect/stack.rs. */
+enum unwind_counter {
+	UCOUNTER_WALKS = 0,          /* user stacks walked */
+	UCOUNTER_NOT_READY,          /* walks of processes without tables yet */
+	UCOUNTER_TABLE_STEPS,        /* frames unwound by table */
+	UCOUNTER_FP_STEPS,           /* frames unwound by frame pointer */
+	UCOUNTER_LOST_FULL,          /* stacks lost: stack map full */
+	UCOUNTER_LOST_COLLISION,     /* stacks lost: 64-bit key collision */
+	UCOUNTER_END_BASE,           /* + enum stack_end: how user walks ended */
+	UCOUNTER_MAX = UCOUNTER_END_BASE + STACK_END_MAX,
+};
 
 /* One aggregation key per (thread, stacks). Value: u64 number of samples. */
 struct sample_key {
 	__u32 tgid;
 	__u32 pid;
-	__s32 kstack_id;
-	__s32 ustack_id;
+	__u64 kstack;          /* stack key, or EMBERD_STACK_NONE / EMBERD_STACK_LOST */
+	__u64 ustack;
 	char comm[EMBERD_COMM_LEN];
 };
 
@@ -32,9 +136,9 @@ enum emberd_counter {
 	COUNTER_SAMPLES = 0,        /* samples the program saw, idle included */
 	COUNTER_IDLE_SKIPPED,       /* samples of the idle task, left out */
 	COUNTER_FILTERED,           /* samples of other processes when one pid is profiled */
-	COUNTER_KSTACK_COLLISION,   /* -EEXIST: another stack owns the hash bucket */
+	COUNTER_KSTACK_COLLISION,   /* another kernel stack has the same 64-bit key */
 	COUNTER_USTACK_COLLISION,
-	COUNTER_STACK_MAP_FULL,     /* -ENOMEM from bpf_get_stackid */
+	COUNTER_STACK_MAP_FULL,     /* the stack map refused a new stack */
 	COUNTER_USTACK_MISSING,     /* user task whose user stack could not be read */
 	COUNTER_COUNTS_FULL,        /* the counts map refused a new key: the sample is lost */
 	COUNTER_NEW_PROCESS_DROPPED, /* new_tgids was full: a process's maps are read late */
@@ -47,8 +151,6 @@ struct emberd_config {
 	__u8 include_idle;  /* 1: keep samples of the idle task (pid 0) */
 	__u8 _pad[3];
 };
-
-#endif /* EMBERD_H */
 
 /* ---- events.bpf.c: off-CPU, wakeup, off-wake chains, page faults ---- */
 
@@ -65,13 +167,13 @@ struct event_key {
 	__u32 event;
 	__u32 tgid;
 	__u32 pid;
-	__s32 kstack_id;
-	__s32 ustack_id;
 	__u32 waker_tgid;
 	__u32 waker_pid;
-	__s32 waker_kstack_id;
-	__s32 waker_ustack_id;
 	__u32 _pad;
+	__u64 kstack;          /* keys of event_stacks, or EMBERD_STACK_NONE / _LOST */
+	__u64 ustack;
+	__u64 waker_kstack;
+	__u64 waker_ustack;
 	char comm[EMBERD_COMM_LEN];
 	char waker_comm[EMBERD_COMM_LEN];
 };
@@ -82,16 +184,15 @@ struct event_key {
  */
 struct blocked {
 	__u64 ts;              /* ns, bpf_ktime_get_ns; 0: not blocked */
+	__u64 ustack;          /* event_stacks key */
+	__u64 waker_kstack;
+	__u64 waker_ustack;
 	__u32 tgid;
-	__s32 ustack_id;
 	__u32 ustack_p;        /* chance the user stack was taken, of EMBERD_P_ONE; 0: not taken */
 	__u32 waker_p;         /* chance the waker was recorded with, of EMBERD_P_ONE */
 	__u32 waker_tgid;      /* set by sched_waking when has_waker */
 	__u32 waker_pid;
-	__s32 waker_kstack_id;
-	__s32 waker_ustack_id;
 	__u32 has_waker;       /* the waker's stacks were recorded */
-	__u32 _pad;
 	char comm[EMBERD_COMM_LEN];
 	char waker_comm[EMBERD_COMM_LEN];
 };
@@ -103,19 +204,6 @@ struct blocked {
 #define EMBERD_P_FLOOR (EMBERD_P_ONE >> 3)
 /* Entries of events.bpf.c's `predicted` array, indexed by thread id modulo this. */
 #define EMBERD_PREDICTED_SLOTS 65536
-
-/*
- * A blocked thread's kernel stack, walked with bpf_get_task_stack, in the
- * `blocked_kstacks` map under the low 31 bits of `hash`. Off-CPU and off-wake
- * keys' `kstack_id` index this map, not the stack-trace map.
- */
-struct task_kstack {
-	__u64 hash;            /* of ips[0..nr) */
-	__u64 used;            /* ns of last use, for the agent's collection */
-	__u32 nr;
-	__u32 _pad;
-	__u64 ips[EMBERD_MAX_STACK_DEPTH]; /* zero after nr */
-};
 
 /* Indices of the events program's per-CPU counters; keep in step with
  * `EventCounter` in src/collect/events.rs. */
@@ -147,3 +235,5 @@ struct events_config {
 	__u8 offwake;
 	__u8 _pad;
 };
+
+#endif /* EMBERD_H */

@@ -38,11 +38,11 @@
  * in 8; a long block right after short ones is recorded with chance at least
  * 1/8 and weighed accordingly.
  *
- * Counts are drained with lookup-and-delete (no double buffer). User stack
- * ids are held by blocked threads across drains, so they are not deleted
- * after each drain: every use stamps `stack_used[id]`, and the agent deletes
- * only ids unused for longer than the maximum block time. `blocked_kstacks`
- * entries carry their own last-use time.
+ * Counts are drained with lookup-and-delete (no double buffer). Stacks are
+ * held by blocked threads across drains, so they are not deleted after each
+ * drain: every use stamps the stored stack's `used`, and the agent deletes
+ * only stacks unused for longer than the maximum block time. User stacks are
+ * unwound by bpf/unwind.h; all stacks are stored by hash in `event_stacks`.
  */
 #include <linux/types.h>
 #include <linux/bpf.h>
@@ -52,12 +52,6 @@
 #include <bpf/bpf_tracing.h>
 #include "emberd.h"
 
-#ifndef EEXIST
-#define EEXIST 17
-#endif
-#ifndef ENOMEM
-#define ENOMEM 12
-#endif
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -83,35 +77,20 @@ struct {
 	__type(value, __u64); /* ns, or page faults */
 } event_counts SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 16384);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, EMBERD_MAX_STACK_DEPTH * sizeof(__u64));
-} event_stacks SEC(".maps");
-
-/* Last use of each stack id, ns; same max_entries as event_stacks. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, __u64);
-} stack_used SEC(".maps");
-
-/* Kernel stacks of blocked threads; max_entries set by the agent. */
+/* Stacks by hash (bpf/unwind.h); max_entries set by the agent. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, struct task_kstack);
-} blocked_kstacks SEC(".maps");
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct stored_stack);
+} event_stacks SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, UCOUNTER_MAX);
 	__type(key, __u32);
-	__type(value, struct task_kstack);
-} kstack_scratch SEC(".maps");
+	__type(value, __u64);
+} unwind_counters SEC(".maps");
 
 /*
  * Per-thread off-CPU state, in task storage: no hash of thread ids to look
@@ -171,7 +150,16 @@ static __always_inline void ecount(__u32 which)
 		*v += 1;
 }
 
+static __always_inline void ucount(__u32 which)
+{
+	__u64 *v = bpf_map_lookup_elem(&unwind_counters, &which);
+
+	if (v)
+		*v += 1;
+}
+
 #include "new_process.h"
+#include "unwind.h"
 
 static __always_inline void on_new_process_dropped(void)
 {
@@ -191,31 +179,38 @@ static __always_inline void note_process_cached(__u32 tgid)
 		*last = tgid;
 }
 
-static __always_inline void stamp(__s32 id, __u64 now)
+/* Marks a stored stack as used now, so the agent's collection keeps it. */
+static __always_inline void stamp(__u64 key, __u64 now)
 {
-	__u32 k = id;
-	__u64 *v;
+	struct stored_stack *v;
 
-	if (id < 0)
+	if (key <= EMBERD_STACK_LOST)
 		return;
-	v = bpf_map_lookup_elem(&stack_used, &k);
+	v = bpf_map_lookup_elem(&event_stacks, &key);
 	if (v)
-		*v = now;
+		v->used = now;
 }
 
-static __always_inline __s32 stackid(void *ctx, __u64 flags, __u64 now)
+/* Stores the scratch stack `s` (0: none), counting a loss by reason. */
+static __always_inline __u64 keep_stack(struct stored_stack *s, __u64 now)
 {
-	long id = bpf_get_stackid(ctx, &event_stacks, flags);
+	__u32 lost = 0;
+	__u64 key;
 
-	if (id >= 0) {
-		stamp(id, now);
-		return id;
-	}
-	if (id == -EEXIST || id == -ENOMEM) {
+	if (!s)
+		return EMBERD_STACK_NONE;
+	key = store_stack(&event_stacks, s, now, &lost);
+	if (key == EMBERD_STACK_LOST) {
 		ecount(ECOUNTER_STACK_LOST);
-		return EMBERD_STACK_LOST;
+		ucount(lost == STACK_LOST_FULL ? UCOUNTER_LOST_FULL : UCOUNTER_LOST_COLLISION);
 	}
-	return EMBERD_STACK_NONE;
+	return key;
+}
+
+/* The user stack of `task`, current on this CPU (or switching out of it). */
+static __always_inline __u64 user_stack(void *task, __u32 tgid, __u64 now)
+{
+	return keep_stack(unwind_user(task, tgid), now);
 }
 
 static __always_inline void add(struct event_key *key, __u64 value)
@@ -245,16 +240,10 @@ static __always_inline struct event_key *scratch_key(void)
 	return k;
 }
 
-/*
- * The kernel stack of `task`, which is off CPU, as a `blocked_kstacks` id.
- * Keys are 31 bits of a 64-bit hash; another stack under the same key is
- * counted as lost, like a stack-map collision.
- */
-static __always_inline __s32 blocked_kstack(struct task_struct *task, __u64 now)
+/* The kernel stack of `task`, which is off CPU, as an `event_stacks` key. */
+static __always_inline __u64 blocked_kstack(struct task_struct *task, __u64 now)
 {
-	__u32 zero = 0, key;
-	struct task_kstack *s = bpf_map_lookup_elem(&kstack_scratch, &zero), *old;
-	__u64 h = 0xcbf29ce484222325ULL;
+	struct stored_stack *s = scratch_stack();
 	long n;
 
 	if (!s)
@@ -262,33 +251,9 @@ static __always_inline __s32 blocked_kstack(struct task_struct *task, __u64 now)
 	n = bpf_get_task_stack(task, s->ips, sizeof(s->ips), 0);
 	if (n <= 0)
 		return EMBERD_STACK_NONE;
-	n /= sizeof(__u64);
-	for (int i = 0; i < EMBERD_MAX_STACK_DEPTH; i++) {
-		if (i >= n)
-			break;
-		h = (h ^ s->ips[i]) * 0x100000001b3ULL;
-		h ^= h >> 29;
-	}
-	key = (__u32)(h ^ (h >> 32)) & 0x7fffffff;
-	old = bpf_map_lookup_elem(&blocked_kstacks, &key);
-	if (!old) {
-		s->hash = h;
-		s->used = now;
-		s->nr = n;
-		if (bpf_map_update_elem(&blocked_kstacks, &key, s, BPF_NOEXIST) == 0)
-			return key;
-		old = bpf_map_lookup_elem(&blocked_kstacks, &key);
-		if (!old) {
-			ecount(ECOUNTER_STACK_LOST); /* full */
-			return EMBERD_STACK_LOST;
-		}
-	}
-	if (old->hash != h) {
-		ecount(ECOUNTER_STACK_LOST);
-		return EMBERD_STACK_LOST;
-	}
-	old->used = now;
-	return key;
+	s->nr = n / sizeof(__u64);
+	s->end = s->nr >= EMBERD_MAX_STACK_DEPTH ? STACK_END_TRUNCATED : STACK_END_KERNEL;
+	return keep_stack(s, now);
 }
 
 /* 1 with probability num/den (num < den < 2^48), from the kernel's prandom. */
@@ -379,10 +344,10 @@ static __always_inline void charge_offcpu(void *ctx, struct task_struct *next,
 	k->event = EVENT_OFFCPU;
 	k->tgid = b->tgid;
 	k->pid = next->pid;
-	k->kstack_id = blocked_kstack(next, now);
-	k->ustack_id = b->ustack_id;
+	k->kstack = blocked_kstack(next, now);
+	k->ustack = b->ustack;
 	__builtin_memcpy(k->comm, b->comm, sizeof(k->comm));
-	stamp(k->ustack_id, now);
+	stamp(k->ustack, now);
 	if (take)
 		add(k, weight * scale);
 	if (config.offwake && b->has_waker) {
@@ -392,11 +357,11 @@ static __always_inline void charge_offcpu(void *ctx, struct task_struct *next,
 		k->event = EVENT_OFFWAKE;
 		k->waker_tgid = b->waker_tgid;
 		k->waker_pid = b->waker_pid;
-		k->waker_kstack_id = b->waker_kstack_id;
-		k->waker_ustack_id = b->waker_ustack_id;
+		k->waker_kstack = b->waker_kstack;
+		k->waker_ustack = b->waker_ustack;
 		__builtin_memcpy(k->waker_comm, b->waker_comm, sizeof(k->waker_comm));
-		stamp(k->waker_kstack_id, now);
-		stamp(k->waker_ustack_id, now);
+		stamp(k->waker_kstack, now);
+		stamp(k->waker_ustack, now);
 		add(k, scale_by(v, EMBERD_P_ONE, b->waker_p ? b->waker_p : 1) * scale);
 	}
 }
@@ -433,7 +398,7 @@ int BPF_PROG(handle__sched_switch, _Bool preempt, struct task_struct *prev,
 				bpf_get_current_comm(&b->comm, sizeof(b->comm));
 				if (u == EMBERD_P_ONE || chance(u, EMBERD_P_ONE)) {
 					b->ustack_p = u;
-					b->ustack_id = stackid(ctx, BPF_F_USER_STACK, now);
+					b->ustack = user_stack(prev, prev_tgid, now);
 				} else {
 					b->ustack_p = 0;
 				}
@@ -496,8 +461,8 @@ static __always_inline int on_wakeup(void *ctx, struct task_struct *p)
 	note_process_cached(id >> 32);
 	b->waker_tgid = id >> 32;
 	b->waker_pid = (__u32)id;
-	b->waker_kstack_id = stackid(ctx, 0, now);
-	b->waker_ustack_id = stackid(ctx, BPF_F_USER_STACK, now);
+	b->waker_kstack = keep_stack(kernel_stack(ctx), now);
+	b->waker_ustack = user_stack(bpf_get_current_task_btf(), id >> 32, now);
 	bpf_get_current_comm(&b->waker_comm, sizeof(b->waker_comm));
 	b->waker_p = p_rec; /* for off-wake's weight */
 	b->has_waker = 1;
@@ -511,15 +476,13 @@ static __always_inline int on_wakeup(void *ctx, struct task_struct *p)
 	k->event = EVENT_WAKEUP;
 	k->tgid = b->waker_tgid;
 	k->pid = b->waker_pid;
-	k->kstack_id = b->waker_kstack_id;
-	k->ustack_id = b->waker_ustack_id;
+	k->kstack = b->waker_kstack;
+	k->ustack = b->waker_ustack;
 	__builtin_memcpy(k->comm, b->waker_comm, sizeof(k->comm));
 	/* Whom it woke, for context. */
 	k->waker_tgid = b->tgid;
 	k->waker_pid = p->pid;
 	__builtin_memcpy(k->waker_comm, b->comm, sizeof(k->waker_comm));
-	k->waker_kstack_id = EMBERD_STACK_NONE;
-	k->waker_ustack_id = EMBERD_STACK_NONE;
 	add(k, weight * (config.sample_one_in > 1 ? config.sample_one_in : 1));
 	return 0;
 }
@@ -562,11 +525,9 @@ int handle__page_fault(struct bpf_perf_event_data *ctx)
 	k->tgid = tgid;
 	k->pid = (__u32)id;
 	/* The event carries user registers: the kernel stack is always absent. */
-	k->kstack_id = EMBERD_STACK_NONE;
-	k->ustack_id = stackid(ctx, BPF_F_USER_STACK, now);
+	k->kstack = EMBERD_STACK_NONE;
+	k->ustack = user_stack(bpf_get_current_task_btf(), tgid, now);
 	bpf_get_current_comm(&k->comm, sizeof(k->comm));
-	k->waker_kstack_id = EMBERD_STACK_NONE;
-	k->waker_ustack_id = EMBERD_STACK_NONE;
 	add(k, config.pagefault_period);
 	return 0;
 }

@@ -3,8 +3,10 @@
  * CPU sampling: a perf_event program on the cpu-clock software event of every
  * CPU. Each sample is counted under (tgid, pid, comm, kernel stack, user stack)
  * in one of two buffers; the agent flips `active_buffer` before draining the
- * other one, so no sample races a drain and no stack id is deleted while a
- * count still refers to it.
+ * other one, so no sample races a drain and no stack is deleted while a
+ * count still refers to it. User stacks are unwound by bpf/unwind.h, kernel
+ * stacks by the kernel's unwinder; both are stored by hash (no stack-trace
+ * maps, whose bucket collisions lost stacks).
  */
 #include <linux/types.h>
 #include <linux/bpf.h>
@@ -12,15 +14,6 @@
 #include <bpf/bpf_helpers.h>
 #include "emberd.h"
 
-#ifndef EEXIST
-#define EEXIST 17
-#endif
-#ifndef ENOMEM
-#define ENOMEM 12
-#endif
-#ifndef EFAULT
-#define EFAULT 14
-#endif
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -38,10 +31,10 @@ struct {
 } counts0 SEC(".maps"), counts1 SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, EMBERD_MAX_STACK_DEPTH * sizeof(__u64)); /* instruction pointers */
+	__type(key, __u64);    /* hash of the stack, see bpf/unwind.h */
+	__type(value, struct stored_stack);
 } stacks0 SEC(".maps"), stacks1 SEC(".maps");
 
 struct {
@@ -59,43 +52,59 @@ static __always_inline void count(__u32 which)
 		*v += 1;
 }
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, UCOUNTER_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} unwind_counters SEC(".maps");
+
+static __always_inline void ucount(__u32 which)
+{
+	__u64 *v = bpf_map_lookup_elem(&unwind_counters, &which);
+
+	if (v)
+		*v += 1;
+}
+
 #include "new_process.h"
+#include "unwind.h"
 
 static __always_inline void on_new_process_dropped(void)
 {
 	count(COUNTER_NEW_PROCESS_DROPPED);
 }
 
-/* Turns bpf_get_stackid's result into a key id, counting what went wrong. */
-static __always_inline __s32 stack_result(long id, __u32 collision_counter)
+/* Stores a stack built in the scratch buffer, counting a loss by reason. */
+static __always_inline __u64 keep_stack(void *stacks, struct stored_stack *s,
+					__u32 collision_counter)
 {
-	if (id >= 0)
-		return id;
-	if (id == -EEXIST) {
-		count(collision_counter);
-		return EMBERD_STACK_LOST;
+	__u32 lost = 0;
+	__u64 key;
+
+	if (!s)
+		return EMBERD_STACK_NONE;
+	key = store_stack(stacks, s, 0, &lost);
+	if (key == EMBERD_STACK_LOST) {
+		count(lost == STACK_LOST_FULL ? COUNTER_STACK_MAP_FULL : collision_counter);
+		ucount(lost == STACK_LOST_FULL ? UCOUNTER_LOST_FULL : UCOUNTER_LOST_COLLISION);
 	}
-	if (id == -ENOMEM) {
-		count(COUNTER_STACK_MAP_FULL);
-		return EMBERD_STACK_LOST;
-	}
-	/* -EFAULT: no stack of this kind (user-mode sample, kernel thread). */
-	return EMBERD_STACK_NONE;
+	return key;
 }
 
 static __always_inline void record(void *ctx, void *counts, void *stacks, __u32 tgid, __u32 pid)
 {
+	struct task_struct___emberd *task = (void *)bpf_get_current_task_btf();
 	struct sample_key key = {};
 	__u64 one = 1, *val;
 
 	key.tgid = tgid;
 	key.pid = pid;
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
-	key.kstack_id = stack_result(bpf_get_stackid(ctx, stacks, 0), COUNTER_KSTACK_COLLISION);
-	key.ustack_id = stack_result(bpf_get_stackid(ctx, stacks, BPF_F_USER_STACK),
-				     COUNTER_USTACK_COLLISION);
+	key.kstack = keep_stack(stacks, kernel_stack(ctx), COUNTER_KSTACK_COLLISION);
+	key.ustack = keep_stack(stacks, unwind_user(task, tgid), COUNTER_USTACK_COLLISION);
 	/* A user task (tgid != 0, not a kernel thread) without user stack. */
-	if (key.ustack_id == EMBERD_STACK_NONE && key.kstack_id == EMBERD_STACK_NONE)
+	if (key.ustack == EMBERD_STACK_NONE && key.kstack == EMBERD_STACK_NONE)
 		count(COUNTER_USTACK_MISSING);
 
 	val = bpf_map_lookup_elem(counts, &key);

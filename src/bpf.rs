@@ -16,7 +16,8 @@ pub use profile::types;
 unsafe impl plain::Plain for types::sample_key {}
 
 // Pin the shared layouts: a change to emberd.h must be mirrored here.
-const _: () = assert!(std::mem::size_of::<types::sample_key>() == 32);
+const _: () = assert!(std::mem::size_of::<types::sample_key>() == 40);
+const _: () = assert!(std::mem::size_of::<types::stored_stack>() == 24 + 128 * 8);
 
 /// The skeleton of `bpf/events.bpf.c`.
 pub mod events {
@@ -27,5 +28,4 @@ pub mod events {
 // pattern is a valid value.
 unsafe impl plain::Plain for events::types::event_key {}
 
-const _: () = assert!(std::mem::size_of::<events::types::event_key>() == 72);
-const _: () = assert!(std::mem::size_of::<events::types::task_kstack>() == 24 + 127 * 8);
+const _: () = assert!(std::mem::size_of::<events::types::event_key>() == 88);

@@ -186,7 +186,8 @@ pub fn run() -> Vec<Item> {
         ),
     });
     // Real load and attach: the only honest test of BPF and perf events.
-    match crate::collect::CpuSampler::start(crate::collect::SamplerOptions::default()) {
+    let sampler = crate::collect::CpuSampler::start(crate::collect::SamplerOptions::default());
+    match &sampler {
         Ok(s) => items.push(Item {
             what: "BPF + perf events",
             status: Status::Ok,
@@ -201,18 +202,28 @@ pub fn run() -> Vec<Item> {
             detail: format!("cannot sample: {e}"),
         }),
     }
-    match crate::collect::events::EventSampler::start(crate::collect::events::EventOptions::default()) {
-        Ok(_) => items.push(Item {
+    let events = sampler.as_ref().ok().map(|s| {
+        s.unwind_maps().and_then(|maps| {
+            crate::collect::events::EventSampler::start(
+                crate::collect::events::EventOptions::default(),
+                &maps,
+            )
+        })
+    });
+    match events {
+        Some(Ok(_)) => items.push(Item {
             what: "off-CPU events",
             status: Status::Ok,
             detail: "tp_btf sched_switch/sched_waking with task storage and the page-fault perf event loaded and attached".into(),
         }),
-        Err(e) => items.push(Item {
+        Some(Err(e)) => items.push(Item {
             what: "off-CPU events",
             status: Status::Degraded,
             detail: format!("{e}"),
         }),
+        None => {}
     }
+    items.push(unwind_item());
     items.push(match crate::symbolize::kallsyms_readable() {
         Ok(true) => Item {
             what: "kallsyms",
@@ -275,4 +286,42 @@ pub fn run() -> Vec<Item> {
         },
     });
     items
+}
+
+/// Unwinding: compiles the tables of emberd's own executable files (its
+/// binary, libc, the loader, the vDSO's image is left to the daemon) and
+/// reports rows, bytes and build time, as the daemon would for any process.
+fn unwind_item() -> Item {
+    let reports = crate::unwind::self_report();
+    let mut parts = Vec::new();
+    let (mut rows, mut time, mut failed) = (0usize, std::time::Duration::ZERO, 0);
+    for r in &reports {
+        match r {
+            Ok(r) => {
+                rows += r.rows;
+                time += r.time;
+                let name = r.path.file_name().map_or_else(
+                    || r.path.display().to_string(),
+                    |n| n.to_string_lossy().into_owned(),
+                );
+                parts.push(format!("{name}: {} rows ({:?})", r.rows, r.source));
+            }
+            Err(e) => {
+                failed += 1;
+                parts.push(e.clone());
+            }
+        }
+    }
+    Item {
+        what: "unwinding",
+        status: if failed == 0 && rows > 0 { Status::Ok } else { Status::Degraded },
+        detail: format!(
+            ".eh_frame tables of {} files of emberd itself: {rows} rows, {} KiB, built in {:.1} ms ({}); budget {} MiB (unwind_table_budget_mib)",
+            reports.len(),
+            rows * 8 / 1024,
+            time.as_secs_f64() * 1000.0,
+            parts.join(", "),
+            crate::unwind::defaults::TABLE_BUDGET_BYTES >> 20,
+        ),
+    }
 }

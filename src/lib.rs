@@ -15,4 +15,5 @@ pub mod render;
 pub mod serve;
 pub mod store;
 pub mod symbolize;
+pub mod unwind;
 pub mod view;

@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::collect::events::{EventCounters, EventKind, EventOptions, EventSampler};
-use crate::collect::{CollectError, Counters, CpuSampler, SamplerOptions};
+use crate::collect::{CollectError, Counters, CpuSampler, SamplerOptions, UnwindCounters};
 use crate::symbolize::{Misses, SymbolizedSample, Symbolizer, SymbolizerOptions};
+use crate::unwind::{UnwindStats, Unwinder};
 
 /// How often the BPF maps are drained and symbolized.
 pub const DRAIN_INTERVAL: Duration = Duration::from_secs(1);
@@ -14,6 +15,10 @@ pub const DRAIN_INTERVAL: Duration = Duration::from_secs(1);
 /// How often new processes are looked for between drains: a process that
 /// lives at least this long is named even if it exits before the drain.
 pub const NEW_PROCESS_POLL: Duration = Duration::from_millis(100);
+
+/// How long a poll waits for unwind tables being built (see
+/// [`Unwinder::poll`]).
+const UNWIND_TABLE_WAIT: Duration = Duration::from_millis(50);
 
 /// One drain's output.
 #[derive(Debug, Default)]
@@ -34,6 +39,7 @@ pub struct Pipeline {
     sampler: CpuSampler,
     events: Option<EventSampler>,
     symbolizer: Symbolizer,
+    unwinder: Unwinder,
 }
 
 impl Pipeline {
@@ -43,20 +49,31 @@ impl Pipeline {
         let symbolizer = Symbolizer::new(SymbolizerOptions::default());
         let sampler = CpuSampler::start(options)?;
         let events = if events.any() {
-            Some(EventSampler::start(events)?)
+            Some(EventSampler::start(events, &sampler.unwind_maps()?)?)
         } else {
             None
         };
+        let unwinder = Unwinder::new(sampler.unwind_maps()?)
+            .map_err(|e| CollectError::Options(e.to_string()))?;
         Ok(Self {
             sampler,
             events,
             symbolizer,
+            unwinder,
         })
     }
 
     /// Cumulative counters of the events programs, if loaded.
     pub fn event_counters(&self) -> Option<Result<EventCounters, CollectError>> {
         self.events.as_ref().map(EventSampler::counters)
+    }
+
+    /// Reads a process's mappings and builds its unwind tables now, before
+    /// it is first sampled (`emberd record -p`).
+    pub fn note_process(&mut self, pid: crate::collect::Pid) {
+        self.symbolizer.note_process(pid);
+        self.unwinder.note_process(pid);
+        self.unwinder.poll(Duration::from_millis(500));
     }
 
     /// Reads mappings of new processes until `until` (or until `stop` is set),
@@ -70,7 +87,9 @@ impl Pipeline {
             self.symbolizer.refresh_new_processes();
             for pid in pids {
                 self.symbolizer.note_process(pid);
+                self.unwinder.note_process(pid);
             }
+            self.unwinder.poll(UNWIND_TABLE_WAIT);
             let now = Instant::now();
             if now >= until || stop.load(Ordering::SeqCst) {
                 break;
@@ -95,6 +114,23 @@ impl Pipeline {
     /// Cumulative BPF counters.
     pub fn counters(&self) -> Result<Counters, CollectError> {
         self.sampler.counters()
+    }
+
+    /// Cumulative counters of the user-stack unwinder: of the CPU sampler,
+    /// and of the events programs if loaded.
+    pub fn unwind_counters(
+        &self,
+    ) -> Result<(UnwindCounters, Option<UnwindCounters>), CollectError> {
+        let events = match &self.events {
+            Some(e) => Some(e.unwind_counters()?),
+            None => None,
+        };
+        Ok((self.sampler.unwind_counters()?, events))
+    }
+
+    /// Figures of the unwind tables.
+    pub fn unwind_stats(&self) -> UnwindStats {
+        self.unwinder.stats()
     }
 
     /// Cumulative symbolization misses.

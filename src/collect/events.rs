@@ -8,9 +8,10 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, MapMut};
+use libbpf_rs::{Link, MapCore, MapFlags};
 
-use super::{CollectError, PerfEvent, Pid, RawSample, RawStack, Tid, online_cpus};
+use super::stack::{self, UnwindCounters, stack_by_key};
+use super::{CollectError, PerfEvent, Pid, RawSample, RawStack, Tid, UnwindMaps, online_cpus};
 use crate::bpf::events::types;
 use crate::bpf::events::{EventsSkel, EventsSkelBuilder};
 
@@ -61,7 +62,8 @@ pub mod defaults {
     /// the walks per second by the blocked time, whatever the switch rate.
     /// 0 records every period.
     pub const SAMPLE_BELOW_NS: u64 = 1_000_000;
-    /// Entries of the events' stack map.
+    /// Entries of the events' stack map (kernel and user stacks of blocked
+    /// threads and wakers, held up to the maximum block time).
     pub const STACK_MAP_ENTRIES: u32 = 16384;
 }
 
@@ -190,8 +192,9 @@ impl fmt::Debug for EventSampler {
 const STACK_GC_EVERY: u64 = 5;
 
 impl EventSampler {
-    /// Loads `bpf/events.bpf.c` and attaches what `options` switches on.
-    pub fn start(options: EventOptions) -> Result<Self, CollectError> {
+    /// Loads `bpf/events.bpf.c` and attaches what `options` switches on. It
+    /// unwinds user stacks with the CPU sampler's tables (`unwind`).
+    pub fn start(options: EventOptions, unwind: &UnwindMaps) -> Result<Self, CollectError> {
         if options.sample_one_in == 0 || options.pagefault_period == 0 {
             return Err(CollectError::Options(
                 "offcpu_sample_one_in and pagefault_period must be at least 1".into(),
@@ -225,9 +228,19 @@ impl EventSampler {
         cfg.wakeup = u8::from(options.wakeup);
         cfg.offwake = u8::from(options.offwake);
         open.maps
-            .blocked_kstacks
-            .set_max_entries(BLOCKED_KSTACK_ENTRIES)
+            .event_stacks
+            .set_max_entries(defaults::STACK_MAP_ENTRIES)
             .map_err(|source| CollectError::LoadEvents { source })?;
+        // One copy of the tables and process mappings for both objects.
+        use std::os::fd::AsFd;
+        for (map, shared) in [
+            (&mut open.maps.unwind_rows, &unwind.rows),
+            (&mut open.maps.proc_unwind, &unwind.procs),
+            (&mut open.maps.unwind_refresh, &unwind.refresh),
+        ] {
+            map.reuse_fd(shared.as_fd())
+                .map_err(|source| CollectError::LoadEvents { source })?;
+        }
         let skel = open
             .load()
             .map_err(|source| CollectError::LoadEvents { source })?;
@@ -310,6 +323,11 @@ impl EventSampler {
         })
     }
 
+    /// Cumulative counters of these programs' user-stack unwinder.
+    pub fn unwind_counters(&self) -> Result<UnwindCounters, CollectError> {
+        UnwindCounters::read(&self.skel.maps.unwind_counters)
+    }
+
     /// Processes seen for the first time (or since exec) by these programs.
     pub fn new_processes(&mut self) -> Result<Vec<Pid>, CollectError> {
         super::drain_new_tgids(&self.skel.maps.new_tgids)
@@ -333,13 +351,10 @@ impl EventSampler {
         entries.extend(batch.filter_map(|(k, v)| parse(&k, &v)));
         // The program keeps adding while we drain; a key re-added after its
         // batch was read is simply drained next time.
-        let mut stacks: HashMap<i32, RawStack> = HashMap::new();
-        let mut stack = |id| stack_by_id(&mut stacks, id, |id| read_stack(&maps.event_stacks, id));
-        // Off-CPU and off-wake kernel stack ids index `blocked_kstacks`.
-        let mut kstacks: HashMap<i32, RawStack> = HashMap::new();
-        let mut blocked_kstack = |id| {
-            stack_by_id(&mut kstacks, id, |id| {
-                read_blocked_kstack(&maps.blocked_kstacks, id)
+        let mut stacks: HashMap<u64, RawStack> = HashMap::new();
+        let mut stack = |key| {
+            stack_by_key(&mut stacks, key, |key| {
+                stack::read_stored(&maps.event_stacks, key)
             })
         };
         let mut out = Vec::with_capacity(entries.len());
@@ -351,12 +366,8 @@ impl EventSampler {
                 pid: Pid(k.tgid),
                 tid: Tid(k.pid),
                 comm: super::comm_to_string(&k.comm),
-                kernel: if matches!(kind, EventKind::OffCpu | EventKind::OffWake) {
-                    blocked_kstack(k.kstack_id)?
-                } else {
-                    stack(k.kstack_id)?
-                },
-                user: stack(k.ustack_id)?,
+                kernel: stack(k.kstack)?,
+                user: stack(k.ustack)?,
                 count: value,
             };
             let waker = (kind == EventKind::OffWake).then(|| -> Result<OtherSide, CollectError> {
@@ -364,8 +375,8 @@ impl EventSampler {
                     pid: Pid(k.waker_tgid),
                     tid: Tid(k.waker_pid),
                     comm: super::comm_to_string(&k.waker_comm),
-                    kernel: stack(k.waker_kstack_id)?,
-                    user: stack(k.waker_ustack_id)?,
+                    kernel: stack(k.waker_kstack)?,
+                    user: stack(k.waker_ustack)?,
                 })
             });
             out.push(RawEvent {
@@ -381,111 +392,27 @@ impl EventSampler {
         Ok(out)
     }
 
-    /// Deletes stack ids no blocked thread can still refer to: unused for
-    /// longer than the maximum block time plus a margin.
+    /// Deletes stacks no blocked thread can still refer to: unused for
+    /// longer than the maximum block time plus a margin. Any count naming
+    /// one was drained long before.
     fn collect_stacks(&mut self) -> Result<(), CollectError> {
-        let maps = &self.skel.maps;
-        let now = ktime_ns();
-        let horizon = now.saturating_sub(self.options.max_block_ns + 2_000_000_000);
-        let used = &maps.stack_used;
-        let batch = used
-            .lookup_batch(used.max_entries(), MapFlags::ANY, MapFlags::ANY)
+        let stacks = &self.skel.maps.event_stacks;
+        let horizon = ktime_ns().saturating_sub(self.options.max_block_ns + 2_000_000_000);
+        let batch = stacks
+            .lookup_batch(stacks.max_entries().min(1024), MapFlags::ANY, MapFlags::ANY)
             .map_err(|source| CollectError::Drain {
-                map: "stack_used",
+                map: "event_stacks",
                 source,
             })?;
-        for (k, v) in batch {
-            let (Some(k), Some(v)) = (k.get(..4), v.get(..8)) else {
-                continue;
-            };
-            let ts = u64::from_ne_bytes(v.try_into().expect("8 bytes"));
-            if ts != 0 && ts < horizon {
-                let _ = maps.event_stacks.delete(k);
-                let _ = used.update(k, &0u64.to_ne_bytes(), MapFlags::ANY);
-            }
-        }
-        // Blocked kernel stacks are used when charged, so any count naming
-        // one was drained long before it is this old.
-        let horizon = now.saturating_sub(BLOCKED_KSTACK_IDLE_NS);
-        let kstacks = &maps.blocked_kstacks;
-        let batch = kstacks
-            .lookup_batch(kstacks.max_entries(), MapFlags::ANY, MapFlags::ANY)
-            .map_err(|source| CollectError::Drain {
-                map: "blocked_kstacks",
-                source,
-            })?;
-        for (k, v) in batch {
-            if kstack_last_used(&v).is_some_and(|used| used < horizon) {
-                let _ = kstacks.delete(&k);
-            }
+        let stale: Vec<Vec<u8>> = batch
+            .filter(|(_, v)| stack::last_used(v).is_some_and(|used| used < horizon))
+            .map(|(k, _)| k)
+            .collect();
+        for k in stale {
+            let _ = stacks.delete(&k);
         }
         Ok(())
     }
-}
-
-/// The stack a key's stack id names: the markers for negative ids (see
-/// `bpf/emberd.h`), else what `read` finds, read once per id per drain.
-fn stack_by_id(
-    cache: &mut HashMap<i32, RawStack>,
-    id: i32,
-    read: impl FnOnce(i32) -> Result<RawStack, CollectError>,
-) -> Result<RawStack, CollectError> {
-    match id {
-        -2 => Ok(RawStack::Lost),
-        ..0 => Ok(RawStack::None),
-        _ => {
-            if let Some(s) = cache.get(&id) {
-                return Ok(s.clone());
-            }
-            let s = read(id)?;
-            cache.insert(id, s.clone());
-            Ok(s)
-        }
-    }
-}
-
-/// A `blocked_kstacks` entry unused this long is deleted.
-const BLOCKED_KSTACK_IDLE_NS: u64 = 10_000_000_000;
-
-/// Entries of `blocked_kstacks`: distinct kernel stacks threads blocked in
-/// during the last [`BLOCKED_KSTACK_IDLE_NS`] (about 1 KiB of kernel memory
-/// each).
-pub const BLOCKED_KSTACK_ENTRIES: u32 = 4096;
-
-/// Reads one kernel stack of `blocked_kstacks` (innermost first).
-fn read_blocked_kstack(map: &MapMut<'_>, id: i32) -> Result<RawStack, CollectError> {
-    let value = map
-        .lookup(&(id as u32).to_ne_bytes(), MapFlags::ANY)
-        .map_err(|source| CollectError::Drain {
-            map: "blocked_kstacks",
-            source,
-        })?;
-    let Some(v) = value else {
-        return Ok(RawStack::Lost);
-    };
-    // struct task_kstack: hash, used, nr, pad, ips (read by offset: the
-    // lookup's buffer carries no alignment guarantee).
-    let ips: Vec<u64> = v
-        .get(24..)
-        .unwrap_or_default()
-        .chunks_exact(8)
-        .map(|c| u64::from_ne_bytes(c.try_into().expect("8-byte chunk")))
-        .collect();
-    let nr = v
-        .get(16..20)
-        .map_or(0, |b| {
-            u32::from_ne_bytes(b.try_into().expect("4 bytes")) as usize
-        })
-        .min(ips.len());
-    Ok(RawStack::Ips {
-        truncated: nr == ips.len(),
-        ips: ips[..nr].to_vec(),
-    })
-}
-
-/// `task_kstack.used` of a `blocked_kstacks` value.
-fn kstack_last_used(v: &[u8]) -> Option<u64> {
-    Some(u64::from_ne_bytes(v.get(8..16)?.try_into().ok()?))
 }
 
 /// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns.
@@ -493,24 +420,4 @@ fn ktime_ns() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map(|t| Duration::from(t).as_nanos() as u64)
         .unwrap_or(0)
-}
-
-/// Reads one stack of a stack-trace map (innermost first).
-pub(super) fn read_stack(stacks: &MapMut<'_>, id: i32) -> Result<RawStack, CollectError> {
-    let key = (id as u32).to_ne_bytes();
-    let value = stacks
-        .lookup(&key, MapFlags::ANY)
-        .map_err(|source| CollectError::Drain {
-            map: "stacks",
-            source,
-        })?;
-    Ok(value.map_or(RawStack::Lost, |v| {
-        let ips: Vec<u64> = v
-            .chunks_exact(8)
-            .map(|c| u64::from_ne_bytes(c.try_into().expect("8-byte chunk")))
-            .take_while(|&ip| ip != 0)
-            .collect();
-        let truncated = ips.len() * 8 == v.len();
-        RawStack::Ips { ips, truncated }
-    }))
 }

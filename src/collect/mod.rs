@@ -9,17 +9,20 @@
 mod counters;
 pub mod events;
 mod perf_event;
+pub mod stack;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, MapMut};
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapMut};
 
 pub use counters::{Counter, Counters};
 pub use perf_event::{PerfEvent, online_cpus};
+pub use stack::{StackEnd, UnwindCounters};
 
 use crate::bpf::profile::{ProfileSkel, ProfileSkelBuilder};
 use crate::bpf::types;
@@ -30,9 +33,10 @@ pub mod defaults {
     /// lock-step with work that is itself timed in round milliseconds.
     pub const FREQUENCY_HZ: u64 = 99;
     /// Entries of each of the two stack maps. At 99 Hz a busy 2-CPU host
-    /// produces at most about 400 stacks (kernel + user) a second; with a
-    /// 1 s drain 16384 buckets keep hash collisions rare. Each entry costs
-    /// about 1 KiB of kernel memory, twice (double buffering).
+    /// produces at most about 400 stacks (kernel + user) a second, each
+    /// drain empties its map, and stacks are keyed by a 64-bit hash (no
+    /// bucket collisions): 16384 leaves room for hosts with many CPUs. Each
+    /// entry costs about 1 KiB of kernel memory, twice (double buffering).
     pub const STACK_MAP_ENTRIES: u32 = 16384;
     /// Entries of each of the two counts maps (distinct threads x stacks per drain).
     pub const COUNTS_MAP_ENTRIES: u32 = 10240;
@@ -70,8 +74,8 @@ pub enum RawStack {
     Ips {
         /// Instruction pointers, leaf first.
         ips: Vec<u64>,
-        /// Whether the stack hit the depth limit, so its root is missing.
-        truncated: bool,
+        /// How the walk ended: at the root, or why not.
+        end: StackEnd,
     },
 }
 
@@ -149,6 +153,12 @@ pub struct SamplerOptions {
     pub stack_map_entries: u32,
     /// Entries of each counts map (default [`defaults::COUNTS_MAP_ENTRIES`]).
     pub counts_map_entries: u32,
+    /// Rows of the shared unwind-table array: the table budget in bytes / 8
+    /// (default [`crate::unwind::defaults::TABLE_BUDGET_BYTES`] / 8).
+    pub unwind_rows: u32,
+    /// Processes whose mappings the unwinder can hold (default
+    /// [`crate::unwind::defaults::MAX_PROCESSES`]).
+    pub unwind_processes: u32,
 }
 
 impl Default for SamplerOptions {
@@ -159,6 +169,8 @@ impl Default for SamplerOptions {
             include_idle: false,
             stack_map_entries: defaults::STACK_MAP_ENTRIES,
             counts_map_entries: defaults::COUNTS_MAP_ENTRIES,
+            unwind_rows: (crate::unwind::defaults::TABLE_BUDGET_BYTES / 8) as u32,
+            unwind_processes: crate::unwind::defaults::MAX_PROCESSES,
         }
     }
 }
@@ -204,8 +216,20 @@ impl fmt::Debug for CpuSampler {
 pub struct Drain {
     /// Samples counted since the previous drain, one per thread and stacks.
     pub samples: Vec<RawSample>,
-    /// Stack ids the counts referred to that the stack map did not have.
+    /// Stack keys the counts referred to that the stack map did not have.
     pub missing_stacks: u64,
+}
+
+/// Handles on the unwinder's maps (`bpf/unwind.h`), which the events object
+/// shares and `src/unwind` fills.
+#[derive(Debug)]
+pub struct UnwindMaps {
+    /// `unwind_rows`: the rows of every file's table (mmapable array).
+    pub rows: MapHandle,
+    /// `proc_unwind`: each process's executable mappings.
+    pub procs: MapHandle,
+    /// `unwind_refresh`: processes whose mappings must be read again.
+    pub refresh: MapHandle,
 }
 
 impl CpuSampler {
@@ -235,6 +259,14 @@ impl CpuSampler {
             map.set_max_entries(options.counts_map_entries)
                 .map_err(|source| CollectError::Load { source })?;
         }
+        open.maps
+            .unwind_rows
+            .set_max_entries(options.unwind_rows.max(1))
+            .map_err(|source| CollectError::Load { source })?;
+        open.maps
+            .proc_unwind
+            .set_max_entries(options.unwind_processes.max(1))
+            .map_err(|source| CollectError::Load { source })?;
         let skel = open
             .load()
             .map_err(|source| CollectError::Load { source })?;
@@ -269,6 +301,25 @@ impl CpuSampler {
             cpus,
             options,
         })
+    }
+
+    /// New handles on the unwinder's maps, for `src/unwind` and the events
+    /// object.
+    pub fn unwind_maps(&self) -> Result<UnwindMaps, CollectError> {
+        let handle = |map: &MapMut<'_>, name: &'static str| {
+            MapHandle::try_from(map).map_err(|source| CollectError::Drain { map: name, source })
+        };
+        let maps = &self.skel.maps;
+        Ok(UnwindMaps {
+            rows: handle(&maps.unwind_rows, "unwind_rows")?,
+            procs: handle(&maps.proc_unwind, "proc_unwind")?,
+            refresh: handle(&maps.unwind_refresh, "unwind_refresh")?,
+        })
+    }
+
+    /// Cumulative counters of the CPU sampler's user-stack unwinder.
+    pub fn unwind_counters(&self) -> Result<UnwindCounters, CollectError> {
+        UnwindCounters::read(&self.skel.maps.unwind_counters)
     }
 
     /// The CPUs sampled.
@@ -341,33 +392,40 @@ impl CpuSampler {
 
 fn drain_buffer(counts: &MapMut<'_>, stacks: &MapMut<'_>) -> Result<Drain, CollectError> {
     let entries = read_and_clear_counts(counts)?;
-    let mut drain = Drain::default();
-    let mut stack_cache: std::collections::HashMap<i32, Option<RawStack>> = Default::default();
-    let mut read_stack = |id: i32| -> Result<RawStack, CollectError> {
-        match id {
-            id if id >= 0 => {
-                if let Some(s) = stack_cache.get(&id) {
-                    return Ok(s.clone().unwrap_or(RawStack::Lost));
-                }
-                let stack = match events::read_stack(stacks, id)? {
-                    RawStack::Lost => None,
-                    s => Some(s),
-                };
-                let key = (id as u32).to_ne_bytes();
-                // Deleting a missing id fails with ENOENT; nothing to do then.
-                let _ = stacks.delete(&key);
-                stack_cache.insert(id, stack.clone());
-                Ok(stack.unwrap_or(RawStack::Lost))
-            }
-            -2 => Ok(RawStack::Lost),
-            _ => Ok(RawStack::None),
+    // The buffer has no writers now: take every stack it holds, which also
+    // frees the stacks of samples whose count could not be inserted.
+    let mut stored: HashMap<u64, RawStack> = HashMap::new();
+    let batch = stacks
+        .lookup_and_delete_batch(stacks.max_entries().min(1024), MapFlags::ANY, MapFlags::ANY)
+        .map_err(|source| CollectError::Drain {
+            map: "stacks",
+            source,
+        })?;
+    for (k, v) in batch {
+        if let (Some(k), Some(s)) = (k.get(..8), stack::parse_stored(&v)) {
+            stored.insert(u64::from_ne_bytes(k.try_into().expect("8 bytes")), s);
         }
+    }
+    // Whatever the batch iterator left behind (it stops silently on errors).
+    for k in stacks.keys().collect::<Vec<_>>() {
+        if let (Some(key), Ok(Some(v))) = (k.get(..8), stacks.lookup(&k, MapFlags::ANY))
+            && let Some(s) = stack::parse_stored(&v)
+        {
+            stored.insert(u64::from_ne_bytes(key.try_into().expect("8 bytes")), s);
+        }
+        let _ = stacks.delete(&k);
+    }
+    let mut drain = Drain::default();
+    let read = |key: u64| match key {
+        stack::STACK_NONE => RawStack::None,
+        stack::STACK_LOST => RawStack::Lost,
+        k => stored.get(&k).cloned().unwrap_or(RawStack::Lost),
     };
     for (key, count) in entries {
-        let kernel = read_stack(key.kstack_id)?;
-        let user = read_stack(key.ustack_id)?;
-        for (id, s) in [(key.kstack_id, &kernel), (key.ustack_id, &user)] {
-            if id >= 0 && *s == RawStack::Lost {
+        let kernel = read(key.kstack);
+        let user = read(key.ustack);
+        for (k, s) in [(key.kstack, &kernel), (key.ustack, &user)] {
+            if k > stack::STACK_LOST && *s == RawStack::Lost {
                 drain.missing_stacks += count;
             }
         }
@@ -430,14 +488,21 @@ pub(crate) fn drain_new_tgids(map: &MapMut<'_>) -> Result<Vec<Pid>, CollectError
     let mut pids: Vec<Pid> = batch
         .filter_map(|(k, _)| Some(Pid(u32::from_ne_bytes(k.get(..4)?.try_into().ok()?))))
         .collect();
-    // Whatever the batch iterator left behind (it stops silently on errors).
+    pids.extend(drain_tgids(map));
+    Ok(pids)
+}
+
+/// Empties a map keyed by tgid key by key and returns its pids (what a
+/// batch left behind, or a small map such as `unwind_refresh`).
+pub(crate) fn drain_tgids(map: &impl MapCore) -> Vec<Pid> {
+    let mut pids = Vec::new();
     for k in map.keys().collect::<Vec<_>>() {
         if let Some(b) = k.get(..4) {
             pids.push(Pid(u32::from_ne_bytes(b.try_into().expect("4 bytes"))));
         }
         let _ = map.delete(&k);
     }
-    Ok(pids)
+    pids
 }
 
 fn comm_to_string(comm: &[i8]) -> String {

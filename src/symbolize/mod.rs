@@ -25,7 +25,7 @@ use blazesym::MaybeDefault;
 use blazesym::symbolize::source::{Elf, Kernel, Source};
 use blazesym::symbolize::{Input, Symbolized};
 
-use crate::collect::{Pid, RawSample, RawStack, Tid};
+use crate::collect::{Pid, RawSample, RawStack, StackEnd, Tid};
 use perfmap::PerfMap;
 use procmaps::{FileId, MappingKind, ProcessMaps};
 
@@ -766,6 +766,32 @@ fn lookup_addrs(ips: &[u64]) -> impl Iterator<Item = u64> + '_ {
         .map(|(i, &ip)| if i == 0 { ip } else { ip.saturating_sub(1) })
 }
 
+/// The marker frame at the root of a stack that did not reach its root:
+/// why the walk stopped. `outermost` names the last frame reached.
+fn end_marker(end: StackEnd, outermost: Option<Arc<[Frame]>>) -> Option<String> {
+    match end {
+        StackEnd::Root | StackEnd::Kernel => None,
+        StackEnd::Truncated => Some("[truncated]".into()),
+        StackEnd::NoUnwindInfo => {
+            let file = outermost
+                .and_then(|f| f.last().and_then(|f| f.module.clone()))
+                .map(|m| {
+                    m.path
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or(&m.path)
+                        .to_string()
+                })
+                .unwrap_or_else(|| "unknown file".into());
+            Some(format!("[no unwind info: {file}]"))
+        }
+        e => Some(format!(
+            "[unwind error: {}]",
+            e.error_reason().unwrap_or("unknown")
+        )),
+    }
+}
+
 /// Appends one side of a stack root first, with data-quality markers.
 fn push_stack(
     frames: &mut Vec<Frame>,
@@ -775,11 +801,11 @@ fn push_stack(
     match stack {
         RawStack::None => {}
         RawStack::Lost => frames.push(Frame::new("[lost]", FrameKind::Marker)),
-        RawStack::Ips { ips, truncated } => {
-            if *truncated {
-                frames.push(Frame::new("[truncated]", FrameKind::Marker));
-            }
+        RawStack::Ips { ips, end } => {
             let addrs: Vec<u64> = lookup_addrs(ips).collect();
+            if let Some(marker) = end_marker(*end, addrs.last().and_then(|&a| name(a))) {
+                frames.push(Frame::new(marker, FrameKind::Marker));
+            }
             for addr in addrs.into_iter().rev() {
                 match name(addr) {
                     Some(f) => frames.extend(f.iter().cloned()),

@@ -13,7 +13,7 @@ fn sample(pid: u32, user_ips: Vec<u64>) -> RawSample {
         kernel: RawStack::None,
         user: RawStack::Ips {
             ips: user_ips,
-            truncated: false,
+            end: emberd::collect::StackEnd::Root,
         },
         count: 1,
     }

@@ -1,0 +1,444 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * User-stack unwinding and stack storage, shared by profile.bpf.c and
+ * events.bpf.c.
+ *
+ * Almost nothing on a distribution keeps frame pointers (Debian's libc and
+ * python3 do not), so a user stack is walked with the unwind rows the agent
+ * compiles from each file's .eh_frame (src/unwind/): find the mapping that
+ * holds the pc, then the row of its file that covers it, compute the CFA,
+ * read the return address at CFA-8 and the caller's rbp where the row says,
+ * repeat. Frame pointers are used where no table exists: anonymous code (JIT,
+ * named through perf maps), files with no CFI, and processes whose tables
+ * are not built yet (counted).
+ *
+ * The agent writes the rows into `unwind_rows` (one array shared by every
+ * process: a file's table is stored once) and each process's executable
+ * mappings into `proc_unwind`. The events object reuses the profile object's
+ * maps (libbpf reuse_fd), so tables are uploaded once.
+ *
+ * Stacks are stored by a 64-bit hash of their frames in a hash map of the
+ * including object, with a second, independent hash in the value: a stack
+ * whose first hash names another stack's entry is a collision, counted and
+ * shown as [lost], never merged.
+ *
+ * The including object defines, before including this file:
+ *   ucount(idx) to bump its unwind counter idx (enum unwind_counter).
+ */
+#ifndef EMBERD_UNWIND_H
+#define EMBERD_UNWIND_H
+
+#include <bpf/bpf_core_read.h>
+
+#ifndef EEXIST
+#define EEXIST 17
+#endif
+
+/* The kernel's pt_regs under a CO-RE flavour name (the UAPI one differs). */
+struct pt_regs___emberd {
+	unsigned long bp;
+	unsigned long sp;
+	unsigned long ip;
+} __attribute__((preserve_access_index));
+
+struct task_struct___emberd {
+	unsigned int flags;
+} __attribute__((preserve_access_index));
+
+#define EMBERD_PF_KTHREAD 0x00200000
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1); /* set by the agent: the table budget in rows */
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+} unwind_rows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 8192); /* set by the agent */
+	__type(key, __u32);       /* tgid */
+	__type(value, struct proc_unwind);
+} proc_unwind SEC(".maps");
+
+/* Processes with a pc in none of their known mappings (dlopen, new JIT
+ * region): the agent reads their mappings again. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);   /* tgid */
+	__type(value, __u8);
+} unwind_refresh SEC(".maps");
+
+struct unwind_state {
+	__u64 pc;
+	__u64 sp;
+	__u64 bp;
+	__u32 tgid;
+	__u32 nr;
+	__u32 end;
+	__u8 have_proc;  /* proc_unwind has this process */
+	__u8 exact_pc;   /* pc is where execution stopped, not a return address */
+	__u8 fp_from;    /* 0, or the UNWIND_MAP_* kind (+1) a frame-pointer step to this pc came from */
+	__u8 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct unwind_state);
+} unwind_states SEC(".maps");
+
+/* Per-CPU buffer a stack is built in before it is stored. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stored_stack);
+} stack_scratch SEC(".maps");
+
+static __always_inline void ucount(__u32 which);
+
+static __always_inline struct stored_stack *scratch_stack(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&stack_scratch, &zero);
+}
+
+/*
+ * The two searches are global functions: the verifier checks each once, on
+ * its own, instead of once per path through the unwinder (which exceeded its
+ * limit of a million instructions).
+ */
+
+/* Index of the mapping of process `tgid` that holds `pc`, or -1. */
+__attribute__((noinline)) int find_mapping(__u32 tgid, __u64 pc)
+{
+	struct proc_unwind *p = bpf_map_lookup_elem(&proc_unwind, &tgid);
+	__u32 lo = 0, hi, mid;
+
+	if (!p)
+		return -1;
+	hi = p->nr;
+	if (hi > EMBERD_MAX_MAPPINGS)
+		hi = EMBERD_MAX_MAPPINGS;
+	/* Find the first mapping whose start > pc; the one before may hold it. */
+	for (int i = 0; i < 9; i++) {
+		if (lo >= hi)
+			break;
+		mid = (lo + hi) / 2;
+		if (p->maps[mid & (EMBERD_MAX_MAPPINGS - 1)].start <= pc)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return -1;
+	lo = (lo - 1) & (EMBERD_MAX_MAPPINGS - 1);
+	return pc < p->maps[lo].end ? (int)lo : -1;
+}
+
+/* Index in unwind_rows of the row covering file address `pc` among rows
+ * [start, start + len), or -1. */
+__attribute__((noinline)) int find_row(__u32 start, __u32 len, __u32 pc)
+{
+	__u32 lo = start, hi = start + len, mid, key;
+	struct unwind_row *r;
+
+	if (len == 0)
+		return -1;
+	key = lo;
+	r = bpf_map_lookup_elem(&unwind_rows, &key);
+	if (!r || r->pc > pc)
+		return -1;
+	/* Invariant: rows[lo].pc <= pc; find the last such row. */
+	for (int i = 0; i < 32; i++) {
+		if (lo + 1 >= hi)
+			break;
+		mid = lo + (hi - lo) / 2;
+		key = mid;
+		r = bpf_map_lookup_elem(&unwind_rows, &key);
+		if (!r)
+			return -1;
+		if (r->pc <= pc)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return (int)lo;
+}
+
+static __always_inline int read_user_u64(__u64 addr, __u64 *out)
+{
+	return bpf_probe_read_user(out, sizeof(*out), (const void *)addr);
+}
+
+/*
+ * Why a walk stopped where frame pointers failed: a file without CFI, or
+ * tables not built yet, say so; in anonymous code (JIT) it is an error.
+ */
+static __always_inline __u32 fp_failure(__u32 fp_from, __u32 err)
+{
+	if (fp_from == UNWIND_MAP_NO_INFO + 1)
+		return STACK_END_NO_INFO;
+	if (fp_from == UNWIND_MAP_NOT_READY + 1)
+		return STACK_END_NOT_READY;
+	return err;
+}
+
+static __always_inline long unwind_stop(struct unwind_state *st, __u32 end)
+{
+	st->end = end;
+	return 1;
+}
+
+/* One frame: push st->pc, then find its caller. bpf_loop callback. */
+static long unwind_step(__u32 index, void *ctx)
+{
+	__u32 zero = 0;
+	struct unwind_state *st = bpf_map_lookup_elem(&unwind_states, &zero);
+	struct stored_stack *s = bpf_map_lookup_elem(&stack_scratch, &zero);
+	struct unwind_mapping *m = 0;
+	struct proc_unwind *proc = 0;
+	int mi = -1, ri;
+	__u64 ra = 0, cfa = 0, bp, lookup_pc, saved;
+	__u32 kind = UNWIND_MAP_FP, nr, rule;
+	int fp = 1;
+
+	if (!st || !s)
+		return 1;
+	nr = st->nr;
+	if (nr >= EMBERD_MAX_STACK_DEPTH)
+		return unwind_stop(st, STACK_END_TRUNCATED);
+	if (st->pc == 0)
+		return unwind_stop(st, nr ? STACK_END_ROOT : STACK_END_ERR_READ);
+	if (st->have_proc) {
+		mi = find_mapping(st->tgid, st->pc);
+		if (mi >= 0)
+			proc = bpf_map_lookup_elem(&proc_unwind, &st->tgid);
+		if (proc) {
+			/* Keep clang from computing the address before the null check. */
+			asm volatile("" : "+r"(proc));
+			m = &proc->maps[mi & (EMBERD_MAX_MAPPINGS - 1)];
+		}
+		if (!m) {
+			__u8 one = 1;
+
+			/* New code since the agent last read the mappings, or a
+			 * garbage return address: have the mappings read again. */
+			bpf_map_update_elem(&unwind_refresh, &st->tgid, &one, BPF_ANY);
+			if (nr > 0)
+				return unwind_stop(st, fp_failure(st->fp_from, STACK_END_ERR_PC));
+		}
+	}
+	s->ips[nr & 127] = st->pc;
+	st->nr = nr + 1;
+	st->fp_from = 0;
+
+	if (m)
+		kind = m->kind;
+	if (kind == UNWIND_MAP_TABLE) {
+		struct unwind_row *r;
+
+		lookup_pc = st->exact_pc ? st->pc : st->pc - 1;
+		ri = find_row(m->table_start, m->table_len, (__u32)(lookup_pc - m->bias));
+		if (ri < 0)
+			return unwind_stop(st, STACK_END_ERR_NO_ROW);
+		__u32 rk = ri;
+		r = bpf_map_lookup_elem(&unwind_rows, &rk);
+		if (!r)
+			return unwind_stop(st, STACK_END_ERR_NO_ROW);
+		rule = r->rule & 0xf;
+		fp = 0;
+		switch (rule) {
+		case CFA_RSP:
+			cfa = st->sp + r->cfa_offset;
+			break;
+		case CFA_RBP:
+			if (!st->bp)
+				return unwind_stop(st, STACK_END_ERR_UNSUPPORTED);
+			cfa = st->bp + r->cfa_offset;
+			break;
+		case CFA_PLT:
+			cfa = st->sp + 8 + ((st->pc & 15) >= r->cfa_offset ? 8 : 0);
+			break;
+		case CFA_SIGNAL: {
+			/* rt_sigframe: the ucontext is at rsp; gregs at +40. */
+			__u64 nsp, nbp, nip;
+
+			if (read_user_u64(st->sp + 160, &nsp) || read_user_u64(st->sp + 120, &nbp) ||
+			    read_user_u64(st->sp + 168, &nip))
+				return unwind_stop(st, STACK_END_ERR_READ);
+			if (nsp <= st->sp)
+				return unwind_stop(st, STACK_END_ERR_CFA);
+			st->pc = nip;
+			st->sp = nsp;
+			st->bp = nbp;
+			st->exact_pc = 1;
+			return 0;
+		}
+		case CFA_END:
+			return unwind_stop(st, STACK_END_ROOT);
+		case CFA_NONE:
+			return unwind_stop(st, STACK_END_ERR_NO_ROW);
+		default:
+			return unwind_stop(st, STACK_END_ERR_UNSUPPORTED);
+		}
+		if (cfa <= st->sp)
+			return unwind_stop(st, STACK_END_ERR_CFA);
+		if (read_user_u64(cfa - 8, &ra))
+			return unwind_stop(st, STACK_END_ERR_READ);
+		bp = st->bp;
+		switch (r->rule >> 4) {
+		case RBP_AT_CFA:
+			if (read_user_u64(cfa + (__s64)r->rbp_offset * 8, &saved))
+				return unwind_stop(st, STACK_END_ERR_READ);
+			bp = saved;
+			break;
+		case RBP_SAME:
+			break;
+		default:
+			bp = 0; /* unknown: a later rbp-based CFA stops with an error */
+		}
+		ucount(UCOUNTER_TABLE_STEPS);
+	}
+	if (fp) {
+		/* Frame pointers: anonymous (JIT) code, files without CFI, and
+		 * processes whose tables are not ready. */
+		if (st->bp == 0)
+			return unwind_stop(st, STACK_END_ROOT);
+		if (st->bp < st->sp)
+			return unwind_stop(st, fp_failure(kind + 1, STACK_END_ERR_CFA));
+		if (read_user_u64(st->bp + 8, &ra) || read_user_u64(st->bp, &bp))
+			return unwind_stop(st, fp_failure(kind + 1, STACK_END_ERR_READ));
+		cfa = st->bp + 16;
+		st->fp_from = kind + 1;
+		ucount(UCOUNTER_FP_STEPS);
+	}
+	st->pc = ra;
+	st->sp = cfa;
+	st->bp = bp;
+	st->exact_pc = 0;
+	return 0;
+}
+
+/* Two independent 64-bit hashes of a stack (its frames and how it ended). */
+static __always_inline void hash_stack(struct stored_stack *s, __u64 *h1, __u64 *h2)
+{
+	__u64 a = 0xcbf29ce484222325ULL ^ s->end, b = 0x9e3779b97f4a7c15ULL + s->nr;
+	__u32 nr = s->nr;
+
+	for (int i = 0; i < EMBERD_MAX_STACK_DEPTH; i++) {
+		__u64 ip;
+
+		if (i >= nr)
+			break;
+		ip = s->ips[i];
+		a = (a ^ ip) * 0x100000001b3ULL;
+		a ^= a >> 29;
+		b = (b ^ (ip >> 7)) * 0xff51afd7ed558ccdULL;
+		b ^= b >> 33;
+	}
+	/* 0 and 1 are the markers EMBERD_STACK_NONE and EMBERD_STACK_LOST. */
+	if (a < 2)
+		a += 2;
+	*h1 = a;
+	*h2 = b;
+}
+
+/*
+ * Stores the scratch stack `s` (nr, end, ips set) in `map` and returns its
+ * key, or EMBERD_STACK_LOST with *lost set to the counter to bump.
+ */
+static __always_inline __u64 store_stack(void *map, struct stored_stack *s, __u64 now,
+					 __u32 *lost)
+{
+	struct stored_stack *old;
+	__u64 h, check;
+
+	hash_stack(s, &h, &check);
+	s->check = check;
+	s->used = now;
+	old = bpf_map_lookup_elem(map, &h);
+	if (!old) {
+		if (bpf_map_update_elem(map, &h, s, BPF_NOEXIST) == 0)
+			return h;
+		old = bpf_map_lookup_elem(map, &h);
+		if (!old) {
+			*lost = STACK_LOST_FULL;
+			return EMBERD_STACK_LOST;
+		}
+	}
+	if (old->check != check) {
+		*lost = STACK_LOST_COLLISION;
+		return EMBERD_STACK_LOST;
+	}
+	if (old->used != now)
+		old->used = now;
+	return h;
+}
+
+/*
+ * Walks the user stack of `task` (current, or a task switching out on this
+ * CPU) into the scratch stack. Returns the scratch stack, or 0 when the task
+ * has no user stack (kernel thread).
+ */
+static __always_inline struct stored_stack *unwind_user(struct task_struct___emberd *task,
+							__u32 tgid)
+{
+	__u32 zero = 0;
+	struct unwind_state *st = bpf_map_lookup_elem(&unwind_states, &zero);
+	struct stored_stack *s = scratch_stack();
+	struct pt_regs___emberd *regs;
+
+	if (!st || !s || tgid == 0)
+		return 0;
+	if (BPF_CORE_READ(task, flags) & EMBERD_PF_KTHREAD)
+		return 0;
+	regs = (struct pt_regs___emberd *)bpf_task_pt_regs((struct task_struct *)task);
+	if (!regs)
+		return 0;
+	st->pc = BPF_CORE_READ(regs, ip);
+	st->sp = BPF_CORE_READ(regs, sp);
+	st->bp = BPF_CORE_READ(regs, bp);
+	st->tgid = tgid;
+	st->nr = 0;
+	st->end = STACK_END_TRUNCATED;
+	st->exact_pc = 1;
+	st->fp_from = 0;
+	st->have_proc = bpf_map_lookup_elem(&proc_unwind, &tgid) != 0;
+	if (!st->have_proc)
+		ucount(UCOUNTER_NOT_READY);
+	bpf_loop(EMBERD_MAX_STACK_DEPTH + 1, unwind_step, 0, 0);
+	s->nr = st->nr;
+	s->end = st->end;
+	/* Without tables, a frame-pointer walk that did not reach rbp = 0 ended in
+	 * whatever the frame chain held: say so rather than call it complete. */
+	if (!st->have_proc && s->end != STACK_END_ROOT && s->end != STACK_END_TRUNCATED)
+		s->end = STACK_END_NOT_READY;
+	ucount(UCOUNTER_WALKS);
+	ucount(UCOUNTER_END_BASE + (s->end < STACK_END_MAX ? s->end : 0));
+	return s;
+}
+
+/* The kernel stack of the current context into the scratch stack, or 0. */
+static __always_inline struct stored_stack *kernel_stack(void *ctx)
+{
+	struct stored_stack *s = scratch_stack();
+	long n;
+
+	if (!s)
+		return 0;
+	n = bpf_get_stack(ctx, s->ips, sizeof(s->ips), 0);
+	if (n <= 0)
+		return 0;
+	s->nr = n / sizeof(__u64);
+	s->end = s->nr >= EMBERD_MAX_STACK_DEPTH ? STACK_END_TRUNCATED : STACK_END_KERNEL;
+	return s;
+}
+
+#endif /* EMBERD_UNWIND_H */

@@ -1,0 +1,201 @@
+//! Stacks as the BPF programs store them (`struct stored_stack` in
+//! `bpf/emberd.h`, written by `bpf/unwind.h`): by a 64-bit hash of their
+//! frames, with how each walk ended, and the unwinder's counters.
+
+use std::collections::HashMap;
+
+use libbpf_rs::{MapCore, MapFlags};
+
+use super::{CollectError, RawStack};
+
+/// Stack key of "no stack of this kind" (`EMBERD_STACK_NONE`).
+pub const STACK_NONE: u64 = 0;
+/// Stack key of "there was a stack but it could not be stored" (`EMBERD_STACK_LOST`).
+pub const STACK_LOST: u64 = 1;
+
+/// How a stack's walk ended (`enum stack_end` in `bpf/emberd.h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StackEnd {
+    /// Reached the outermost frame (`_start`, `clone`, `start_thread`).
+    Root,
+    /// The depth limit cut it; its root is missing.
+    Truncated,
+    /// The last frame's file has no unwind information.
+    NoUnwindInfo,
+    /// The process's unwind tables were not built yet; frame pointers only.
+    NotReady,
+    /// Reading the thread's stack memory failed.
+    ReadFailed,
+    /// No unwind row covers the pc.
+    NoRow,
+    /// A CFI rule emberd cannot evaluate.
+    Unsupported,
+    /// The frame address did not move up the stack.
+    BadCfa,
+    /// A return address outside every executable mapping.
+    BadPc,
+    /// A kernel stack, as the kernel's own unwinder gave it.
+    Kernel,
+}
+
+impl StackEnd {
+    /// Every end, in `enum stack_end` order.
+    pub const ALL: [StackEnd; 10] = [
+        StackEnd::Root,
+        StackEnd::Truncated,
+        StackEnd::NoUnwindInfo,
+        StackEnd::NotReady,
+        StackEnd::ReadFailed,
+        StackEnd::NoRow,
+        StackEnd::Unsupported,
+        StackEnd::BadCfa,
+        StackEnd::BadPc,
+        StackEnd::Kernel,
+    ];
+
+    fn from_raw(v: u32) -> StackEnd {
+        Self::ALL
+            .get(v as usize)
+            .copied()
+            .unwrap_or(StackEnd::Unsupported)
+    }
+
+    /// The `reason` label of this end in `/metrics`.
+    pub fn label(self) -> &'static str {
+        match self {
+            StackEnd::Root => "complete",
+            StackEnd::Truncated => "truncated",
+            StackEnd::NoUnwindInfo => "no_unwind_info",
+            StackEnd::NotReady => "tables_not_ready",
+            StackEnd::ReadFailed => "read_failed",
+            StackEnd::NoRow => "pc_not_covered",
+            StackEnd::Unsupported => "unsupported_rule",
+            StackEnd::BadCfa => "bad_cfa",
+            StackEnd::BadPc => "pc_not_mapped",
+            StackEnd::Kernel => "kernel",
+        }
+    }
+
+    /// The reason shown in an `[unwind error: REASON]` marker, for the ends
+    /// that are errors.
+    pub fn error_reason(self) -> Option<&'static str> {
+        Some(match self {
+            StackEnd::NotReady => "tables not ready",
+            StackEnd::ReadFailed => "stack not readable",
+            StackEnd::NoRow => "pc not covered by unwind table",
+            StackEnd::Unsupported => "unsupported CFI rule",
+            StackEnd::BadCfa => "frame address did not advance",
+            StackEnd::BadPc => "return address not in code",
+            _ => return None,
+        })
+    }
+}
+
+/// Parses a `struct stored_stack` value.
+pub(crate) fn parse_stored(v: &[u8]) -> Option<RawStack> {
+    // check (8), used (8), nr (4), end (4), ips: read by offset, the lookup
+    // buffer carries no alignment guarantee.
+    let nr = u32::from_ne_bytes(v.get(16..20)?.try_into().ok()?) as usize;
+    let end = u32::from_ne_bytes(v.get(20..24)?.try_into().ok()?);
+    let ips: Vec<u64> = v
+        .get(24..)?
+        .chunks_exact(8)
+        .take(nr)
+        .map(|c| u64::from_ne_bytes(c.try_into().expect("8-byte chunk")))
+        .collect();
+    Some(RawStack::Ips {
+        ips,
+        end: StackEnd::from_raw(end),
+    })
+}
+
+/// `stored_stack.used` of a value: ns of last use.
+pub(crate) fn last_used(v: &[u8]) -> Option<u64> {
+    Some(u64::from_ne_bytes(v.get(8..16)?.try_into().ok()?))
+}
+
+/// The stack a key names: the markers for keys 0 and 1, else what `read`
+/// finds, read once per key per drain.
+pub(crate) fn stack_by_key(
+    cache: &mut HashMap<u64, RawStack>,
+    key: u64,
+    read: impl FnOnce(u64) -> Result<RawStack, CollectError>,
+) -> Result<RawStack, CollectError> {
+    match key {
+        STACK_NONE => Ok(RawStack::None),
+        STACK_LOST => Ok(RawStack::Lost),
+        _ => {
+            if let Some(s) = cache.get(&key) {
+                return Ok(s.clone());
+            }
+            let s = read(key)?;
+            cache.insert(key, s.clone());
+            Ok(s)
+        }
+    }
+}
+
+/// Reads one stack of a stack map by key; a missing key is [`RawStack::Lost`].
+pub(crate) fn read_stored(map: &impl MapCore, key: u64) -> Result<RawStack, CollectError> {
+    let value = map
+        .lookup(&key.to_ne_bytes(), MapFlags::ANY)
+        .map_err(|source| CollectError::Drain {
+            map: "stacks",
+            source,
+        })?;
+    Ok(value
+        .as_deref()
+        .and_then(parse_stored)
+        .unwrap_or(RawStack::Lost))
+}
+
+/// Cumulative counters of one object's user-stack unwinder
+/// (`enum unwind_counter` in `bpf/emberd.h`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnwindCounters {
+    /// User stacks walked.
+    pub walks: u64,
+    /// Walks of processes whose tables were not ready (frame pointers only).
+    pub not_ready: u64,
+    /// Frames unwound with a table row.
+    pub table_steps: u64,
+    /// Frames unwound with frame pointers.
+    pub fp_steps: u64,
+    /// Stacks (kernel or user) lost because the stack map was full.
+    pub lost_full: u64,
+    /// Stacks lost to a 64-bit key collision.
+    pub lost_collision: u64,
+    /// How user walks ended, in [`StackEnd::ALL`] order.
+    pub ends: [u64; 10],
+}
+
+impl UnwindCounters {
+    /// Reads an `unwind_counters` per-CPU array, summed over CPUs.
+    pub(crate) fn read(map: &impl MapCore) -> Result<Self, CollectError> {
+        let mut v = [0u64; 6 + 10];
+        for (i, slot) in v.iter_mut().enumerate() {
+            let per_cpu = map
+                .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
+                .map_err(|source| CollectError::Drain {
+                    map: "unwind_counters",
+                    source,
+                })?
+                .unwrap_or_default();
+            *slot = per_cpu
+                .iter()
+                .filter_map(|b| Some(u64::from_ne_bytes(b.get(..8)?.try_into().ok()?)))
+                .sum();
+        }
+        let mut ends = [0u64; 10];
+        ends.copy_from_slice(&v[6..]);
+        Ok(Self {
+            walks: v[0],
+            not_ready: v[1],
+            table_steps: v[2],
+            fp_steps: v[3],
+            lost_full: v[4],
+            lost_collision: v[5],
+            ends,
+        })
+    }
+}

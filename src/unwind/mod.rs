@@ -1,0 +1,821 @@
+//! Unwind: the tables the BPF unwinder (`bpf/unwind.h`) walks user stacks
+//! with.
+//!
+//! For every executable mapping of a profiled process this stage finds the
+//! file's table (compiled once per file by [`table`], off the sampling path
+//! on a builder thread), stores its rows once in the row array the BPF
+//! programs share (`unwind_rows`, mmapped here), and writes the process's
+//! mappings with the rows each one uses to `proc_unwind`. A file is known by
+//! device, inode and mtime, and its table is also shared by build id, so
+//! libc is compiled and stored once per host however many processes map it.
+//!
+//! Memory: the row array is sized by the table budget (bytes / 8 per row);
+//! tables no live process maps are evicted, oldest first, when a new one
+//! needs room, or after [`defaults::IDLE_TABLE`]. Files larger than
+//! [`defaults::MAX_FILE_BYTES`] are not read.
+
+pub mod table;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use procfs::process::{MMapPath, Process};
+
+use crate::collect::{Pid, UnwindMaps};
+use table::{ElfInfo, TableSource, UnwindRow};
+
+/// Defaults and fixed bounds of the unwind stage.
+pub mod defaults {
+    use std::time::Duration;
+
+    /// Bytes of unwind rows (8 bytes each) the BPF row array holds. Measured
+    /// on this VM (README, "Unwinding"): libc 0.2 MiB, python3.11 1.1 MiB,
+    /// libjvm 2.3 MiB, node 2.9 MiB; a host running python3, node and a JVM
+    /// needed about 9 MiB. 32 MiB leaves room for many more distinct
+    /// binaries. The array is kernel memory allocated at load.
+    pub const TABLE_BUDGET_BYTES: u64 = 32 << 20;
+    /// Processes whose mappings the BPF unwinder holds (about 5 KiB of
+    /// kernel memory each, allocated as processes appear).
+    pub const MAX_PROCESSES: u32 = 8192;
+    /// Files larger than this are not read for unwind tables.
+    pub const MAX_FILE_BYTES: u64 = 1 << 30;
+    /// A table no live process maps is evicted after this long.
+    pub const IDLE_TABLE: Duration = Duration::from_secs(600);
+    /// A process's mappings are read again at most this often when the BPF
+    /// unwinder finds a pc outside them.
+    pub const REFRESH_INTERVAL: Duration = Duration::from_secs(2);
+    /// How often exited processes are looked for.
+    pub const EXIT_SCAN: Duration = Duration::from_secs(5);
+}
+
+/// Mapping kinds of `enum unwind_map_kind` in `bpf/emberd.h`.
+const MAP_TABLE: u32 = 0;
+const MAP_FP: u32 = 1;
+const MAP_NO_INFO: u32 = 2;
+const MAP_NOT_READY: u32 = 3;
+/// `EMBERD_MAX_MAPPINGS`.
+const MAX_MAPPINGS: usize = 128;
+/// sizeof(struct unwind_mapping), sizeof(struct proc_unwind).
+const MAPPING_BYTES: usize = 40;
+const PROC_BYTES: usize = 8 + MAX_MAPPINGS * MAPPING_BYTES;
+
+const _: () = assert!(std::mem::size_of::<UnwindRow>() == 8);
+const _: () = assert!(
+    std::mem::size_of::<crate::bpf::types::unwind_row>() == std::mem::size_of::<UnwindRow>()
+);
+const _: () = assert!(std::mem::size_of::<crate::bpf::types::proc_unwind>() == PROC_BYTES);
+
+/// Errors of the unwind stage.
+#[derive(Debug, thiserror::Error)]
+pub enum UnwindError {
+    /// The row array could not be mapped into memory.
+    #[error(
+        "mapping the BPF unwind-row array ({bytes} bytes) failed: {source}\nhint: lower unwind_table_budget_mib"
+    )]
+    Mmap {
+        /// Size asked for.
+        bytes: usize,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// A mapped file's identity: a file replaced on disk, or changed in place,
+/// is another file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct FileKey {
+    dev: u64,
+    ino: u64,
+    mtime: i64,
+}
+
+/// The vDSO is the same image in every process: one table for all.
+const VDSO_KEY: FileKey = FileKey {
+    dev: u64::MAX,
+    ino: u64::MAX,
+    mtime: 0,
+};
+
+type TableId = u64;
+
+#[derive(Debug, Clone)]
+enum TableState {
+    /// Queued on the builder thread.
+    Building,
+    /// Rows [start, start + len) of the row array.
+    Ready { start: u32, len: u32 },
+    /// The file has no CFI, could not be read or parsed, or the budget had
+    /// no room: frame pointers, and a marker where they fail.
+    NoInfo,
+}
+
+#[derive(Debug)]
+struct TableEntry {
+    name: String,
+    state: TableState,
+    /// PT_LOAD segments, to turn runtime addresses into file addresses.
+    loads: Vec<table::LoadSegment>,
+    build_id: Option<Vec<u8>>,
+    /// Live processes mapping the file.
+    refs: u32,
+    last_used: Instant,
+}
+
+/// One executable mapping of a process.
+#[derive(Debug, Clone)]
+struct ProcMapping {
+    start: u64,
+    end: u64,
+    offset: u64,
+    table: Option<TableId>,
+}
+
+#[derive(Debug)]
+struct ProcState {
+    mappings: Vec<ProcMapping>,
+    read_at: Instant,
+}
+
+/// What the builder thread is asked to compile.
+struct BuildJob {
+    id: TableId,
+    source: BuildSource,
+}
+
+enum BuildSource {
+    File(PathBuf),
+    /// This process's own vDSO image.
+    Vdso,
+}
+
+/// What the builder thread answers.
+struct Built {
+    id: TableId,
+    result: Result<(table::UnwindTable, ElfInfo), String>,
+    elapsed: Duration,
+}
+
+/// Figures of the unwind stage, for `/metrics`, `emberd check` and logs.
+#[derive(Debug, Clone, Default)]
+pub struct UnwindStats {
+    /// Files with a table in the row array.
+    pub tables: u64,
+    /// Rows in use.
+    pub rows: u64,
+    /// Bytes of rows in use.
+    pub bytes: u64,
+    /// The row array's size in bytes (the budget).
+    pub budget_bytes: u64,
+    /// Tables compiled since start.
+    pub builds: u64,
+    /// Files that could not be read or parsed (corrupt CFI, too large, gone).
+    pub build_failures: u64,
+    /// Files without any CFI.
+    pub no_info_files: u64,
+    /// FDEs skipped as corrupt, over all builds.
+    pub bad_fdes: u64,
+    /// Time spent compiling tables.
+    pub build_time: Duration,
+    /// Tables refused for lack of room in the budget.
+    pub budget_refused: u64,
+    /// Tables evicted.
+    pub evicted: u64,
+    /// Processes whose mappings the BPF unwinder has.
+    pub processes: u64,
+    /// Executable mappings left out: more than `EMBERD_MAX_MAPPINGS` in a
+    /// process, or more processes than the map holds.
+    pub mappings_dropped: u64,
+}
+
+/// The unwind tables and process mappings of the BPF unwinder.
+pub struct Unwinder {
+    rows: RowArray,
+    free: BTreeMap<u32, u32>,
+    procs_map: MapHandle,
+    refresh_map: MapHandle,
+    max_processes: usize,
+    files: HashMap<FileKey, TableId>,
+    by_build_id: HashMap<Vec<u8>, TableId>,
+    tables: HashMap<TableId, TableEntry>,
+    next_id: TableId,
+    processes: HashMap<Pid, ProcState>,
+    jobs: mpsc::Sender<BuildJob>,
+    done: mpsc::Receiver<Built>,
+    last_exit_scan: Instant,
+    stats: UnwindStats,
+}
+
+impl std::fmt::Debug for Unwinder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unwinder")
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The BPF row array, mapped into this process.
+struct RowArray {
+    ptr: *mut UnwindRow,
+    len: u32,
+    bytes: usize,
+}
+
+// SAFETY: the mapping is owned by the RowArray and only written through
+// `&mut self`.
+unsafe impl Send for RowArray {}
+
+impl RowArray {
+    fn map(handle: &MapHandle) -> Result<Self, UnwindError> {
+        let len = handle.max_entries();
+        let page = 4096usize;
+        let bytes = (len as usize * 8).div_ceil(page) * page;
+        // SAFETY: mapping a BPF_F_MMAPABLE array's fd, shared, at offset 0,
+        // no larger than the array (rounded to pages, as the kernel does).
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                handle.as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(UnwindError::Mmap {
+                bytes,
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(Self {
+            ptr: ptr.cast(),
+            len,
+            bytes,
+        })
+    }
+
+    fn write(&mut self, start: u32, rows: &[UnwindRow]) {
+        assert!(start as usize + rows.len() <= self.len as usize);
+        // SAFETY: in bounds (checked above); the region is owned by this
+        // table (allocated from the free list), and BPF only reads it once a
+        // process's mappings name it, after this copy.
+        unsafe {
+            std::ptr::copy_nonoverlapping(rows.as_ptr(), self.ptr.add(start as usize), rows.len())
+        };
+    }
+}
+
+impl Drop for RowArray {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what `map` mapped.
+        unsafe { libc::munmap(self.ptr.cast(), self.bytes) };
+    }
+}
+
+use std::os::fd::AsFd;
+
+impl Unwinder {
+    /// Maps the row array and starts the builder thread.
+    pub fn new(maps: UnwindMaps) -> Result<Self, UnwindError> {
+        let rows = RowArray::map(&maps.rows)?;
+        let mut free = BTreeMap::new();
+        free.insert(0, rows.len);
+        let (jobs, job_rx) = mpsc::channel::<BuildJob>();
+        let (done_tx, done) = mpsc::channel::<Built>();
+        std::thread::Builder::new()
+            .name("emberd-unwind".into())
+            .spawn(move || builder_thread(job_rx, done_tx))
+            .expect("spawning the unwind-table builder thread");
+        let stats = UnwindStats {
+            budget_bytes: rows.len as u64 * 8,
+            ..Default::default()
+        };
+        Ok(Self {
+            rows,
+            free,
+            max_processes: maps.procs.max_entries() as usize,
+            procs_map: maps.procs,
+            refresh_map: maps.refresh,
+            files: HashMap::new(),
+            by_build_id: HashMap::new(),
+            tables: HashMap::new(),
+            next_id: 1,
+            processes: HashMap::new(),
+            jobs,
+            done,
+            last_exit_scan: Instant::now(),
+            stats,
+        })
+    }
+
+    /// Figures for `/metrics`.
+    pub fn stats(&self) -> UnwindStats {
+        let mut s = self.stats.clone();
+        s.processes = self.processes.len() as u64;
+        s
+    }
+
+    /// Reads a process's executable mappings, queues the tables it lacks,
+    /// and gives the BPF unwinder its mappings. Called when a process is
+    /// first sampled (or has exec'd), and when the unwinder asks.
+    pub fn note_process(&mut self, pid: Pid) {
+        let Ok(process) = Process::new(pid.0 as i32) else {
+            return;
+        };
+        let Ok(maps) = process.maps() else {
+            return;
+        };
+        let now = Instant::now();
+        let mut mappings = Vec::new();
+        for m in maps {
+            if !m.perms.contains(procfs::process::MMPermissions::EXECUTE) {
+                continue;
+            }
+            let table = match &m.pathname {
+                MMapPath::Path(path) if m.inode != 0 => {
+                    let map_file =
+                        PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.address.0, m.address.1));
+                    // The mapped inode itself, wherever the path now points.
+                    let key = std::fs::metadata(&map_file).ok().map(|md| FileKey {
+                        dev: md.dev(),
+                        ino: md.ino(),
+                        mtime: md.mtime(),
+                    });
+                    key.map(|key| {
+                        let name = path
+                            .file_name()
+                            .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into());
+                        self.table_for(key, name, BuildSource::File(map_file))
+                    })
+                }
+                MMapPath::Vdso => Some(self.table_for(VDSO_KEY, "[vdso]".into(), BuildSource::Vdso)),
+                _ => None,
+            };
+            mappings.push(ProcMapping {
+                start: m.address.0,
+                end: m.address.1,
+                offset: m.offset,
+                table,
+            });
+        }
+        if mappings.is_empty() {
+            return; // a zombie or a kernel thread: nothing to unwind
+        }
+        if let Some(old) = self.processes.remove(&pid) {
+            self.release(&old);
+        } else if self.processes.len() >= self.max_processes {
+            self.stats.mappings_dropped += mappings.len() as u64;
+            return;
+        }
+        for t in mappings.iter().filter_map(|m| m.table) {
+            if let Some(e) = self.tables.get_mut(&t) {
+                e.refs += 1;
+                e.last_used = now;
+            }
+        }
+        let state = ProcState {
+            mappings,
+            read_at: now,
+        };
+        self.upload(pid, &state);
+        self.processes.insert(pid, state);
+    }
+
+    /// The table of a file, queued for building if new.
+    fn table_for(&mut self, key: FileKey, name: String, source: BuildSource) -> TableId {
+        if let Some(&id) = self.files.get(&key)
+            && self.tables.contains_key(&id)
+        {
+            return id;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.files.insert(key, id);
+        self.tables.insert(
+            id,
+            TableEntry {
+                name,
+                state: TableState::Building,
+                loads: Vec::new(),
+                build_id: None,
+                refs: 0,
+                last_used: Instant::now(),
+            },
+        );
+        // The builder thread lives as long as the receiver; a send can only
+        // fail if it panicked, and then the file stays on frame pointers.
+        let _ = self.jobs.send(BuildJob { id, source });
+        id
+    }
+
+    /// Takes finished tables, re-reads processes the BPF unwinder asked
+    /// about, and forgets exited processes. Called several times a second.
+    ///
+    /// Waits up to `wait` for tables still being built: a new process is
+    /// unwound with frame pointers until its tables are in, and most files
+    /// compile in milliseconds (libc ~3 ms, python3 ~10 ms, libjvm ~30 ms),
+    /// so a short wait here saves a poll interval of degraded stacks.
+    pub fn poll(&mut self, wait: Duration) {
+        let mut changed: HashSet<TableId> = HashSet::new();
+        let deadline = Instant::now() + wait;
+        loop {
+            let building = self
+                .tables
+                .values()
+                .any(|e| matches!(e.state, TableState::Building));
+            let left = deadline.saturating_duration_since(Instant::now());
+            let got = if !building || left.is_zero() {
+                self.done.try_recv().ok()
+            } else {
+                self.done.recv_timeout(left).ok()
+            };
+            let Some(built) = got else { break };
+            changed.insert(built.id);
+            self.finish(built);
+        }
+        if !changed.is_empty() {
+            let pids: Vec<Pid> = self
+                .processes
+                .iter()
+                .filter(|(_, p)| p.mappings.iter().any(|m| m.table.is_some_and(|t| changed.contains(&t))))
+                .map(|(pid, _)| *pid)
+                .collect();
+            for pid in pids {
+                if let Some(state) = self.processes.remove(&pid) {
+                    self.upload(pid, &state);
+                    self.processes.insert(pid, state);
+                }
+            }
+        }
+        for pid in crate::collect::drain_tgids(&self.refresh_map) {
+            let fresh = self
+                .processes
+                .get(&pid)
+                .is_some_and(|p| p.read_at.elapsed() < defaults::REFRESH_INTERVAL);
+            if !fresh {
+                self.note_process(pid);
+            }
+        }
+        if self.last_exit_scan.elapsed() >= defaults::EXIT_SCAN {
+            self.last_exit_scan = Instant::now();
+            self.forget_exited();
+        }
+    }
+
+    fn finish(&mut self, built: Built) {
+        self.stats.build_time += built.elapsed;
+        let Some(entry) = self.tables.get(&built.id) else {
+            return;
+        };
+        let name = entry.name.clone();
+        let (table, info) = match built.result {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!("no unwind table for {name}: {e}");
+                self.stats.build_failures += 1;
+                if let Some(e) = self.tables.get_mut(&built.id) {
+                    e.state = TableState::NoInfo;
+                }
+                return;
+            }
+        };
+        self.stats.builds += 1;
+        self.stats.bad_fdes += table.stats.bad_fdes;
+        // Another file with the same build id (a container's copy of libc)
+        // already has rows: share them.
+        if let Some(bid) = &info.build_id
+            && let Some(&other) = self.by_build_id.get(bid)
+            && other != built.id
+            && let Some(o) = self.tables.get(&other)
+            && matches!(o.state, TableState::Ready { .. })
+        {
+            let state = o.state.clone();
+            if let Some(e) = self.tables.get_mut(&built.id) {
+                e.state = state;
+                e.loads = info.loads;
+                e.build_id = info.build_id;
+            }
+            return;
+        }
+        let state = if table.source == TableSource::None || table.rows.is_empty() {
+            self.stats.no_info_files += 1;
+            TableState::NoInfo
+        } else {
+            match self.allocate(table.rows.len() as u32) {
+                Some(start) => {
+                    self.rows.write(start, &table.rows);
+                    self.stats.tables += 1;
+                    self.stats.rows += table.rows.len() as u64;
+                    self.stats.bytes += table.rows.len() as u64 * 8;
+                    tracing::debug!(
+                        "unwind table for {name}: {} rows from {:?} in {:?}",
+                        table.rows.len(),
+                        table.source,
+                        built.elapsed
+                    );
+                    TableState::Ready {
+                        start,
+                        len: table.rows.len() as u32,
+                    }
+                }
+                None => {
+                    self.stats.budget_refused += 1;
+                    tracing::warn!(
+                        "unwind table budget full: {name} ({} rows) left to frame pointers; raise unwind_table_budget_mib",
+                        table.rows.len()
+                    );
+                    TableState::NoInfo
+                }
+            }
+        };
+        if let Some(bid) = &info.build_id
+            && matches!(state, TableState::Ready { .. })
+        {
+            self.by_build_id.insert(bid.clone(), built.id);
+        }
+        if let Some(e) = self.tables.get_mut(&built.id) {
+            e.state = state;
+            e.loads = info.loads;
+            e.build_id = info.build_id;
+        }
+    }
+
+    /// First-fit allocation of `len` rows, evicting unused tables if needed.
+    fn allocate(&mut self, len: u32) -> Option<u32> {
+        loop {
+            if let Some((&start, &flen)) = self.free.iter().find(|&(_, &l)| l >= len) {
+                self.free.remove(&start);
+                if flen > len {
+                    self.free.insert(start + len, flen - len);
+                }
+                return Some(start);
+            }
+            // Evict the table unused longest that no live process maps.
+            let victim = self
+                .tables
+                .iter()
+                .filter(|(_, e)| e.refs == 0 && self.owns_rows(e))
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(id, _)| *id)?;
+            self.evict(victim);
+        }
+    }
+
+    /// Whether a table's rows are its own (not shared by build id).
+    fn owns_rows(&self, e: &TableEntry) -> bool {
+        matches!(e.state, TableState::Ready { .. })
+            && e.build_id
+                .as_ref()
+                .is_none_or(|b| self.by_build_id.get(b).is_some_and(|id| self.tables.get(id).is_some_and(|o| std::ptr::eq(o, e))))
+    }
+
+    fn evict(&mut self, id: TableId) {
+        let Some(e) = self.tables.remove(&id) else {
+            return;
+        };
+        self.files.retain(|_, t| *t != id);
+        if let TableState::Ready { start, len } = e.state {
+            let sharers: Vec<TableId> = self
+                .tables
+                .iter()
+                .filter(|(_, o)| matches!(o.state, TableState::Ready { start: s, .. } if s == start))
+                .map(|(i, _)| *i)
+                .collect();
+            if let Some(b) = &e.build_id
+                && self.by_build_id.get(b) == Some(&id)
+            {
+                self.by_build_id.remove(b);
+            }
+            if sharers.is_empty() {
+                self.release_rows(start, len);
+                self.stats.tables = self.stats.tables.saturating_sub(1);
+                self.stats.rows = self.stats.rows.saturating_sub(len as u64);
+                self.stats.bytes = self.stats.bytes.saturating_sub(len as u64 * 8);
+            } else if let Some(b) = &e.build_id {
+                self.by_build_id.insert(b.clone(), sharers[0]);
+            }
+        }
+        self.stats.evicted += 1;
+    }
+
+    fn release_rows(&mut self, start: u32, len: u32) {
+        let mut start = start;
+        let mut len = len;
+        // Merge with the free neighbours on both sides.
+        if let Some((&ps, &pl)) = self.free.range(..start).next_back()
+            && ps + pl == start
+        {
+            self.free.remove(&ps);
+            start = ps;
+            len += pl;
+        }
+        if let Some(&nl) = self.free.get(&(start + len)) {
+            self.free.remove(&(start + len));
+            len += nl;
+        }
+        self.free.insert(start, len);
+    }
+
+    fn release(&mut self, state: &ProcState) {
+        let now = Instant::now();
+        for t in state.mappings.iter().filter_map(|m| m.table) {
+            if let Some(e) = self.tables.get_mut(&t) {
+                e.refs = e.refs.saturating_sub(1);
+                e.last_used = now;
+            }
+        }
+    }
+
+    fn forget_exited(&mut self) {
+        let gone: Vec<Pid> = self
+            .processes
+            .keys()
+            .filter(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+            .copied()
+            .collect();
+        for pid in gone {
+            if let Some(state) = self.processes.remove(&pid) {
+                self.release(&state);
+            }
+            let _ = self.procs_map.delete(&pid.0.to_ne_bytes());
+        }
+        let idle: Vec<TableId> = self
+            .tables
+            .iter()
+            .filter(|(_, e)| e.refs == 0 && e.last_used.elapsed() >= defaults::IDLE_TABLE)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in idle {
+            self.evict(id);
+        }
+    }
+
+    /// Writes a process's mappings to `proc_unwind`.
+    fn upload(&mut self, pid: Pid, state: &ProcState) {
+        let mut value = vec![0u8; PROC_BYTES];
+        let mut nr = 0usize;
+        for m in &state.mappings {
+            if nr == MAX_MAPPINGS {
+                self.stats.mappings_dropped += 1;
+                continue;
+            }
+            let (kind, bias, start, len) = match m.table.and_then(|t| self.tables.get(&t)) {
+                None => (MAP_FP, 0, 0, 0),
+                Some(e) => match e.state {
+                    TableState::Building => (MAP_NOT_READY, 0, 0, 0),
+                    TableState::NoInfo => (MAP_NO_INFO, 0, 0, 0),
+                    TableState::Ready { start, len } => match bias_of(&e.loads, m) {
+                        Some(bias) => (MAP_TABLE, bias, start, len),
+                        None => (MAP_NO_INFO, 0, 0, 0),
+                    },
+                },
+            };
+            let at = 8 + nr * MAPPING_BYTES;
+            let v = &mut value[at..at + MAPPING_BYTES];
+            v[0..8].copy_from_slice(&m.start.to_ne_bytes());
+            v[8..16].copy_from_slice(&m.end.to_ne_bytes());
+            v[16..24].copy_from_slice(&bias.to_ne_bytes());
+            v[24..28].copy_from_slice(&start.to_ne_bytes());
+            v[28..32].copy_from_slice(&len.to_ne_bytes());
+            v[32..36].copy_from_slice(&kind.to_ne_bytes());
+            nr += 1;
+        }
+        value[0..4].copy_from_slice(&(nr as u32).to_ne_bytes());
+        if let Err(e) = self
+            .procs_map
+            .update(&pid.0.to_ne_bytes(), &value, MapFlags::ANY)
+        {
+            self.stats.mappings_dropped += nr as u64;
+            tracing::debug!("proc_unwind update for pid {pid} failed: {e}");
+        }
+    }
+}
+
+/// runtime address - file virtual address for a mapping, from the PT_LOAD
+/// segment that holds the mapping's file offset.
+fn bias_of(loads: &[table::LoadSegment], m: &ProcMapping) -> Option<u64> {
+    let seg = loads
+        .iter()
+        .filter(|s| s.executable)
+        .find(|s| s.offset <= m.offset && m.offset < s.offset + s.filesz.max(1))
+        .or_else(|| loads.iter().find(|s| s.offset <= m.offset && m.offset < s.offset + s.filesz))?;
+    Some(
+        m.start
+            .wrapping_sub(m.offset)
+            .wrapping_add(seg.offset)
+            .wrapping_sub(seg.vaddr),
+    )
+}
+
+fn builder_thread(jobs: mpsc::Receiver<BuildJob>, done: mpsc::Sender<Built>) {
+    while let Ok(job) = jobs.recv() {
+        let started = Instant::now();
+        let result = match job.source {
+            BuildSource::File(path) => read_capped(&path).and_then(|b| build(&b)),
+            BuildSource::Vdso => own_vdso().and_then(|b| build(&b)),
+        };
+        if done
+            .send(Built {
+                id: job.id,
+                result,
+                elapsed: started.elapsed(),
+            })
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Compiles one ELF image, with its separate debug file's `.debug_frame`
+/// when the image itself has no CFI.
+pub fn build(bytes: &[u8]) -> Result<(table::UnwindTable, ElfInfo), String> {
+    let info = table::elf_info(bytes).map_err(|e| e.to_string())?;
+    let mut t = table::build_table(bytes).map_err(|e| e.to_string())?;
+    if t.source == TableSource::None
+        && let Some(bid) = &info.build_id
+        && let Ok(debug) = read_capped(&table::debug_file_path(bid))
+    {
+        t = table::build_table_with_debug(bytes, Some(&debug)).map_err(|e| e.to_string())?;
+    }
+    Ok((t, info))
+}
+
+/// Reads a regular file of at most [`defaults::MAX_FILE_BYTES`].
+pub fn read_capped(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let md = f.metadata().map_err(|e| format!("{}: {e}", path.display()))?;
+    if !md.is_file() {
+        return Err(format!("{}: not a regular file", path.display()));
+    }
+    if md.len() > defaults::MAX_FILE_BYTES {
+        return Err(format!("{}: larger than {} bytes", path.display(), defaults::MAX_FILE_BYTES));
+    }
+    let mut bytes = Vec::with_capacity(md.len() as usize);
+    f.take(defaults::MAX_FILE_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(bytes)
+}
+
+/// This process's vDSO image: the kernel maps the same one into every
+/// process.
+fn own_vdso() -> Result<Vec<u8>, String> {
+    let maps = Process::myself()
+        .and_then(|p| p.maps())
+        .map_err(|e| e.to_string())?;
+    let m = maps
+        .into_iter()
+        .find(|m| matches!(m.pathname, MMapPath::Vdso))
+        .ok_or("no [vdso] mapping")?;
+    let len = (m.address.1 - m.address.0) as usize;
+    // SAFETY: the vDSO is mapped readable for the life of the process.
+    let image = unsafe { std::slice::from_raw_parts(m.address.0 as *const u8, len) };
+    Ok(image.to_vec())
+}
+
+/// Figures of one file's table, for `emberd check` and the benchmark.
+#[derive(Debug, Clone)]
+pub struct FileTableReport {
+    /// The file.
+    pub path: PathBuf,
+    /// Rows (0: no CFI).
+    pub rows: usize,
+    /// Where they came from.
+    pub source: TableSource,
+    /// Compile time, reading included.
+    pub time: Duration,
+}
+
+/// Compiles the tables of this process's own executable mappings, as
+/// `emberd check` reports them.
+pub fn self_report() -> Vec<Result<FileTableReport, String>> {
+    let Ok(maps) = Process::myself().and_then(|p| p.maps()) else {
+        return Vec::new();
+    };
+    let mut seen = HashSet::new();
+    maps.into_iter()
+        .filter(|m| m.perms.contains(procfs::process::MMPermissions::EXECUTE))
+        .filter_map(|m| match m.pathname {
+            MMapPath::Path(p) if seen.insert(p.clone()) => Some(p),
+            _ => None,
+        })
+        .map(|path| {
+            let started = Instant::now();
+            let (t, _) = read_capped(&path).and_then(|b| build(&b))?;
+            Ok(FileTableReport {
+                path,
+                rows: t.rows.len(),
+                source: t.source,
+                time: started.elapsed(),
+            })
+        })
+        .collect()
+}
