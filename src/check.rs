@@ -314,7 +314,11 @@ fn unwind_item() -> Item {
     }
     Item {
         what: "unwinding",
-        status: if failed == 0 && rows > 0 { Status::Ok } else { Status::Degraded },
+        status: if failed == 0 && rows > 0 {
+            Status::Ok
+        } else {
+            Status::Degraded
+        },
         detail: format!(
             ".eh_frame tables of {} files of emberd itself: {rows} rows, {} KiB, built in {:.1} ms ({}); budget {} MiB (unwind_table_budget_mib)",
             reports.len(),

@@ -36,6 +36,9 @@ pub struct RawConfig {
     pub memory_budget_mib: Option<u64>,
     /// `stack_map_entries = 16384`: entries of each BPF stack map.
     pub stack_map_entries: Option<u32>,
+    /// `unwind_table_budget_mib = 32`: bytes of unwind rows the BPF
+    /// unwinder holds (kernel memory, allocated at start).
+    pub unwind_table_budget_mib: Option<u64>,
     /// `offcpu = true`: record off-CPU time.
     pub offcpu: Option<bool>,
     /// `wakeup = true`: record wakeup time.
@@ -71,6 +74,9 @@ impl RawConfig {
             retention_seconds: other.retention_seconds.or(self.retention_seconds),
             memory_budget_mib: other.memory_budget_mib.or(self.memory_budget_mib),
             stack_map_entries: other.stack_map_entries.or(self.stack_map_entries),
+            unwind_table_budget_mib: other
+                .unwind_table_budget_mib
+                .or(self.unwind_table_budget_mib),
             offcpu: other.offcpu.or(self.offcpu),
             wakeup: other.wakeup.or(self.wakeup),
             offwake: other.offwake.or(self.offwake),
@@ -98,6 +104,8 @@ pub struct Config {
     pub memory_budget: usize,
     /// Entries of each BPF stack map.
     pub stack_map_entries: u32,
+    /// Rows of the BPF unwind-table array (budget bytes / 8).
+    pub unwind_rows: u32,
     /// Off-CPU, wakeup, off-wake and page-fault recording.
     pub events: crate::collect::events::EventOptions,
 }
@@ -213,6 +221,7 @@ impl Config {
             stack_map_entries: raw
                 .stack_map_entries
                 .unwrap_or(crate::collect::defaults::STACK_MAP_ENTRIES),
+            unwind_rows: unwind_rows(raw.unwind_table_budget_mib)?,
         })
     }
 }
@@ -271,4 +280,17 @@ mod tests {
         assert_eq!(c.memory_budget, 128 << 20);
         assert!(c.listen.ip().is_loopback());
     }
+}
+
+/// Rows of the unwind-table array for a budget in MiB (8 bytes a row).
+pub fn unwind_rows(budget_mib: Option<u64>) -> anyhow::Result<u32> {
+    let bytes = budget_mib.map_or(crate::unwind::defaults::TABLE_BUDGET_BYTES, |m| m << 20);
+    let rows = bytes / 8;
+    if !(1..=(1 << 28)).contains(&rows) {
+        anyhow::bail!(
+            "unwind_table_budget_mib = {}: use 1 to 2048 MiB",
+            bytes >> 20
+        );
+    }
+    Ok(rows as u32)
 }

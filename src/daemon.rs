@@ -98,6 +98,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
     let sampler = SamplerOptions {
         frequency_hz: config.frequency_hz,
         stack_map_entries: config.stack_map_entries,
+        unwind_rows: config.unwind_rows,
         // Idle samples are kept in the store and left out at query time
         // unless `idle=1` asks for them.
         include_idle: true,
@@ -271,6 +272,9 @@ fn collect_loop(
         }
         if let Some(Ok(counters)) = pipeline.event_counters() {
             metrics.observe_events(&counters);
+        }
+        if let Ok((cpu, events)) = pipeline.unwind_counters() {
+            metrics.observe_unwind(&cpu, events.as_ref(), &pipeline.unwind_stats());
         }
         if let Ok(counters) = pipeline.counters() {
             metrics.observe_drain(

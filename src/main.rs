@@ -51,6 +51,9 @@ struct DaemonArgs {
     /// Entries of each BPF stack map [default: 16384].
     #[arg(long)]
     stack_map_entries: Option<u32>,
+    /// Bytes of unwind tables (.eh_frame rows) the BPF unwinder holds, MiB [default: 32].
+    #[arg(long)]
+    unwind_table_budget_mib: Option<u64>,
     /// Record off-CPU time [default: true].
     #[arg(long)]
     offcpu: Option<bool>,
@@ -130,6 +133,9 @@ struct RecordArgs {
     /// Entries of each BPF stack map (two are kept, about 1 KiB kernel memory each).
     #[arg(long, default_value_t = defaults::STACK_MAP_ENTRIES)]
     stack_map_entries: u32,
+    /// Bytes of unwind tables (.eh_frame rows) the BPF unwinder holds, MiB.
+    #[arg(long, default_value_t = emberd::unwind::defaults::TABLE_BUDGET_BYTES >> 20)]
+    unwind_table_budget_mib: u64,
 }
 
 fn main() -> ExitCode {
@@ -163,6 +169,7 @@ fn run_record(args: RecordArgs) -> anyhow::Result<ExitCode> {
     sampler.pid = args.pid.map(Pid);
     sampler.include_idle = args.idle;
     sampler.stack_map_entries = args.stack_map_entries;
+    sampler.unwind_rows = emberd::config::unwind_rows(Some(args.unwind_table_budget_mib))?;
     let options = RecordOptions {
         duration: Duration::from_secs(args.seconds),
         sampler,
@@ -191,6 +198,7 @@ fn run_daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         retention_seconds: args.retention_seconds,
         memory_budget_mib: args.memory_budget_mib,
         stack_map_entries: args.stack_map_entries,
+        unwind_table_budget_mib: args.unwind_table_budget_mib,
         offcpu: args.offcpu,
         wakeup: args.wakeup,
         offwake: args.offwake,

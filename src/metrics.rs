@@ -12,9 +12,10 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::collect::events::EventCounters;
-use crate::collect::{Counter as BpfCounter, Counters};
+use crate::collect::{Counter as BpfCounter, Counters, StackEnd, UnwindCounters};
 use crate::store::StoreStats;
 use crate::symbolize::Misses;
+use crate::unwind::UnwindStats;
 
 /// `event` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -69,6 +70,30 @@ pub struct RouteLabel {
     pub route: String,
 }
 
+/// `event` and `end` labels of user-stack walks.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WalkLabel {
+    /// Which BPF object walked it: `cpu`, or `events` (off-CPU, wakeup, page faults).
+    pub event: String,
+    /// How the walk ended: `complete`, or why not.
+    pub end: String,
+}
+
+/// `method` label of unwound frames.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MethodLabel {
+    /// `table` (.eh_frame rows) or `frame_pointer`.
+    pub method: String,
+}
+
+/// The last cumulative unwinder figures seen, to export differences.
+#[derive(Debug, Default)]
+struct LastUnwind {
+    cpu: UnwindCounters,
+    events: UnwindCounters,
+    stats: UnwindStats,
+}
+
 /// Every metric emberd exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -89,6 +114,11 @@ pub struct Metrics {
     sampled_out: Family<MissLabel, Counter>,
     last: Mutex<(Counters, Misses, u64, u64)>,
     last_events: Mutex<EventCounters>,
+    user_stacks: Family<WalkLabel, Counter>,
+    unwind_frames: Family<MethodLabel, Counter>,
+    unwind_gauges: Family<MapLabel, Gauge>,
+    unwind_counts: Family<MissLabel, Counter>,
+    last_unwind: Mutex<LastUnwind>,
 }
 
 impl Metrics {
@@ -188,7 +218,36 @@ impl Metrics {
             "Off-CPU periods and wakeups left out by sampling (values of the rest are scaled), by reason",
             sampled_out.clone(),
         );
+        let user_stacks = Family::<WalkLabel, Counter>::default();
+        registry.register(
+            "user_stacks",
+            "User stacks walked in BPF, by how the walk ended (complete: reached the root)",
+            user_stacks.clone(),
+        );
+        let unwind_frames = Family::<MethodLabel, Counter>::default();
+        registry.register(
+            "unwind_frames",
+            "User frames unwound in BPF, by method",
+            unwind_frames.clone(),
+        );
+        let unwind_gauges = Family::<MapLabel, Gauge>::default();
+        registry.register(
+            "unwind_tables",
+            "Unwind tables in the BPF row array (map=files|rows|bytes|budget_bytes|processes)",
+            unwind_gauges.clone(),
+        );
+        let unwind_counts = Family::<MissLabel, Counter>::default();
+        registry.register(
+            "unwind_table_events",
+            "Unwind-table work: builds, failures (corrupt or unreadable files), files without CFI, corrupt FDEs skipped, budget refusals, evictions, mappings dropped",
+            unwind_counts.clone(),
+        );
         Self {
+            user_stacks,
+            unwind_frames,
+            unwind_gauges,
+            unwind_counts,
+            last_unwind: Mutex::new(LastUnwind::default()),
             hook_runs,
             sampled_out,
             last_events: Mutex::new(EventCounters::default()),
@@ -304,9 +363,6 @@ impl Metrics {
         self.dropped
             .get_or_create(&ev("counts_map_full"))
             .inc_by(c.counts_full.saturating_sub(p.counts_full));
-        self.lost_stacks
-            .get_or_create(&ev("collision_or_full"))
-            .inc_by(c.stacks_lost.saturating_sub(p.stacks_lost));
         for (reason, now, prev) in [
             ("one_in_n", c.sampled_out, p.sampled_out),
             (
@@ -327,6 +383,95 @@ impl Metrics {
                 .inc_by(now.saturating_sub(prev));
         }
         *last = *c;
+    }
+
+    /// Updates the unwinder's metrics (counters are cumulative): walks by
+    /// end, frames by method, stacks lost by reason, and the tables.
+    pub fn observe_unwind(
+        &self,
+        cpu: &UnwindCounters,
+        events: Option<&UnwindCounters>,
+        stats: &UnwindStats,
+    ) {
+        let mut last = self.last_unwind.lock().unwrap_or_else(|e| e.into_inner());
+        let none = UnwindCounters::default();
+        for (event, now, prev) in [
+            ("cpu", cpu, &last.cpu),
+            ("offcpu", events.unwrap_or(&none), &last.events),
+        ] {
+            for (i, end) in StackEnd::ALL.iter().enumerate() {
+                if *end == StackEnd::Kernel {
+                    continue;
+                }
+                self.user_stacks
+                    .get_or_create(&WalkLabel {
+                        event: event.into(),
+                        end: end.label().into(),
+                    })
+                    .inc_by(now.ends[i].saturating_sub(prev.ends[i]));
+            }
+            for (method, n, p) in [
+                ("table", now.table_steps, prev.table_steps),
+                ("frame_pointer", now.fp_steps, prev.fp_steps),
+            ] {
+                self.unwind_frames
+                    .get_or_create(&MethodLabel {
+                        method: method.into(),
+                    })
+                    .inc_by(n.saturating_sub(p));
+            }
+            // The CPU sampler's losses are also counted by its own counters
+            // (kernel/user collision, full map); events' only here.
+            if event == "offcpu" {
+                for (reason, n, p) in [
+                    ("stack_map_full", now.lost_full, prev.lost_full),
+                    ("hash_collision", now.lost_collision, prev.lost_collision),
+                ] {
+                    self.lost_stacks
+                        .get_or_create(&ReasonLabel {
+                            event: event.into(),
+                            reason: reason.into(),
+                        })
+                        .inc_by(n.saturating_sub(p));
+                }
+            }
+        }
+        for (what, v) in [
+            ("files", stats.tables),
+            ("rows", stats.rows),
+            ("bytes", stats.bytes),
+            ("budget_bytes", stats.budget_bytes),
+            ("processes", stats.processes),
+        ] {
+            self.unwind_gauges
+                .get_or_create(&MapLabel { map: what.into() })
+                .set(i64::try_from(v).unwrap_or(i64::MAX));
+        }
+        let p = &last.stats;
+        for (reason, n, prev) in [
+            ("built", stats.builds, p.builds),
+            ("build_failed", stats.build_failures, p.build_failures),
+            ("no_cfi", stats.no_info_files, p.no_info_files),
+            ("corrupt_fde_skipped", stats.bad_fdes, p.bad_fdes),
+            ("budget_refused", stats.budget_refused, p.budget_refused),
+            ("evicted", stats.evicted, p.evicted),
+            (
+                "mapping_dropped",
+                stats.mappings_dropped,
+                p.mappings_dropped,
+            ),
+        ] {
+            self.unwind_counts
+                .get_or_create(&MissLabel {
+                    reason: reason.into(),
+                })
+                .inc_by(n.saturating_sub(prev));
+        }
+        *last = LastUnwind {
+            cpu: *cpu,
+            events: events.copied().unwrap_or_default(),
+            stats: stats.clone(),
+        };
     }
 
     /// Updates the store metrics after an insert; `dropped_before` is the

@@ -72,6 +72,13 @@ pub struct RecordSummary {
     pub event_counters: Option<crate::collect::events::EventCounters>,
     /// BPF counters at the end.
     pub counters: Counters,
+    /// User-stack walks of the CPU sampler and, if loaded, the events programs.
+    pub unwind: (
+        crate::collect::UnwindCounters,
+        Option<crate::collect::UnwindCounters>,
+    ),
+    /// The unwind tables at the end.
+    pub unwind_stats: crate::unwind::UnwindStats,
     /// Stack ids missing at drain time.
     pub missing_stacks: u64,
     /// Symbolization misses.
@@ -196,6 +203,8 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
     let elapsed = start.elapsed();
     let event_counters = pipeline.event_counters().transpose()?;
     let counters = pipeline.counters()?;
+    let unwind = pipeline.unwind_counters()?;
+    let unwind_stats = pipeline.unwind_stats();
     let cpus = pipeline.sampler().cpus().len();
     let misses = pipeline.misses();
     drop(pipeline);
@@ -229,6 +238,8 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
         event_counters,
         query,
         counters,
+        unwind,
+        unwind_stats,
         missing_stacks,
         misses,
         elapsed,
@@ -278,6 +289,40 @@ pub fn record(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
 }
 
 impl RecordSummary {
+    /// How the user-stack walks ended, and the tables they used.
+    fn unwind_report(&self) -> String {
+        let mut ends = [0u64; 10];
+        for c in std::iter::once(&self.unwind.0).chain(self.unwind.1.as_ref()) {
+            for (t, n) in ends.iter_mut().zip(c.ends) {
+                *t += n;
+            }
+        }
+        let walks: u64 = ends.iter().sum();
+        let complete = ends[0];
+        let others: Vec<String> = crate::collect::StackEnd::ALL
+            .iter()
+            .zip(ends)
+            .skip(1)
+            .filter(|(_, n)| *n > 0)
+            .map(|(e, n)| format!("{n} {}", e.label()))
+            .collect();
+        let t = &self.unwind_stats;
+        format!(
+            "\n[ user stacks: {walks} walked, {complete} complete ({:.1}%){}{}; tables: {} files, {} rows, {} KiB, built in {:.0} ms ]",
+            if walks > 0 {
+                complete as f64 * 100.0 / walks as f64
+            } else {
+                100.0
+            },
+            if others.is_empty() { "" } else { ", " },
+            others.join(", "),
+            t.tables,
+            t.rows,
+            t.bytes / 1024,
+            t.build_time.as_secs_f64() * 1000.0,
+        )
+    }
+
     /// A one-paragraph report for stderr, like perf record's.
     pub fn report(&self) -> String {
         let c = &self.counters;
@@ -308,5 +353,6 @@ impl RecordSummary {
                 + self.misses.no_symbol
                 + self.misses.kernel_no_symbol,
         ) + &events
+            + &self.unwind_report()
     }
 }

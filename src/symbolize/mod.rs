@@ -775,13 +775,7 @@ fn end_marker(end: StackEnd, outermost: Option<Arc<[Frame]>>) -> Option<String> 
         StackEnd::NoUnwindInfo => {
             let file = outermost
                 .and_then(|f| f.last().and_then(|f| f.module.clone()))
-                .map(|m| {
-                    m.path
-                        .rsplit('/')
-                        .next()
-                        .unwrap_or(&m.path)
-                        .to_string()
-                })
+                .map(|m| m.path.rsplit('/').next().unwrap_or(&m.path).to_string())
                 .unwrap_or_else(|| "unknown file".into());
             Some(format!("[no unwind info: {file}]"))
         }

@@ -340,8 +340,10 @@ impl Unwinder {
             }
             let table = match &m.pathname {
                 MMapPath::Path(path) if m.inode != 0 => {
-                    let map_file =
-                        PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.address.0, m.address.1));
+                    let map_file = PathBuf::from(format!(
+                        "/proc/{pid}/map_files/{:x}-{:x}",
+                        m.address.0, m.address.1
+                    ));
                     // The mapped inode itself, wherever the path now points.
                     let key = std::fs::metadata(&map_file).ok().map(|md| FileKey {
                         dev: md.dev(),
@@ -349,13 +351,16 @@ impl Unwinder {
                         mtime: md.mtime(),
                     });
                     key.map(|key| {
-                        let name = path
-                            .file_name()
-                            .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into());
+                        let name = path.file_name().map_or_else(
+                            || path.display().to_string(),
+                            |n| n.to_string_lossy().into(),
+                        );
                         self.table_for(key, name, BuildSource::File(map_file))
                     })
                 }
-                MMapPath::Vdso => Some(self.table_for(VDSO_KEY, "[vdso]".into(), BuildSource::Vdso)),
+                MMapPath::Vdso => {
+                    Some(self.table_for(VDSO_KEY, "[vdso]".into(), BuildSource::Vdso))
+                }
                 _ => None,
             };
             mappings.push(ProcMapping {
@@ -444,7 +449,11 @@ impl Unwinder {
             let pids: Vec<Pid> = self
                 .processes
                 .iter()
-                .filter(|(_, p)| p.mappings.iter().any(|m| m.table.is_some_and(|t| changed.contains(&t))))
+                .filter(|(_, p)| {
+                    p.mappings
+                        .iter()
+                        .any(|m| m.table.is_some_and(|t| changed.contains(&t)))
+                })
                 .map(|(pid, _)| *pid)
                 .collect();
             for pid in pids {
@@ -571,9 +580,11 @@ impl Unwinder {
     /// Whether a table's rows are its own (not shared by build id).
     fn owns_rows(&self, e: &TableEntry) -> bool {
         matches!(e.state, TableState::Ready { .. })
-            && e.build_id
-                .as_ref()
-                .is_none_or(|b| self.by_build_id.get(b).is_some_and(|id| self.tables.get(id).is_some_and(|o| std::ptr::eq(o, e))))
+            && e.build_id.as_ref().is_none_or(|b| {
+                self.by_build_id
+                    .get(b)
+                    .is_some_and(|id| self.tables.get(id).is_some_and(|o| std::ptr::eq(o, e)))
+            })
     }
 
     fn evict(&mut self, id: TableId) {
@@ -585,7 +596,9 @@ impl Unwinder {
             let sharers: Vec<TableId> = self
                 .tables
                 .iter()
-                .filter(|(_, o)| matches!(o.state, TableState::Ready { start: s, .. } if s == start))
+                .filter(
+                    |(_, o)| matches!(o.state, TableState::Ready { start: s, .. } if s == start),
+                )
                 .map(|(i, _)| *i)
                 .collect();
             if let Some(b) = &e.build_id
@@ -699,13 +712,19 @@ impl Unwinder {
 }
 
 /// runtime address - file virtual address for a mapping, from the PT_LOAD
-/// segment that holds the mapping's file offset.
+/// segment the mapping was made for. The kernel maps a segment from its file
+/// offset rounded down to a page, so lld's unaligned segments (Rust
+/// binaries) start mid-page: compare page-aligned offsets.
 fn bias_of(loads: &[table::LoadSegment], m: &ProcMapping) -> Option<u64> {
+    const PAGE: u64 = 4096;
+    let holds = |s: &&table::LoadSegment| {
+        s.offset & !(PAGE - 1) <= m.offset && m.offset < s.offset + s.filesz.max(1)
+    };
     let seg = loads
         .iter()
         .filter(|s| s.executable)
-        .find(|s| s.offset <= m.offset && m.offset < s.offset + s.filesz.max(1))
-        .or_else(|| loads.iter().find(|s| s.offset <= m.offset && m.offset < s.offset + s.filesz))?;
+        .find(holds)
+        .or_else(|| loads.iter().find(holds))?;
     Some(
         m.start
             .wrapping_sub(m.offset)
@@ -751,12 +770,18 @@ pub fn build(bytes: &[u8]) -> Result<(table::UnwindTable, ElfInfo), String> {
 /// Reads a regular file of at most [`defaults::MAX_FILE_BYTES`].
 pub fn read_capped(path: &std::path::Path) -> Result<Vec<u8>, String> {
     let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let md = f.metadata().map_err(|e| format!("{}: {e}", path.display()))?;
+    let md = f
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     if !md.is_file() {
         return Err(format!("{}: not a regular file", path.display()));
     }
     if md.len() > defaults::MAX_FILE_BYTES {
-        return Err(format!("{}: larger than {} bytes", path.display(), defaults::MAX_FILE_BYTES));
+        return Err(format!(
+            "{}: larger than {} bytes",
+            path.display(),
+            defaults::MAX_FILE_BYTES
+        ));
     }
     let mut bytes = Vec::with_capacity(md.len() as usize);
     f.take(defaults::MAX_FILE_BYTES)

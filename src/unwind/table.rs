@@ -711,19 +711,13 @@ pub struct LoadSegment {
 pub fn elf_info(elf: &[u8]) -> Result<ElfInfo, TableError> {
     let file = parse_elf(elf, "file")?;
     let endian = object::LittleEndian;
-    let build_id = file
-        .build_id()
-        .map_err(|source| TableError::Elf {
-            what: "build-id note",
-            source,
-        })?
-        .map(<[u8]>::to_vec);
+    // A malformed note (rustc's own libraries carry one) costs only the
+    // sharing by build id and the debug-file lookup, not the table.
+    let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
     let debuglink = file
         .gnu_debuglink()
-        .map_err(|source| TableError::Elf {
-            what: ".gnu_debuglink",
-            source,
-        })?
+        .ok()
+        .flatten()
         .map(|(name, crc)| (String::from_utf8_lossy(name).into_owned(), crc));
     let loads = file
         .elf_program_headers()
