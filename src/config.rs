@@ -240,6 +240,19 @@ pub fn shown_path(path: Option<&PathBuf>) -> String {
     )
 }
 
+/// Rows of the unwind-table array for a budget in MiB (8 bytes a row).
+pub fn unwind_rows(budget_mib: Option<u64>) -> anyhow::Result<u32> {
+    let bytes = budget_mib.map_or(crate::unwind::defaults::TABLE_BUDGET_BYTES, |m| m << 20);
+    let rows = bytes / 8;
+    if !(1..=(1 << 28)).contains(&rows) {
+        anyhow::bail!(
+            "unwind_table_budget_mib = {}: use 1 to 2048 MiB",
+            bytes >> 20
+        );
+    }
+    Ok(rows as u32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,15 +295,3 @@ mod tests {
     }
 }
 
-/// Rows of the unwind-table array for a budget in MiB (8 bytes a row).
-pub fn unwind_rows(budget_mib: Option<u64>) -> anyhow::Result<u32> {
-    let bytes = budget_mib.map_or(crate::unwind::defaults::TABLE_BUDGET_BYTES, |m| m << 20);
-    let rows = bytes / 8;
-    if !(1..=(1 << 28)).contains(&rows) {
-        anyhow::bail!(
-            "unwind_table_budget_mib = {}: use 1 to 2048 MiB",
-            bytes >> 20
-        );
-    }
-    Ok(rows as u32)
-}

@@ -95,6 +95,13 @@ enum Command {
     /// Say which kernel features and privileges are present, and what each
     /// missing one costs.
     Check,
+    /// Compile the unwind tables of ELF files (as the daemon does for every
+    /// mapped file) and print rows, bytes and build time of each.
+    UnwindTables {
+        /// ELF files (executables, shared libraries).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -136,6 +143,10 @@ struct RecordArgs {
     /// Bytes of unwind tables (.eh_frame rows) the BPF unwinder holds, MiB.
     #[arg(long, default_value_t = emberd::unwind::defaults::TABLE_BUDGET_BYTES >> 20)]
     unwind_table_budget_mib: u64,
+    /// Unwind user stacks with .eh_frame tables (false: frame pointers only,
+    /// to compare).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    unwind_tables: bool,
 }
 
 fn main() -> ExitCode {
@@ -152,6 +163,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Record(args)) => run_record(args),
         Some(Command::Check) => run_check(),
+        Some(Command::UnwindTables { files }) => run_unwind_tables(&files),
         None => run_daemon(cli.daemon),
     };
     match result {
@@ -170,6 +182,7 @@ fn run_record(args: RecordArgs) -> anyhow::Result<ExitCode> {
     sampler.include_idle = args.idle;
     sampler.stack_map_entries = args.stack_map_entries;
     sampler.unwind_rows = emberd::config::unwind_rows(Some(args.unwind_table_budget_mib))?;
+    sampler.unwind_tables = args.unwind_tables;
     let options = RecordOptions {
         duration: Duration::from_secs(args.seconds),
         sampler,
@@ -222,6 +235,32 @@ fn parse_event(s: &str) -> Result<Event, String> {
             Event::ALL.map(Event::name).join(", ")
         )
     })
+}
+
+fn run_unwind_tables(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
+    let mut failed = false;
+    println!("{:>9} {:>10} {:>9} {:>6}  file", "rows", "bytes", "ms", "source");
+    for f in files {
+        let started = std::time::Instant::now();
+        match emberd::unwind::read_capped(f).and_then(|b| emberd::unwind::build(&b)) {
+            Ok((t, _)) => println!(
+                "{:>9} {:>10} {:>9.1} {:>6}  {} (fdes {}, corrupt fdes skipped {}, unsupported rows {})",
+                t.rows.len(),
+                t.rows.len() * 8,
+                started.elapsed().as_secs_f64() * 1000.0,
+                format!("{:?}", t.source),
+                f.display(),
+                t.stats.fdes,
+                t.stats.bad_fdes,
+                t.stats.unsupported_rows,
+            ),
+            Err(e) => {
+                failed = true;
+                eprintln!("emberd: {}: no unwind table: {e}", f.display());
+            }
+        }
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
 fn run_check() -> anyhow::Result<ExitCode> {

@@ -72,8 +72,10 @@ impl Pipeline {
     /// it is first sampled (`emberd record -p`).
     pub fn note_process(&mut self, pid: crate::collect::Pid) {
         self.symbolizer.note_process(pid);
-        self.unwinder.note_process(pid);
-        self.unwinder.poll(Duration::from_millis(500));
+        if self.sampler.options().unwind_tables {
+            self.unwinder.note_process(pid);
+            self.unwinder.poll(Duration::from_millis(500));
+        }
     }
 
     /// Reads mappings of new processes until `until` (or until `stop` is set),
@@ -87,7 +89,9 @@ impl Pipeline {
             self.symbolizer.refresh_new_processes();
             for pid in pids {
                 self.symbolizer.note_process(pid);
-                self.unwinder.note_process(pid);
+                if self.sampler.options().unwind_tables {
+                    self.unwinder.note_process(pid);
+                }
             }
             self.unwinder.poll(UNWIND_TABLE_WAIT);
             let now = Instant::now();

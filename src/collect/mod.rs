@@ -159,6 +159,9 @@ pub struct SamplerOptions {
     /// Processes whose mappings the unwinder can hold (default
     /// [`crate::unwind::defaults::MAX_PROCESSES`]).
     pub unwind_processes: u32,
+    /// Unwind user stacks with tables (default true); false leaves every
+    /// process on frame pointers, for comparison.
+    pub unwind_tables: bool,
 }
 
 impl Default for SamplerOptions {
@@ -171,6 +174,7 @@ impl Default for SamplerOptions {
             counts_map_entries: defaults::COUNTS_MAP_ENTRIES,
             unwind_rows: (crate::unwind::defaults::TABLE_BUDGET_BYTES / 8) as u32,
             unwind_processes: crate::unwind::defaults::MAX_PROCESSES,
+            unwind_tables: true,
         }
     }
 }
