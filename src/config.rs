@@ -294,4 +294,3 @@ mod tests {
         assert!(c.listen.ip().is_loopback());
     }
 }
-
