@@ -216,6 +216,10 @@ static long unwind_step(__u32 index, void *ctx)
 		return unwind_stop(st, STACK_END_TRUNCATED);
 	if (st->pc == 0)
 		return unwind_stop(st, nr ? STACK_END_ROOT : STACK_END_ERR_READ);
+	/* Below mmap_min_addr or above user space: not code, whatever the walk
+	 * read (frame pointers over a frameless binary read data as addresses). */
+	if (nr && (st->pc < 0x10000 || st->pc >= 0x800000000000ULL))
+		return unwind_stop(st, fp_failure(st->fp_from, STACK_END_ERR_PC));
 	if (st->have_proc) {
 		mi = find_mapping(st->tgid, st->pc);
 		if (mi >= 0)

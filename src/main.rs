@@ -239,7 +239,10 @@ fn parse_event(s: &str) -> Result<Event, String> {
 
 fn run_unwind_tables(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     let mut failed = false;
-    println!("{:>9} {:>10} {:>9} {:>6}  file", "rows", "bytes", "ms", "source");
+    println!(
+        "{:>9} {:>10} {:>9} {:>6}  file",
+        "rows", "bytes", "ms", "source"
+    );
     for f in files {
         let started = std::time::Instant::now();
         match emberd::unwind::read_capped(f).and_then(|b| emberd::unwind::build(&b)) {
@@ -260,7 +263,11 @@ fn run_unwind_tables(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn run_check() -> anyhow::Result<ExitCode> {

@@ -14,7 +14,10 @@ pub const DRAIN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How often new processes are looked for between drains: a process that
 /// lives at least this long is named even if it exits before the drain.
-pub const NEW_PROCESS_POLL: Duration = Duration::from_millis(100);
+///
+/// Also how long a new process is unwound with frame pointers before its
+/// tables are in: 50 ms keeps that to a few samples.
+pub const NEW_PROCESS_POLL: Duration = Duration::from_millis(50);
 
 /// How long a poll waits for unwind tables being built (see
 /// [`Unwinder::poll`]).

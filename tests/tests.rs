@@ -18,3 +18,7 @@ mod events;
 mod jit;
 /// The symbolizer on real processes, without BPF: perf maps, fallbacks, ELF.
 mod symbolize;
+/// User stacks unwound from .eh_frame: programs without frame pointers
+/// (C, Rust, Debian's python3), page faults and off-CPU through libc, and
+/// hostile unwind input.
+mod unwind;

@@ -796,7 +796,16 @@ fn push_stack(
         RawStack::None => {}
         RawStack::Lost => frames.push(Frame::new("[lost]", FrameKind::Marker)),
         RawStack::Ips { ips, end } => {
-            let addrs: Vec<u64> = lookup_addrs(ips).collect();
+            let mut addrs: Vec<u64> = lookup_addrs(ips).collect();
+            if *end == StackEnd::NotReady {
+                // Frame pointers over a frameless binary read data as return
+                // addresses: keep the frames up to the first one in no mapping.
+                if let Some(i) = addrs.iter().position(|&a| {
+                    name(a).is_some_and(|f| f.iter().any(|f| f.name.starts_with("[unmapped]")))
+                }) {
+                    addrs.truncate(i.max(1));
+                }
+            }
             if let Some(marker) = end_marker(*end, addrs.last().and_then(|&a| name(a))) {
                 frames.push(Frame::new(marker, FrameKind::Marker));
             }

@@ -42,6 +42,67 @@ pub fn build_c(name: &str) -> PathBuf {
     out
 }
 
+/// The C flags Debian builds its packages with (`dpkg-buildflags --get
+/// CFLAGS`), with `-fomit-frame-pointer` spelled out: like the programs on a
+/// Debian host, these have no frame pointers, so their stacks come from the
+/// BPF `.eh_frame` unwinder.
+pub const DEBIAN_CFLAGS: &[&str] = &[
+    "-g",
+    "-O2",
+    "-fstack-protector-strong",
+    "-fomit-frame-pointer",
+];
+
+/// Compiles `tests/workloads/<name>.c` with gcc and `flags` (plus `-pthread`)
+/// to `<scratch>/<dir>/<name>`: the directory keeps the process name (comm)
+/// the workload's name whatever the build.
+pub fn build_c_with(name: &str, dir: &str, flags: &[&str]) -> PathBuf {
+    let src = workload(&format!("{name}.c"));
+    let out_dir = scratch().join(dir);
+    std::fs::create_dir_all(&out_dir).expect("creating the build directory");
+    let out = out_dir.join(name);
+    let status = Command::new("gcc")
+        .args(flags)
+        .args(["-pthread", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("running gcc");
+    assert!(status.success(), "gcc failed to build {}", src.display());
+    out
+}
+
+/// Compiles `tests/workloads/<name>.c` as Debian would ([`DEBIAN_CFLAGS`]),
+/// without frame pointers.
+pub fn build_c_debian(name: &str) -> PathBuf {
+    build_c_with(name, "debian", DEBIAN_CFLAGS)
+}
+
+/// Whether `frame` is a marker emberd puts where a stack's root should be:
+/// `[truncated]`, `[no unwind info: FILE]`, `[unwind error: REASON]` (or
+/// `[lost]`), possibly with an event suffix such as `_[w]`.
+pub fn is_marker(frame: &str) -> bool {
+    [
+        "[truncated]",
+        "[no unwind info:",
+        "[unwind error:",
+        "[lost]",
+    ]
+    .iter()
+    .any(|m| frame.starts_with(m))
+}
+
+/// Whether a folded stack (or one side of an off-wake stack) reaches its
+/// root: the main thread's `__libc_start_call_main` or a thread's
+/// `start_thread`/`clone3`, with no marker frame.
+pub fn reaches_root(frames: &[&str]) -> bool {
+    !frames.iter().any(|f| is_marker(f))
+        && frames.iter().any(|f| {
+            let name = f.trim_end_matches("_[o]").trim_end_matches("_[w]");
+            matches!(name, "__libc_start_call_main" | "start_thread" | "clone3")
+        })
+}
+
 /// Path of a workload file that is not C.
 pub fn workload(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

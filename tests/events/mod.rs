@@ -3,31 +3,46 @@ use std::process::Command;
 use crate::common::*;
 
 /// Records `event` for `secs` seconds of the process `bin args` (started
-/// after the sampler is attached: the workloads wait `delay` first).
-fn record_event(event: &str, bin: &str, args: &[&str], secs: &str) -> emberd::profile::Profile {
-    let bin = build_c(bin);
-    let w = Workload::spawn(Command::new(&bin).args(args));
+/// after the sampler is attached: the workloads wait `delay` first), built
+/// like Debian builds (no frame pointers). Stacks start with `comm-PID/TID`;
+/// also returns that name of the main thread.
+fn record_event(
+    event: &str,
+    bin: &str,
+    args: &[&str],
+    secs: &str,
+) -> (emberd::profile::Profile, String) {
+    let path = build_c_debian(bin);
+    let w = Workload::spawn(Command::new(&path).args(args));
     let pid = w.pid().to_string();
-    record_folded(
+    let p = record_folded(
         &format!("{event}-{}.folded", w.pid()),
-        &["-e", event, "-s", secs, "-p", &pid],
-    )
+        &["-e", event, "-s", secs, "-p", &pid, "--group", "thread"],
+    );
+    (p, format!("{bin}-{pid}/{pid}"))
 }
 
-/// A thread sleeping 5 x 200 ms in sleepy(): about 1 s off CPU in sleepy.
+/// A thread sleeping 5 x 200 ms in libc's nanosleep() called from sleepy()
+/// (built like Debian, no frame pointers): about 1 s off CPU, named
+/// sleeper_thread;sleepy through libc, up to the thread's root.
 #[test]
 fn offcpu_charges_sleep_to_sleepy() {
     require_root();
-    let p = record_event("offcpu", "sleepy", &["2"], "5");
-    // All off-CPU time in the nanosleep syscall (the main thread sleeps in
-    // clock_nanosleep, which is not counted), and most of it named under the
-    // function sleepy: a stack-map collision can turn one user stack into
-    // `[lost]`, which the profile shows rather than hides.
-    let total = sum_where(&p, |f| f.contains(&"__x64_sys_nanosleep_[k]"));
-    let us = sum_where(&p, |f| f[1..].contains(&"sleepy"));
+    let (p, main_thread) = record_event("offcpu", "sleepy", &["2"], "5");
+    // The sleep syscall in the other thread (the main thread's start-up delay
+    // is not sleepy's), nearly all of it named under sleepy with the whole
+    // stack: user stacks are stored by hash and never merged, so `[lost]` is
+    // rare now.
+    let total = sum_where(&p, |f| {
+        f[0] != main_thread && f.contains(&"__x64_sys_clock_nanosleep_[k]")
+    });
+    let us = sum_where(&p, |f| {
+        has_seq(f, &["sleeper_thread", "sleepy"]) && reaches_root(f)
+    });
     assert!(
-        us * 10 >= total * 6,
-        "most of {total} us should be named under sleepy, got {us} us:\n{}",
+        us * 10 >= total * 9,
+        "of {total} us asleep, 90% should be named sleeper_thread;sleepy and reach \
+         start_thread/clone3, got {us} us:\n{}",
         top(&p, 8)
     );
     let us = total;
@@ -42,12 +57,14 @@ fn offcpu_charges_sleep_to_sleepy() {
 /// threshold T (1 ms by default): sampled (the user stack taken with a chance
 /// predicted from the previous sleep, the period recorded with chance
 /// length/T in all and charged accordingly), short_naps still gets the time
-/// it really slept, as it does when every period is recorded (T = 0).
+/// it really slept, as it does when every period is recorded (T = 0): between
+/// the sleeps' wall time less the thread's CPU time in them, and their wall
+/// time, as the workload measured them.
 #[test]
 fn short_offcpu_periods_are_sampled_without_bias() {
     require_root();
     for threshold in ["1000", "200", "0"] {
-        let bin = build_c("short_naps");
+        let bin = build_c_debian("short_naps");
         let truth = scratch().join(format!("short_naps-{threshold}.us"));
         let mut w = Workload::spawn(Command::new(&bin).arg("2").arg(&truth));
         let pid = w.pid().to_string();
@@ -65,57 +82,75 @@ fn short_offcpu_periods_are_sampled_without_bias() {
             ],
         );
         assert!(w.0.wait().expect("waiting for short_naps").success());
-        let slept: u64 = std::fs::read_to_string(&truth)
-            .expect("short_naps wrote its total")
-            .trim()
-            .parse()
-            .expect("a number of us");
+        // The sleeps' wall time and the thread's CPU time within it: the
+        // time off CPU lies between wall - cpu and wall.
+        let [wall, cpu]: [u64; 2] = std::fs::read_to_string(&truth)
+            .expect("short_naps wrote its totals")
+            .split_whitespace()
+            .map(|n| n.parse().expect("a number of us"))
+            .collect::<Vec<_>>()
+            .try_into()
+            .expect("two numbers");
         let us = sum_where(&p, |f| {
-            f.contains(&"short_naps") && f.contains(&"__x64_sys_nanosleep_[k]")
+            has_seq(f, &["napper_thread", "short_naps"])
+                && f.contains(&"__x64_sys_clock_nanosleep_[k]")
+                && reaches_root(f)
         });
         assert!(
-            us * 100 >= slept * 85 && us * 100 <= slept * 115,
-            "threshold {threshold} us: short_naps slept {slept} us, emberd charged {us} us:\n{}",
+            us * 100 >= (wall - cpu) * 85 && us * 100 <= wall * 115,
+            "threshold {threshold} us: short_naps slept {wall} us wall, {cpu} us of it on CPU, \
+             emberd charged {us} us (expected {} to {wall} us +/- 15%):\n{}",
+            wall - cpu,
             top(&p, 8)
         );
     }
 }
 
-/// The producer wakes the reader ten times after 100 ms: wakeup charges about
-/// 1 s to producer's stack; offwake joins wait_for_data -- producer.
+/// The producer wakes the reader ten times after 100 ms, through libc's
+/// write() and read() (no frame pointers): wakeup charges about 1 s to
+/// main;producer;..write; offwake joins wait_for_data -- producer, both
+/// sides unwound to their roots.
 #[test]
 fn wakeup_and_offwake_name_the_producer() {
     require_root();
-    let p = record_event("wakeup", "pipe_wake", &["2"], "5");
+    let (p, _) = record_event("wakeup", "pipe_wake", &["2"], "5");
     let us = sum_where(&p, |f| {
-        f.contains(&"producer") && f.iter().any(|x| x.contains("write"))
+        has_seq(f, &["main", "producer"])
+            && reaches_root(f)
+            && f.iter().any(|x| x.contains("write"))
     });
     assert!(
         (850_000..=1_150_000).contains(&us),
         "producer should have woken ~1 s of blocked time, got {us} us:\n{}",
         top(&p, 8)
     );
-    let p = record_event("offwake", "pipe_wake", &["2"], "5");
+    let (p, _) = record_event("offwake", "pipe_wake", &["2"], "5");
     let chain = sum_where(&p, |f| {
         let Some(sep) = f.iter().position(|x| *x == "--") else {
             return false;
         };
-        f[..sep].contains(&"wait_for_data") && f[sep..].contains(&"producer_[w]")
+        let (waiter, waker) = f.split_at(sep);
+        has_seq(waiter, &["consumer_main", "wait_for_data"])
+            && reaches_root(waiter)
+            && has_seq(waker, &["producer_[w]", "main_[w]"])
+            && reaches_root(waker)
     });
     assert!(
         (850_000..=1_150_000).contains(&chain),
-        "wait_for_data -- producer_[w] should hold ~1 s, got {chain} us:\n{}",
+        "wait_for_data -- producer_[w], both sides complete, should hold ~1 s, got {chain} us:\n{}",
         top(&p, 8)
     );
 }
 
 /// 64 MiB of fresh 4 KiB pages touched in touch_pages(): about 16384 faults
-/// after scaling by the sampling period.
+/// after scaling by the sampling period, under main;touch_pages up to the root.
 #[test]
 fn pagefaults_are_charged_to_touch_pages() {
     require_root();
-    let p = record_event("pagefault", "touch_pages", &["2"], "5");
-    let faults = sum_where(&p, |f| f.contains(&"touch_pages"));
+    let (p, _) = record_event("pagefault", "touch_pages", &["2"], "5");
+    let faults = sum_where(&p, |f| {
+        has_seq(f, &["main", "touch_pages"]) && reaches_root(f)
+    });
     assert!(
         (13_926..=18_842).contains(&faults),
         "touch_pages should have ~16384 faults +/- 15%, got {faults}:\n{}",
@@ -123,14 +158,17 @@ fn pagefaults_are_charged_to_touch_pages() {
     );
 }
 
-/// 100 ms busy in spin(), 100 ms asleep in nap(): in the hot/cold graph both
-/// take about half the time, and the off-CPU part is marked `_[o]`.
+/// 100 ms busy in spin(), 100 ms asleep in nanosleep() from nap(): in the
+/// hot/cold graph both take about half the time, and the off-CPU part is
+/// marked `_[o]`; both unwound from main to the root.
 #[test]
 fn hotcold_shows_spin_and_nap_at_half_each() {
     require_root();
-    let p = record_event("hotcold", "spin_nap", &["6"], "4");
-    let hot = sum_where(&p, |f| f.contains(&"spin"));
-    let cold = sum_where(&p, |f| f.contains(&"nap_[o]"));
+    let (p, _) = record_event("hotcold", "spin_nap", &["6"], "4");
+    let hot = sum_where(&p, |f| has_seq(f, &["main", "spin"]) && reaches_root(f));
+    let cold = sum_where(&p, |f| {
+        has_seq(f, &["main_[o]", "nap_[o]"]) && reaches_root(f)
+    });
     let share = hot as f64 / (hot + cold).max(1) as f64;
     assert!(
         hot + cold >= 3_000_000 && (0.40..=0.60).contains(&share),
@@ -144,8 +182,9 @@ fn hotcold_shows_spin_and_nap_at_half_each() {
 fn daemon_serves_offcpu_and_pagefault() {
     require_root();
     let d = Daemon::start(&[], &[]);
-    let bin = build_c("sleepy");
-    let _w = Workload::spawn(Command::new(&bin).arg("0.2"));
+    let bin = build_c_debian("sleepy");
+    let w = Workload::spawn(Command::new(&bin).arg("0.2"));
+    let main_thread = format!("sleepy-{0}/{0}", w.pid());
     // The sleeps end 1.2 s in. A fresh daemon's first drains name everything
     // on the host (slow in a debug build), so poll until the drain after the
     // last sleep has landed, then check the total.
@@ -153,18 +192,24 @@ fn daemon_serves_offcpu_and_pagefault() {
     let (mut us, mut p);
     loop {
         wait(1000);
-        let r = d.get("/folded?seconds=20&event=offcpu&comm=sleepy");
+        let r = d.get("/folded?seconds=20&event=offcpu&comm=sleepy&group=thread");
         assert_eq!(r.status, 200, "{}", r.text());
         p = parse_folded(&r.text());
-        // Time in the nanosleep syscall (see offcpu_charges_sleep_to_sleepy).
-        us = sum_where(&p, |f| f.contains(&"__x64_sys_nanosleep_[k]"));
+        // Time in the sleep syscall outside the main thread (see
+        // offcpu_charges_sleep_to_sleepy): the main thread's start-up delay
+        // may come before its unwind tables are ready.
+        us = sum_where(&p, |f| {
+            f[0] != main_thread && f.contains(&"__x64_sys_clock_nanosleep_[k]")
+        });
         if us >= 850_000 || std::time::Instant::now() > deadline {
             break;
         }
     }
-    let named = sum_where(&p, |f| f[1..].contains(&"sleepy"));
+    let named = sum_where(&p, |f| {
+        has_seq(f, &["sleeper_thread", "sleepy"]) && reaches_root(f)
+    });
     assert!(
-        named * 10 >= us * 6,
+        named * 10 >= us * 9,
         "{named} of {us} us named under sleepy:\n{}",
         top(&p, 5)
     );

@@ -15,6 +15,8 @@ fn node_js_function_is_named() {
     require_root();
     let w = Workload::spawn(
         Command::new("node")
+            // node writes isolate-*-v8.log files to its working directory.
+            .current_dir(scratch())
             .arg("--perf-basic-prof")
             .arg(workload("busy.js"))
             .arg("10"),

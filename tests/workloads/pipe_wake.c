@@ -1,10 +1,9 @@
 /* Two threads, ten rounds: one blocks in read() on a pipe from wait_for_data(),
- * the other writes after 100 ms from producer(). */
+ * the other sleeps 100 ms in nanosleep() and then write()s from producer(). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
-#include "raw_syscall.h"
 #include "delay.h"
 
 static int fds[2];
@@ -13,7 +12,7 @@ __attribute__((noinline)) void wait_for_data(void)
 {
 	char c;
 	for (int i = 0; i < 10; i++)
-		if (raw_syscall3(SYS_read, fds[0], (long)&c, 1) != 1)
+		if (read(fds[0], &c, 1) != 1)
 			exit(1);
 }
 
@@ -21,8 +20,8 @@ __attribute__((noinline)) void producer(void)
 {
 	struct timespec ts = {0, 100 * 1000 * 1000};
 	for (int i = 0; i < 10; i++) {
-		raw_syscall3(SYS_nanosleep, (long)&ts, 0, 0);
-		if (raw_syscall3(SYS_write, fds[1], (long)"x", 1) != 1)
+		nanosleep(&ts, NULL);
+		if (write(fds[1], "x", 1) != 1)
 			exit(1);
 	}
 }

@@ -1,7 +1,7 @@
-/* Alternates 100 ms busy in spin() and 100 ms asleep in nap(), for argv[1] s. */
+/* Alternates 100 ms busy in spin() and 100 ms asleep in nanosleep() from nap(),
+ * for argv[1] s. */
 #include <stdlib.h>
 #include <time.h>
-#include "raw_syscall.h"
 
 static volatile unsigned long sink;
 
@@ -23,7 +23,7 @@ __attribute__((noinline)) void spin(void)
 __attribute__((noinline)) void nap(void)
 {
 	struct timespec ts = {0, 100 * 1000 * 1000};
-	raw_syscall3(SYS_nanosleep, (long)&ts, 0, 0);
+	nanosleep(&ts, NULL);
 }
 
 int main(int argc, char **argv)
