@@ -85,6 +85,7 @@ enum unwind_map_kind {
 	UNWIND_MAP_FP = 1,       /* anonymous code (JIT): frame pointers */
 	UNWIND_MAP_NO_INFO = 2,  /* a file without CFI: frame pointers, marker if they fail */
 	UNWIND_MAP_NOT_READY = 3, /* table not built yet: frame pointers (counted) */
+	UNWIND_MAP_NO_ROW = 4,   /* not a mapping kind: a pc of a TABLE mapping no row covers */
 };
 
 #define EMBERD_MAX_MAPPINGS 128

@@ -187,6 +187,8 @@ static __always_inline __u32 fp_failure(__u32 fp_from, __u32 err)
 		return STACK_END_NO_INFO;
 	if (fp_from == UNWIND_MAP_NOT_READY + 1)
 		return STACK_END_NOT_READY;
+	if (fp_from == UNWIND_MAP_NO_ROW + 1)
+		return STACK_END_ERR_NO_ROW;
 	return err;
 }
 
@@ -246,17 +248,28 @@ static long unwind_step(__u32 index, void *ctx)
 	if (m)
 		kind = m->kind;
 	if (kind == UNWIND_MAP_TABLE) {
-		struct unwind_row *r;
+		struct unwind_row *r = 0;
+		__u32 rk;
 
 		lookup_pc = st->exact_pc ? st->pc : st->pc - 1;
 		ri = find_row(m->table_start, m->table_len, (__u32)(lookup_pc - m->bias));
-		if (ri < 0)
-			return unwind_stop(st, STACK_END_ERR_NO_ROW);
+		if (ri >= 0) {
+			rk = ri;
+			r = bpf_map_lookup_elem(&unwind_rows, &rk);
+		}
+		rule = r ? r->rule & 0xf : CFA_NONE;
+		/* Code without CFI in a file that has some (V8's embedded builtins
+		 * in node, hand-written stubs): frame pointers, as before tables. */
+		if (!r || rule == CFA_NONE)
+			kind = UNWIND_MAP_NO_ROW;
+	}
+	if (kind == UNWIND_MAP_TABLE) {
+		struct unwind_row *r;
 		__u32 rk = ri;
+
 		r = bpf_map_lookup_elem(&unwind_rows, &rk);
 		if (!r)
 			return unwind_stop(st, STACK_END_ERR_NO_ROW);
-		rule = r->rule & 0xf;
 		fp = 0;
 		switch (rule) {
 		case CFA_RSP:

@@ -766,11 +766,32 @@ fn lookup_addrs(ips: &[u64]) -> impl Iterator<Item = u64> + '_ {
         .map(|(i, &ip)| if i == 0 { ip } else { ip.saturating_sub(1) })
 }
 
+/// Functions a process or thread starts in: a stack that reaches one is complete.
+const ROOT_FUNCTIONS: &[&str] = &[
+    "_start",
+    "__libc_start_call_main",
+    "__libc_start_main",
+    "__libc_start_main_impl",
+    "start_thread",
+    "clone",
+    "clone3",
+    "__clone",
+    "__clone3",
+];
+
 /// The marker frame at the root of a stack that did not reach its root:
 /// why the walk stopped. `outermost` names the last frame reached.
 fn end_marker(end: StackEnd, outermost: Option<Arc<[Frame]>>) -> Option<String> {
+    // A walk that reached a thread's or process's first function and then
+    // failed to find its (nonexistent) caller did reach the root: musl's
+    // `_start` and some `clone`s do not mark the return address undefined.
+    let at_root = outermost.as_ref().is_some_and(|f| {
+        f.first()
+            .is_some_and(|f| ROOT_FUNCTIONS.contains(&f.name.as_ref()))
+    });
     match end {
         StackEnd::Root | StackEnd::Kernel => None,
+        e if at_root && e.error_reason().is_some() => None,
         StackEnd::Truncated => Some("[truncated]".into()),
         StackEnd::NoUnwindInfo => {
             let file = outermost
