@@ -36,7 +36,7 @@ pub struct RawConfig {
     pub memory_budget_mib: Option<u64>,
     /// `stack_map_entries = 16384`: entries of each BPF stack map.
     pub stack_map_entries: Option<u32>,
-    /// `unwind_table_budget_mib = 32`: bytes of unwind rows the BPF
+    /// `unwind_table_budget_mib = 16`: bytes of unwind rows the BPF
     /// unwinder holds (kernel memory, allocated at start).
     pub unwind_table_budget_mib: Option<u64>,
     /// `offcpu = true`: record off-CPU time.

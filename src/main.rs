@@ -51,7 +51,7 @@ struct DaemonArgs {
     /// Entries of each BPF stack map [default: 16384].
     #[arg(long)]
     stack_map_entries: Option<u32>,
-    /// Bytes of unwind tables (.eh_frame rows) the BPF unwinder holds, MiB [default: 32].
+    /// Bytes of unwind tables (.eh_frame rows) the BPF unwinder holds, MiB [default: 16].
     #[arg(long)]
     unwind_table_budget_mib: Option<u64>,
     /// Record off-CPU time [default: true].

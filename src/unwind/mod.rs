@@ -35,12 +35,14 @@ use table::{ElfInfo, TableSource, UnwindRow};
 pub mod defaults {
     use std::time::Duration;
 
-    /// Bytes of unwind rows (8 bytes each) the BPF row array holds. Measured
-    /// on this VM (README, "Unwinding"): libc 0.2 MiB, python3.11 1.1 MiB,
-    /// libjvm 2.3 MiB, node 2.9 MiB; a host running python3, node and a JVM
-    /// needed about 9 MiB. 32 MiB leaves room for many more distinct
-    /// binaries. The array is kernel memory allocated at load.
-    pub const TABLE_BUDGET_BYTES: u64 = 32 << 20;
+    /// Bytes of unwind rows (8 bytes each) the BPF row array holds.
+    /// Measured here (`scripts/bench unwind`): libc 0.2 MiB, python3.11
+    /// 0.5 MiB, libjvm 1.5 MiB, node 2.8 MiB; a host running python3, node
+    /// and a JVM at once held 6.4 MiB (20 files). 16 MiB leaves 2.5 times
+    /// that; hosts running several large C++ binaries (browsers, LLVM) need
+    /// more (`budget_refused` in /metrics says so). Kernel memory,
+    /// allocated at load.
+    pub const TABLE_BUDGET_BYTES: u64 = 16 << 20;
     /// Processes whose mappings the BPF unwinder holds (about 5 KiB of
     /// kernel memory each, allocated as processes appear).
     pub const MAX_PROCESSES: u32 = 8192;
@@ -220,32 +222,37 @@ impl std::fmt::Debug for Unwinder {
     }
 }
 
-/// The BPF row array, mapped into this process.
+/// The BPF row array, written through a shared mapping of just the rows a
+/// table needs, made for the copy and dropped after it: mapping the whole
+/// array would count the budget in emberd's RSS (the kernel maps all its
+/// pages at once), although it is kernel memory allocated at load anyway.
 struct RowArray {
-    ptr: *mut UnwindRow,
+    map: MapHandle,
     len: u32,
-    bytes: usize,
 }
 
-// SAFETY: the mapping is owned by the RowArray and only written through
-// `&mut self`.
-unsafe impl Send for RowArray {}
-
 impl RowArray {
-    fn map(handle: &MapHandle) -> Result<Self, UnwindError> {
-        let len = handle.max_entries();
-        let page = 4096usize;
-        let bytes = (len as usize * 8).div_ceil(page) * page;
-        // SAFETY: mapping a BPF_F_MMAPABLE array's fd, shared, at offset 0,
-        // no larger than the array (rounded to pages, as the kernel does).
+    fn new(map: MapHandle) -> Self {
+        let len = map.max_entries();
+        Self { map, len }
+    }
+
+    fn write(&mut self, start: u32, rows: &[UnwindRow]) -> Result<(), UnwindError> {
+        const PAGE: usize = 4096;
+        assert!(start as usize + rows.len() <= self.len as usize);
+        let first = start as usize * 8;
+        let offset = first / PAGE * PAGE;
+        let bytes = (first + rows.len() * 8 - offset).div_ceil(PAGE) * PAGE;
+        // SAFETY: a shared mapping of the BPF_F_MMAPABLE array's fd, at a
+        // page offset and length within the array (the kernel checks both).
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 bytes,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
-                handle.as_fd().as_raw_fd(),
-                0,
+                self.map.as_fd().as_raw_fd(),
+                offset as libc::off_t,
             )
         };
         if ptr == libc::MAP_FAILED {
@@ -254,28 +261,19 @@ impl RowArray {
                 source: std::io::Error::last_os_error(),
             });
         }
-        Ok(Self {
-            ptr: ptr.cast(),
-            len,
-            bytes,
-        })
-    }
-
-    fn write(&mut self, start: u32, rows: &[UnwindRow]) {
-        assert!(start as usize + rows.len() <= self.len as usize);
-        // SAFETY: in bounds (checked above); the region is owned by this
-        // table (allocated from the free list), and BPF only reads it once a
-        // process's mappings name it, after this copy.
+        // SAFETY: the destination lies within the mapping (computed above);
+        // the rows are this table's own (allocated from the free list), and
+        // BPF reads them only once a process's mappings name them, after
+        // this copy. The mapping is dropped right after.
         unsafe {
-            std::ptr::copy_nonoverlapping(rows.as_ptr(), self.ptr.add(start as usize), rows.len())
-        };
-    }
-}
-
-impl Drop for RowArray {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly what `map` mapped.
-        unsafe { libc::munmap(self.ptr.cast(), self.bytes) };
+            std::ptr::copy_nonoverlapping(
+                rows.as_ptr().cast::<u8>(),
+                ptr.cast::<u8>().add(first - offset),
+                rows.len() * 8,
+            );
+            libc::munmap(ptr, bytes);
+        }
+        Ok(())
     }
 }
 
@@ -284,7 +282,7 @@ use std::os::fd::AsFd;
 impl Unwinder {
     /// Maps the row array and starts the builder thread.
     pub fn new(maps: UnwindMaps) -> Result<Self, UnwindError> {
-        let rows = RowArray::map(&maps.rows)?;
+        let rows = RowArray::new(maps.rows);
         let mut free = BTreeMap::new();
         free.insert(0, rows.len);
         let (jobs, job_rx) = mpsc::channel::<BuildJob>();
@@ -518,8 +516,7 @@ impl Unwinder {
             TableState::NoInfo
         } else {
             match self.allocate(table.rows.len() as u32) {
-                Some(start) => {
-                    self.rows.write(start, &table.rows);
+                Some(start) if self.rows.write(start, &table.rows).is_ok() => {
                     self.stats.tables += 1;
                     self.stats.rows += table.rows.len() as u64;
                     self.stats.bytes += table.rows.len() as u64 * 8;
@@ -533,6 +530,11 @@ impl Unwinder {
                         start,
                         len: table.rows.len() as u32,
                     }
+                }
+                Some(start) => {
+                    self.release_rows(start, table.rows.len() as u32);
+                    self.stats.build_failures += 1;
+                    TableState::NoInfo
                 }
                 None => {
                     self.stats.budget_refused += 1;
@@ -767,7 +769,11 @@ pub fn build(bytes: &[u8]) -> Result<(table::UnwindTable, ElfInfo), String> {
     Ok((t, info))
 }
 
-/// Reads a regular file of at most [`defaults::MAX_FILE_BYTES`].
+/// Reads a regular file of at most [`defaults::MAX_FILE_BYTES`], as far as
+/// the table builder needs it: for an ELF file, its headers and the CFI,
+/// note and debuglink sections, into a zeroed buffer of the file's size
+/// whose other pages are never touched (so never resident: a 100 MiB binary
+/// costs a few MiB while its table is built).
 pub fn read_capped(path: &std::path::Path) -> Result<Vec<u8>, String> {
     let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let md = f
@@ -783,11 +789,87 @@ pub fn read_capped(path: &std::path::Path) -> Result<Vec<u8>, String> {
             defaults::MAX_FILE_BYTES
         ));
     }
-    let mut bytes = Vec::with_capacity(md.len() as usize);
-    f.take(defaults::MAX_FILE_BYTES)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut bytes = vec![0u8; md.len() as usize];
+    if read_elf_parts(&f, &mut bytes).is_none() {
+        // Not an ELF file we understand: read it whole, and let the parser
+        // say what is wrong with it.
+        let mut all = Vec::with_capacity(md.len() as usize);
+        f.take(defaults::MAX_FILE_BYTES)
+            .read_to_end(&mut all)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        return Ok(all);
+    }
     Ok(bytes)
+}
+
+/// Fills the parts of `buf` (the file's size) the table builder reads:
+/// ELF, program and section headers, section names, and the sections it
+/// uses. None if the file is not a 64-bit little-endian ELF file or a read
+/// falls outside it.
+fn read_elf_parts(f: &File, buf: &mut [u8]) -> Option<()> {
+    use std::os::unix::fs::FileExt;
+    let read = |buf: &mut [u8], off: u64, len: u64| -> Option<()> {
+        let end = off.checked_add(len)?;
+        let dst = buf.get_mut(off as usize..end as usize)?;
+        f.read_exact_at(dst, off).ok()
+    };
+    read(buf, 0, 64)?;
+    if buf[0..4] != *b"\x7fELF" || buf[4] != 2 || buf[5] != 1 {
+        return None;
+    }
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as u64;
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4")) as u64;
+    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
+    let (phoff, phentsize, phnum) = (u64_at(buf, 32), u16_at(buf, 54), u16_at(buf, 56));
+    let (shoff, shentsize, shnum, shstrndx) = (
+        u64_at(buf, 40),
+        u16_at(buf, 58),
+        u16_at(buf, 60),
+        u16_at(buf, 62),
+    );
+    read(buf, phoff, phentsize.checked_mul(phnum)?)?;
+    read(buf, shoff, shentsize.checked_mul(shnum)?)?;
+    if shentsize < 64 {
+        return None;
+    }
+    let header = |buf: &[u8], i: u64| -> Option<(u64, u32, u64, u64)> {
+        let at = usize::try_from(shoff + i * shentsize).ok()?;
+        let h = buf.get(at..at + 64)?;
+        Some((
+            u32_at(h, 0),
+            u32_at(h, 4) as u32,
+            u64_at(h, 24),
+            u64_at(h, 32),
+        ))
+    };
+    // PT_NOTE segments: the build id, where section headers do not say.
+    for i in 0..phnum {
+        let at = usize::try_from(phoff + i * phentsize).ok()?;
+        let h = buf.get(at..at + 56)?;
+        if u32_at(h, 0) == 4 {
+            read(buf, u64_at(h, 8), u64_at(h, 32))?;
+        }
+    }
+    let (_, _, stroff, strsize) = header(buf, shstrndx)?;
+    read(buf, stroff, strsize)?;
+    const WANTED: &[&[u8]] = &[
+        b".eh_frame",
+        b".eh_frame_hdr",
+        b".debug_frame",
+        b".zdebug_frame",
+        b".gnu_debuglink",
+    ];
+    for i in 0..shnum {
+        let (name, kind, off, size) = header(buf, i)?;
+        let name_at = usize::try_from(stroff + name).ok()?;
+        let name = buf.get(name_at..)?;
+        let name = &name[..name.iter().position(|&c| c == 0)?];
+        // SHT_NOBITS (8) has no bytes in the file.
+        if kind != 8 && (kind == 7 /* SHT_NOTE */ || WANTED.contains(&name)) {
+            read(buf, off, size)?;
+        }
+    }
+    Some(())
 }
 
 /// This process's vDSO image: the kernel maps the same one into every
