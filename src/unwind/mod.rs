@@ -572,21 +572,20 @@ impl Unwinder {
             let victim = self
                 .tables
                 .iter()
-                .filter(|(_, e)| e.refs == 0 && self.owns_rows(e))
+                .filter(|&(&id, e)| e.refs == 0 && self.owns_rows(id, e))
                 .min_by_key(|(_, e)| e.last_used)
                 .map(|(id, _)| *id)?;
             self.evict(victim);
         }
     }
 
-    /// Whether a table's rows are its own (not shared by build id).
-    fn owns_rows(&self, e: &TableEntry) -> bool {
+    /// Whether table `id` holds rows of its own (rather than sharing another
+    /// table's by build id): evicting it frees room.
+    fn owns_rows(&self, id: TableId, e: &TableEntry) -> bool {
         matches!(e.state, TableState::Ready { .. })
-            && e.build_id.as_ref().is_none_or(|b| {
-                self.by_build_id
-                    .get(b)
-                    .is_some_and(|id| self.tables.get(id).is_some_and(|o| std::ptr::eq(o, e)))
-            })
+            && e.build_id
+                .as_ref()
+                .is_none_or(|b| self.by_build_id.get(b) == Some(&id))
     }
 
     fn evict(&mut self, id: TableId) {
