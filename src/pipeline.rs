@@ -56,8 +56,11 @@ impl Pipeline {
         } else {
             None
         };
-        let unwinder = Unwinder::new(sampler.unwind_maps()?)
+        let mut unwinder = Unwinder::new(sampler.unwind_maps()?)
             .map_err(|e| CollectError::Options(e.to_string()))?;
+        if sampler.options().unwind_tables && sampler.options().pid.is_none() {
+            unwinder.note_all();
+        }
         Ok(Self {
             sampler,
             events,

@@ -297,17 +297,7 @@ impl EventSampler {
         let map = &self.skel.maps.event_counters;
         let mut v = [0u64; 10];
         for (i, slot) in v.iter_mut().enumerate() {
-            let per_cpu = map
-                .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
-                .map_err(|source| CollectError::Drain {
-                    map: "event_counters",
-                    source,
-                })?
-                .unwrap_or_default();
-            *slot = per_cpu
-                .iter()
-                .filter_map(|b| Some(u64::from_ne_bytes(b.get(..8)?.try_into().ok()?)))
-                .sum();
+            *slot = super::percpu_sum(map, "event_counters", i as u32)?;
         }
         Ok(EventCounters {
             switches: v[0],

@@ -340,21 +340,10 @@ impl CpuSampler {
     pub fn counters(&self) -> Result<Counters, CollectError> {
         let mut out = Counters::default();
         for c in Counter::ALL {
-            let key = (c as u32).to_ne_bytes();
-            let per_cpu = self
-                .skel
-                .maps
-                .counters
-                .lookup_percpu(&key, MapFlags::ANY)
-                .map_err(|source| CollectError::Drain {
-                    map: "counters",
-                    source,
-                })?
-                .unwrap_or_default();
-            for v in per_cpu {
-                let bytes: [u8; 8] = v.get(..8).and_then(|b| b.try_into().ok()).unwrap_or([0; 8]);
-                out.add(c, u64::from_ne_bytes(bytes));
-            }
+            out.add(
+                c,
+                percpu_sum(&self.skel.maps.counters, "counters", c as u32)?,
+            );
         }
         Ok(out)
     }
@@ -479,6 +468,22 @@ fn read_and_clear_counts(
         let _ = counts.delete(&k);
     }
     Ok(out)
+}
+
+/// Entry `index` of a per-CPU array of u64 counters, summed over CPUs.
+pub(crate) fn percpu_sum(
+    map: &impl MapCore,
+    name: &'static str,
+    index: u32,
+) -> Result<u64, CollectError> {
+    let per_cpu = map
+        .lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)
+        .map_err(|source| CollectError::Drain { map: name, source })?
+        .unwrap_or_default();
+    Ok(per_cpu
+        .iter()
+        .filter_map(|b| Some(u64::from_ne_bytes(b.get(..8)?.try_into().ok()?)))
+        .sum())
 }
 
 /// Empties a `new_tgids` map (see `bpf/profile.bpf.c`) and returns its pids.

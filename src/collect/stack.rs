@@ -174,17 +174,7 @@ impl UnwindCounters {
     pub(crate) fn read(map: &impl MapCore) -> Result<Self, CollectError> {
         let mut v = [0u64; 6 + 10];
         for (i, slot) in v.iter_mut().enumerate() {
-            let per_cpu = map
-                .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
-                .map_err(|source| CollectError::Drain {
-                    map: "unwind_counters",
-                    source,
-                })?
-                .unwrap_or_default();
-            *slot = per_cpu
-                .iter()
-                .filter_map(|b| Some(u64::from_ne_bytes(b.get(..8)?.try_into().ok()?)))
-                .sum();
+            *slot = super::percpu_sum(map, "unwind_counters", i as u32)?;
         }
         let mut ends = [0u64; 10];
         ends.copy_from_slice(&v[6..]);

@@ -391,6 +391,21 @@ impl Unwinder {
         self.processes.insert(pid, state);
     }
 
+    /// Notes every process running now, so that processes already running
+    /// when sampling starts are unwound with tables from their first
+    /// sample. Reading a process's maps costs ~0.1 ms; the tables are built
+    /// on the builder thread (each distinct file once).
+    pub fn note_all(&mut self) {
+        let Ok(procs) = procfs::process::all_processes() else {
+            return;
+        };
+        for p in procs.flatten() {
+            if let Ok(pid) = u32::try_from(p.pid()) {
+                self.note_process(Pid(pid));
+            }
+        }
+    }
+
     /// The table of a file, queued for building if new.
     fn table_for(&mut self, key: FileKey, name: String, source: BuildSource) -> TableId {
         if let Some(&id) = self.files.get(&key)
