@@ -115,6 +115,7 @@ pub struct Metrics {
     last: Mutex<(Counters, Misses, u64, u64)>,
     last_events: Mutex<EventCounters>,
     user_stacks: Family<WalkLabel, Counter>,
+    perf_map_refused: Family<MissLabel, Counter>,
     unwind_frames: Family<MethodLabel, Counter>,
     unwind_gauges: Family<MapLabel, Gauge>,
     unwind_counts: Family<MissLabel, Counter>,
@@ -242,7 +243,14 @@ impl Metrics {
             "Unwind-table work: builds, failures (corrupt or unreadable files), files without CFI, corrupt FDEs skipped, budget refusals, evictions, mappings dropped",
             unwind_counts.clone(),
         );
+        let perf_map_refused = Family::<MissLabel, Counter>::default();
+        registry.register(
+            "perf_maps_refused",
+            "Perf maps not read (not a regular file, other owner, too large, unresolvable in the process's root) or dropped for the cache budget",
+            perf_map_refused.clone(),
+        );
         Self {
+            perf_map_refused,
             user_stacks,
             unwind_frames,
             unwind_gauges,
@@ -279,7 +287,7 @@ impl Metrics {
         keys_fill: f64,
     ) {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let (prev_c, prev_m, prev_missing, prev_kept) = *last;
+        let (prev_c, prev_m, prev_missing, prev_kept) = last.clone();
         let ev = |r: &str| ReasonLabel {
             event: "cpu".into(),
             reason: r.into(),
@@ -337,7 +345,24 @@ impl Metrics {
                 })
                 .inc_by(now.saturating_sub(prev));
         }
-        *last = (*counters, *misses, missing_stacks_total, kept);
+        for r in crate::symbolize::untrusted::Refusal::ALL {
+            let get = |m: &Misses| m.perf_map_refused.get(&r).copied().unwrap_or(0);
+            self.perf_map_refused
+                .get_or_create(&MissLabel {
+                    reason: r.label().into(),
+                })
+                .inc_by(get(misses).saturating_sub(get(&prev_m)));
+        }
+        self.perf_map_refused
+            .get_or_create(&MissLabel {
+                reason: "evicted_for_budget".into(),
+            })
+            .inc_by(
+                misses
+                    .perf_maps_evicted
+                    .saturating_sub(prev_m.perf_maps_evicted),
+            );
+        *last = (*counters, misses.clone(), missing_stacks_total, kept);
     }
 
     /// Updates the events programs' metrics (counters are cumulative).

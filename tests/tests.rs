@@ -14,6 +14,8 @@ mod cpu;
 mod daemon;
 /// Off-CPU, wakeup, off-wake, page-fault and hot/cold profiles.
 mod events;
+/// Hostile input: files other users control, faults, time.
+mod hostile;
 /// JIT frames from perf maps: Node.js and the JVM.
 mod jit;
 /// The symbolizer on real processes, without BPF: perf maps, fallbacks, ELF.

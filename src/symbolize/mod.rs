@@ -14,9 +14,11 @@
 
 pub mod perfmap;
 mod procmaps;
+pub mod untrusted;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -125,7 +127,7 @@ pub struct SymbolizedSample {
 }
 
 /// Addresses that could not be named, by reason. Cumulative.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Misses {
     /// The process exited before its maps could be read.
     pub process_gone: u64,
@@ -141,6 +143,10 @@ pub struct Misses {
     pub kernel_no_symbol: u64,
     /// Perf-map lines skipped as malformed.
     pub perf_map_malformed_lines: u64,
+    /// Perf maps not read, by reason (FIFO, other owner, too large, ...).
+    pub perf_map_refused: std::collections::BTreeMap<untrusted::Refusal, u64>,
+    /// Perf maps dropped from the cache to stay within its byte budget.
+    pub perf_maps_evicted: u64,
 }
 
 /// Options of the [`Symbolizer`].
@@ -150,12 +156,29 @@ pub struct SymbolizerOptions {
     /// Where perf maps live, `/tmp` by default. Looked up through
     /// `/proc/PID/root` so that a container's own `/tmp` is found.
     pub perf_map_dir: PathBuf,
+    /// Larger perf maps are not read (default
+    /// [`defaults::PERF_MAP_MAX_FILE_BYTES`]).
+    pub perf_map_max_file_bytes: u64,
+    /// Bytes all cached perf maps may hold (default
+    /// [`defaults::PERF_MAP_BUDGET_BYTES`]).
+    pub perf_map_budget_bytes: usize,
+}
+
+/// Defaults of [`SymbolizerOptions`].
+pub mod defaults {
+    /// A perf map larger than this is refused (counted as `too_large`): 64
+    /// MiB is about 500 000 JIT entries, days of a busy node process.
+    pub const PERF_MAP_MAX_FILE_BYTES: u64 = 64 << 20;
+    /// Bytes of parsed perf maps kept, all processes together.
+    pub const PERF_MAP_BUDGET_BYTES: usize = 64 << 20;
 }
 
 impl Default for SymbolizerOptions {
     fn default() -> Self {
         Self {
             perf_map_dir: PathBuf::from("/tmp"),
+            perf_map_max_file_bytes: defaults::PERF_MAP_MAX_FILE_BYTES,
+            perf_map_budget_bytes: defaults::PERF_MAP_BUDGET_BYTES,
         }
     }
 }
@@ -163,6 +186,10 @@ impl Default for SymbolizerOptions {
 struct CachedPerfMap {
     stamp: Option<FileStamp>,
     map: Arc<PerfMap>,
+    /// Bytes of the file parsed so far (whole lines).
+    parsed: u64,
+    /// `map.approx_bytes()`.
+    bytes: usize,
     last_used: Instant,
 }
 
@@ -200,6 +227,8 @@ pub struct Symbolizer {
     file_cache: HashMap<(FileId, u64), Arc<[Frame]>>,
     elf_last_used: HashMap<PathBuf, Instant>,
     perf_maps: HashMap<Pid, CachedPerfMap>,
+    /// Bytes the cached perf maps hold.
+    perf_map_bytes: usize,
     options: SymbolizerOptions,
     misses: Misses,
 }
@@ -272,6 +301,7 @@ impl Symbolizer {
             file_cache: HashMap::new(),
             elf_last_used: HashMap::new(),
             perf_maps: HashMap::new(),
+            perf_map_bytes: 0,
             options,
             misses: Misses::default(),
         }
@@ -284,7 +314,7 @@ impl Symbolizer {
 
     /// Addresses that could not be named so far, by reason.
     pub fn misses(&self) -> Misses {
-        self.misses
+        self.misses.clone()
     }
 
     /// Reads and remembers the mappings of a process that just appeared, so
@@ -641,47 +671,98 @@ impl Symbolizer {
         mi
     }
 
-    /// The perf map of `pid`, reloaded when the file changed.
+    /// The perf map of `pid`, read safely (see [`untrusted`]): parsed
+    /// whole when new or replaced, and only its appended lines when it grew.
     fn perf_map(&mut self, pid: Pid, now: Instant) -> Arc<PerfMap> {
-        let path = perf_map_path(&self.options.perf_map_dir, pid);
-        let stamp = std::fs::metadata(&path).ok().map(|md| {
-            use std::os::unix::fs::MetadataExt;
-            FileStamp {
-                dev: md.dev(),
-                ino: md.ino(),
-                size: md.size(),
-                mtime_ns: i128::from(md.mtime()) * 1_000_000_000 + i128::from(md.mtime_nsec()),
-            }
-        });
-        if let Some(c) = self.perf_maps.get_mut(&pid)
-            && c.stamp == stamp
+        let ns_pid = procmaps::namespace_pid(pid).unwrap_or(pid.0);
+        let dir = &self.options.perf_map_dir;
+        let rel = dir
+            .strip_prefix("/")
+            .unwrap_or(dir)
+            .join(format!("perf-{ns_pid}.map"));
+        let (file, meta) =
+            match untrusted::open_in_root(pid, &rel, self.options.perf_map_max_file_bytes) {
+                untrusted::Opened::File { file, meta } => (file, meta),
+                untrusted::Opened::Missing => {
+                    return self.cache_perf_map(pid, None, 0, PerfMap::default(), now);
+                }
+                untrusted::Opened::Refused(r) => {
+                    *self.misses.perf_map_refused.entry(r).or_default() += 1;
+                    tracing::debug!("perf map of pid {pid} refused: {}", r.label());
+                    return self.cache_perf_map(pid, None, 0, PerfMap::default(), now);
+                }
+            };
+        let stamp = FileStamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.len(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        };
+        let cached = self.perf_maps.get_mut(&pid);
+        if let Some(c) = &cached
+            && c.stamp == Some(stamp)
         {
+            let c = self.perf_maps.get_mut(&pid).expect("just found");
             c.last_used = now;
             return c.map.clone();
         }
-        let map = match stamp {
-            Some(_) => std::fs::File::open(&path)
-                .and_then(|f| PerfMap::parse(std::io::BufReader::new(f)))
-                .unwrap_or_default(),
-            None => PerfMap::default(),
+        // The same file, grown: parse only what was appended.
+        let (base, from) = match cached {
+            Some(c)
+                if c.stamp.is_some_and(|s| {
+                    s.dev == stamp.dev && s.ino == stamp.ino && s.size <= stamp.size
+                }) =>
+            {
+                (Some(c.map.clone()), c.parsed)
+            }
+            _ => (None, 0),
         };
-        self.misses.perf_map_malformed_lines += map.malformed_lines;
-        if map.malformed_lines > 0 {
-            tracing::debug!(
-                "{}: skipped {} malformed lines",
-                path.display(),
-                map.malformed_lines
-            );
-        }
+        let (tail, parsed) = perfmap::parse_complete_lines(&file, from, stamp.size);
+        self.misses.perf_map_malformed_lines += tail.malformed_lines;
+        let map = match base {
+            Some(b) => b.merged(tail),
+            None => tail,
+        };
+        self.cache_perf_map(pid, Some(stamp), parsed, map, now)
+    }
+
+    /// Caches a perf map and keeps all cached maps within the byte budget
+    /// (least recently used first out).
+    fn cache_perf_map(
+        &mut self,
+        pid: Pid,
+        stamp: Option<FileStamp>,
+        parsed: u64,
+        map: PerfMap,
+        now: Instant,
+    ) -> Arc<PerfMap> {
         let map = Arc::new(map);
+        let bytes = map.approx_bytes();
         self.perf_maps.insert(
             pid,
             CachedPerfMap {
                 stamp,
                 map: map.clone(),
+                parsed,
+                bytes,
                 last_used: now,
             },
         );
+        let mut total: usize = self.perf_maps.values().map(|c| c.bytes).sum();
+        while total > self.options.perf_map_budget_bytes {
+            let Some((&victim, c)) = self
+                .perf_maps
+                .iter()
+                .filter(|(p, _)| **p != pid)
+                .min_by_key(|(_, c)| c.last_used)
+            else {
+                break;
+            };
+            total -= c.bytes;
+            self.perf_maps.remove(&victim);
+            self.misses.perf_maps_evicted += 1;
+        }
+        self.perf_map_bytes = total;
         map
     }
 
@@ -703,16 +784,6 @@ impl Symbolizer {
             ));
         }
     }
-}
-
-/// The perf map of `pid` as seen from inside its mount namespace: a
-/// containerized runtime writes `/tmp/perf-<its own pid>.map` in its own /tmp.
-fn perf_map_path(dir: &std::path::Path, pid: Pid) -> PathBuf {
-    let ns_pid = procmaps::namespace_pid(pid).unwrap_or(pid.0);
-    let inner = dir.join(format!("perf-{ns_pid}.map"));
-    let rel = inner.strip_prefix("/").unwrap_or(&inner);
-    let via_root = PathBuf::from(format!("/proc/{pid}/root")).join(rel);
-    if via_root.exists() { via_root } else { inner }
 }
 
 fn read_process_comm(pid: Pid) -> Option<Arc<str>> {

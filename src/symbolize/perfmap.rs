@@ -72,6 +72,42 @@ impl PerfMap {
         Ok(map)
     }
 
+    /// This map with `newer`'s entries added; for equal starts the newer
+    /// entry wins, as later lines of one file do. Entries beyond
+    /// [`MAX_ENTRIES`] are dropped (counted).
+    pub fn merged(&self, newer: PerfMap) -> PerfMap {
+        let mut all: Vec<(u64, bool, PerfMapEntry)> = self
+            .entries
+            .iter()
+            .map(|e| (e.start, false, e.clone()))
+            .chain(newer.entries.into_iter().map(|e| (e.start, true, e)))
+            .collect();
+        // Stable: for one start the older entry comes first, then the newer.
+        all.sort_by_key(|(start, newer, _)| (*start, *newer));
+        let mut entries: Vec<PerfMapEntry> = Vec::with_capacity(all.len());
+        for (_, _, e) in all {
+            match entries.last_mut() {
+                Some(last) if last.start == e.start => *last = e,
+                _ => entries.push(e),
+            }
+        }
+        let dropped = entries.len().saturating_sub(MAX_ENTRIES) as u64;
+        entries.truncate(MAX_ENTRIES);
+        PerfMap {
+            entries,
+            malformed_lines: self.malformed_lines + newer.malformed_lines,
+            dropped_entries: self.dropped_entries + newer.dropped_entries + dropped,
+        }
+    }
+
+    /// Bytes this map holds, roughly (entries and their names).
+    pub fn approx_bytes(&self) -> usize {
+        self.entries
+            .iter()
+            .map(|e| std::mem::size_of::<PerfMapEntry>() + e.name.len())
+            .sum()
+    }
+
     /// The entry whose range holds `addr`.
     pub fn lookup(&self, addr: u64) -> Option<&PerfMapEntry> {
         let idx = self.entries.partition_point(|e| e.start <= addr);
@@ -92,6 +128,64 @@ impl PerfMap {
     /// Whether the map has no entries.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+}
+
+/// Parses the whole lines of `file` in bytes `[from, size)`: a map being
+/// written may end in half a line, left for the next read. Returns the
+/// entries and the offset up to which lines were parsed. Reads are
+/// positioned (`pread`), bounded by `size` as it was at open.
+pub fn parse_complete_lines(file: &std::fs::File, from: u64, size: u64) -> (PerfMap, u64) {
+    use std::os::unix::fs::FileExt;
+    if size <= from {
+        return (PerfMap::default(), from);
+    }
+    // The last newline, searched backwards in chunks.
+    let mut end = size;
+    let mut complete = None;
+    let mut chunk = vec![0u8; 64 * 1024];
+    while end > from {
+        let start = end.saturating_sub(chunk.len() as u64).max(from);
+        let buf = &mut chunk[..(end - start) as usize];
+        if file.read_exact_at(buf, start).is_err() {
+            return (PerfMap::default(), from);
+        }
+        if let Some(i) = buf.iter().rposition(|&b| b == b'\n') {
+            complete = Some(start + i as u64 + 1);
+            break;
+        }
+        end = start;
+    }
+    let Some(complete) = complete else {
+        return (PerfMap::default(), from);
+    };
+    let reader = PositionedReader {
+        file,
+        pos: from,
+        end: complete,
+    };
+    let map = PerfMap::parse(io::BufReader::with_capacity(64 * 1024, reader)).unwrap_or_default();
+    (map, complete)
+}
+
+/// `Read` over `[pos, end)` of a file by positioned reads.
+struct PositionedReader<'a> {
+    file: &'a std::fs::File,
+    pos: u64,
+    end: u64,
+}
+
+impl io::Read for PositionedReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let left = self.end.saturating_sub(self.pos);
+        let n = (buf.len() as u64).min(left) as usize;
+        if n == 0 {
+            return Ok(0);
+        }
+        let got = self.file.read_at(&mut buf[..n], self.pos)?;
+        self.pos += got as u64;
+        Ok(got)
     }
 }
 

@@ -1,0 +1,134 @@
+use std::io::Write;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+/// The value of one metric line (`name{labels}`) in a `/metrics` text, 0 if absent.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// What a local user can put at the perf-map path of someone else's process.
+#[derive(Debug, Clone, Copy)]
+enum Trap {
+    /// `mkfifo`: opening it for reading used to block the collector for good.
+    Fifo,
+    /// A symlink to `/dev/zero`: endless bytes.
+    DevZero,
+    /// A sparse file of 100 GiB.
+    Sparse,
+    /// A real perf map of 200 MB, over the 64 MiB cap.
+    Large,
+}
+
+impl Trap {
+    fn lay(self, path: &str) {
+        let _ = std::fs::remove_file(path);
+        match self {
+            Trap::Fifo => {
+                nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o644))
+                    .expect("mkfifo")
+            }
+            Trap::DevZero => std::os::unix::fs::symlink("/dev/zero", path).expect("symlink"),
+            Trap::Sparse => std::fs::File::create(path)
+                .and_then(|f| f.set_len(100 << 30))
+                .expect("sparse file"),
+            Trap::Large => {
+                let mut f = std::io::BufWriter::new(std::fs::File::create(path).expect("perf map"));
+                let mut i: u64 = 0;
+                let mut written = 0usize;
+                while written < 200 << 20 {
+                    let line = format!(
+                        "{:x} 10 LazyCompile:*emberd_fake_{i}\n",
+                        0x10000000 + i * 16
+                    );
+                    f.write_all(line.as_bytes()).unwrap();
+                    written += line.len();
+                    i += 1;
+                }
+                f.flush().unwrap();
+            }
+        }
+    }
+
+    fn reason(self) -> &'static str {
+        match self {
+            Trap::Fifo | Trap::DevZero => "not_regular_file",
+            Trap::Sparse | Trap::Large => "too_large",
+        }
+    }
+}
+
+/// A FIFO, a symlink to /dev/zero, a 100 GiB sparse file or a 200 MB map at
+/// the perf-map path of a live node process (JIT code in anonymous memory,
+/// so emberd looks for its map): the daemon keeps sampling, counts the
+/// refusal by reason, still names the process's native frames, and SIGTERM
+/// ends it within 5 s.
+#[test]
+fn hostile_perf_maps_do_not_stall_sampling() {
+    require_root();
+    for trap in [Trap::Fifo, Trap::DevZero, Trap::Sparse, Trap::Large] {
+        let node = Workload::spawn(
+            Command::new("node")
+                .current_dir(scratch())
+                .arg(workload("busy.js"))
+                .arg("30"),
+        );
+        let path = format!("/tmp/perf-{}.map", node.pid());
+        trap.lay(&path);
+        let mut d = Daemon::start(&[], &[]);
+        wait(4000);
+        let samples = |d: &Daemon| {
+            metric(
+                &d.get("/metrics").text(),
+                "emberd_samples_total{event=\"cpu\"}",
+            )
+        };
+        let first = samples(&d);
+        wait(3000);
+        let m = d.get("/metrics").text();
+        let second = metric(&m, "emberd_samples_total{event=\"cpu\"}");
+        let refused = metric(
+            &m,
+            &format!(
+                "emberd_perf_maps_refused_total{{reason=\"{}\"}}",
+                trap.reason()
+            ),
+        );
+        let folded = d
+            .get(&format!("/folded?seconds=5&pid={}", node.pid()))
+            .text();
+        let t0 = Instant::now();
+        d.terminate();
+        let status = loop {
+            if let Some(st) = d.child.try_wait().unwrap() {
+                break Some(st);
+            }
+            if t0.elapsed() > Duration::from_secs(5) {
+                break None;
+            }
+            wait(50);
+        };
+        let _ = std::fs::remove_file(&path);
+        assert!(
+            status.is_some(),
+            "{trap:?}: SIGTERM did not end the daemon within 5 s"
+        );
+        assert!(
+            second > first && first > 0.0,
+            "{trap:?}: sampling stalled (samples {first} then {second})"
+        );
+        assert!(
+            refused >= 1.0,
+            "{trap:?}: refusal not counted as {}:\n{m}",
+            trap.reason()
+        );
+        assert!(
+            folded.lines().any(|l| l.contains("node::Start")),
+            "{trap:?}: node's native frames should still be named:\n{folded}"
+        );
+    }
+}
