@@ -63,7 +63,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(run_async(config))
+    let result = rt.block_on(run_async(config));
+    // A collector stuck past the shutdown grace would hold the runtime's
+    // drop (it waits for blocking tasks): don't wait for it.
+    rt.shutdown_timeout(Duration::from_millis(200));
+    result
 }
 
 async fn run_async(config: Config) -> anyhow::Result<()> {
@@ -92,7 +96,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
     };
     let store = Arc::new(RwLock::new(Store::new(store_options.clone())));
     let metrics = Arc::new(Metrics::new(config.memory_budget));
-    let ready = Arc::new(AtomicBool::new(false));
+    let liveness = Arc::new(serve::Liveness::default());
     let stop = Arc::new(AtomicBool::new(false));
 
     let sampler = SamplerOptions {
@@ -120,19 +124,38 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
     let (started_tx, started_rx) = std::sync::mpsc::channel();
     let collector = {
         let (store, metrics, stop) = (store.clone(), metrics.clone(), stop.clone());
-        let event_stores = event_stores.clone();
+        let (event_stores, liveness) = (event_stores.clone(), liveness.clone());
         std::thread::Builder::new()
             .name("emberd-collect".into())
             .spawn(move || {
-                collect_loop(
-                    sampler,
-                    events_opts,
-                    store,
-                    event_stores,
-                    metrics,
-                    stop,
-                    started_tx,
-                )
+                let stop2 = stop.clone();
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    collect_loop(
+                        sampler,
+                        events_opts,
+                        store,
+                        event_stores,
+                        metrics,
+                        stop,
+                        liveness,
+                        started_tx,
+                    )
+                }));
+                // A collector that dies leaves a daemon that answers but
+                // samples nothing: end the process, and let systemd
+                // (Restart=on-failure) start a fresh one.
+                match result {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) if stop2.load(Ordering::SeqCst) => Err(e),
+                    Ok(Err(e)) => {
+                        tracing::error!("the collector failed: {e:#}; exiting");
+                        std::process::exit(1);
+                    }
+                    Err(_) => {
+                        tracing::error!("the collector panicked; exiting");
+                        std::process::exit(70);
+                    }
+                }
             })
             .context("starting the collector thread")?
     };
@@ -148,7 +171,8 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         }
         Err(_) => anyhow::bail!("the collector thread ended before starting"),
     }
-    ready.store(true, Ordering::SeqCst);
+    liveness.drained();
+    liveness.attached.store(true, Ordering::SeqCst);
     sd_notify("READY=1\nSTATUS=sampling");
 
     let state = AppState {
@@ -157,33 +181,52 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         events: event_stores,
         store,
         metrics,
-        ready: ready.clone(),
+        liveness: liveness.clone(),
         frequency_hz: config.frequency_hz,
         retention_secs: config.retention.as_secs(),
         host: nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "localhost".into()),
     };
+    let signaled = Arc::new(tokio::sync::Notify::new());
     let shutdown = {
-        let (ready, stop) = (ready.clone(), stop.clone());
+        let (liveness, stop, signaled) = (liveness.clone(), stop.clone(), signaled.clone());
         async move {
             wait_for_signal().await;
             tracing::info!("stopping: finishing in-flight requests");
             sd_notify("STOPPING=1");
-            ready.store(false, Ordering::SeqCst);
+            liveness.attached.store(false, Ordering::SeqCst);
             stop.store(true, Ordering::SeqCst);
+            signaled.notify_one();
         }
     };
-    axum::serve(listener, serve::router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .context("serving HTTP")?;
+    let server = tokio::spawn(
+        axum::serve(listener, serve::router(state))
+            .with_graceful_shutdown(shutdown)
+            .into_future(),
+    );
+    // Shutdown takes at most SHUTDOWN_GRACE for requests in flight, and as
+    // long again for the collector, whatever either is doing.
+    tokio::select! {
+        r = server => r.context("the HTTP server task")?.context("serving HTTP")?,
+        _ = async { signaled.notified().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
+            tracing::warn!("requests still in flight after {SHUTDOWN_GRACE:?}: closing them");
+        }
+    }
     stop.store(true, Ordering::SeqCst);
-    tokio::task::spawn_blocking(move || collector.join())
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .transpose()?;
+    match tokio::time::timeout(
+        SHUTDOWN_GRACE,
+        tokio::task::spawn_blocking(move || collector.join()),
+    )
+    .await
+    {
+        Ok(joined) => {
+            joined.ok().and_then(Result::ok).transpose()?;
+        }
+        Err(_) => {
+            tracing::warn!("the collector did not stop within {SHUTDOWN_GRACE:?}; exiting anyway")
+        }
+    }
     Ok(())
 }
 
@@ -197,7 +240,24 @@ async fn wait_for_signal() {
     }
 }
 
+/// How long shutdown waits for requests in flight, then for the collector.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// Test hooks, read once from the environment: the collector hangs
+/// (`EMBERD_TEST_COLLECTOR=hang`) or panics (`=panic`) after
+/// `EMBERD_TEST_COLLECTOR_AFTER` drains (default 3). They exist so the
+/// tests can show that readiness and restarts follow a broken collector.
+fn test_fault() -> Option<(String, u64)> {
+    let what = std::env::var("EMBERD_TEST_COLLECTOR").ok()?;
+    let after = std::env::var("EMBERD_TEST_COLLECTOR_AFTER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    Some((what, after))
+}
+
 /// The collector thread: drain, name, store, once a second, until `stop`.
+#[allow(clippy::too_many_arguments)]
 fn collect_loop(
     options: SamplerOptions,
     events: EventOptions,
@@ -205,8 +265,11 @@ fn collect_loop(
     event_stores: Arc<HashMap<EventKind, Arc<RwLock<Store>>>>,
     metrics: Arc<Metrics>,
     stop: Arc<AtomicBool>,
+    liveness: Arc<serve::Liveness>,
     started: std::sync::mpsc::Sender<anyhow::Result<Vec<u32>>>,
 ) -> anyhow::Result<()> {
+    let fault = test_fault();
+    let mut drains = 0u64;
     let mut pipeline = match Pipeline::start(options.clone(), events) {
         Ok(p) => {
             let _ = started.send(Ok(p.sampler().cpus().to_vec()));
@@ -234,6 +297,17 @@ fn collect_loop(
         if next < now {
             // Fell behind (a slow symbolization): skip ahead, don't burst.
             next = now + DRAIN_INTERVAL;
+        }
+        drains += 1;
+        if let Some((what, after)) = &fault
+            && drains > *after
+        {
+            match what.as_str() {
+                "panic" => panic!("EMBERD_TEST_COLLECTOR=panic"),
+                _ => loop {
+                    std::thread::sleep(Duration::from_secs(3600));
+                },
+            }
         }
         missing_total += batch.missing_stacks;
         kept_total += batch.samples.iter().map(|s| s.count).sum::<u64>();
@@ -276,6 +350,7 @@ fn collect_loop(
         if let Ok((cpu, events)) = pipeline.unwind_counters() {
             metrics.observe_unwind(&cpu, events.as_ref(), &pipeline.unwind_stats());
         }
+        liveness.drained();
         if let Ok(counters) = pipeline.counters() {
             metrics.observe_drain(
                 &counters,

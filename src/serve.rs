@@ -141,14 +141,54 @@ pub struct AppState {
     pub events: Arc<HashMap<EventKind, Arc<RwLock<Store>>>>,
     /// emberd's metrics.
     pub metrics: Arc<Metrics>,
-    /// Set once the BPF programs are attached, cleared on shutdown.
-    pub ready: Arc<AtomicBool>,
+    /// Readiness: the programs are attached and drains keep completing.
+    pub liveness: Arc<Liveness>,
     /// Sampling frequency (for pprof's period and SVG titles).
     pub frequency_hz: u64,
     /// Retention in seconds (the longest window a query may ask for).
     pub retention_secs: u64,
     /// Host name, for titles.
     pub host: String,
+}
+
+/// Whether the daemon is doing its job, for `/readyz`.
+#[derive(Debug)]
+pub struct Liveness {
+    /// Set once the BPF programs are attached, cleared on shutdown.
+    pub attached: AtomicBool,
+    origin: std::time::Instant,
+    /// ms since `origin` of the last completed drain.
+    last_drain_ms: std::sync::atomic::AtomicU64,
+}
+
+/// `/readyz` fails when no drain completed for this long (drains run every
+/// second): a hung or failing collector is not ready, whatever else answers.
+pub const READY_STALE: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Self {
+            attached: AtomicBool::new(false),
+            origin: std::time::Instant::now(),
+            last_drain_ms: Default::default(),
+        }
+    }
+}
+
+impl Liveness {
+    /// Records a completed drain.
+    pub fn drained(&self) {
+        let ms = self.origin.elapsed().as_millis() as u64;
+        self.last_drain_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Time since the last completed drain.
+    pub fn since_drain(&self) -> std::time::Duration {
+        let now = self.origin.elapsed().as_millis() as u64;
+        std::time::Duration::from_millis(
+            now.saturating_sub(self.last_drain_ms.load(Ordering::SeqCst)),
+        )
+    }
 }
 
 /// Errors a handler answers with.
@@ -410,13 +450,24 @@ async fn metrics(State(st): State<AppState>) -> Response {
 }
 
 async fn readyz(State(st): State<AppState>) -> Response {
-    if st.ready.load(Ordering::SeqCst) {
-        (StatusCode::OK, "ready\n").into_response()
-    } else {
-        (
+    let l = &st.liveness;
+    if !l.attached.load(Ordering::SeqCst) {
+        return (
             StatusCode::SERVICE_UNAVAILABLE,
             "not ready: the BPF sampler is not attached\n",
         )
-            .into_response()
+            .into_response();
     }
+    let since = l.since_drain();
+    if since > READY_STALE {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "not ready: no drain completed for {:.1} s (the collector is stuck or failing; see the log)\n",
+                since.as_secs_f64()
+            ),
+        )
+            .into_response();
+    }
+    (StatusCode::OK, "ready\n").into_response()
 }

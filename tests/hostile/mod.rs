@@ -132,3 +132,79 @@ fn hostile_perf_maps_do_not_stall_sampling() {
         );
     }
 }
+
+/// A collector that hangs (test hook): `/readyz` turns 503 within 5 s while
+/// `/healthz` still answers, and SIGTERM still ends the daemon within 5 s.
+#[test]
+fn hung_collector_is_not_ready_and_still_stops() {
+    require_root();
+    let mut d = Daemon::start(
+        &[],
+        &[
+            ("EMBERD_TEST_COLLECTOR", "hang"),
+            ("EMBERD_TEST_COLLECTOR_AFTER", "2"),
+        ],
+    );
+    assert_eq!(d.get("/readyz").status, 200, "ready at first");
+    let t0 = Instant::now();
+    let mut turned = None;
+    while t0.elapsed() < Duration::from_secs(12) {
+        if d.get("/readyz").status == 503 {
+            turned = Some(t0.elapsed());
+            break;
+        }
+        wait(200);
+    }
+    // The hang starts after 2 drains (~2 s); readiness must follow within 5 s.
+    let turned = turned.expect("/readyz still 200 10 s after the collector hung");
+    assert!(
+        turned < Duration::from_secs(9),
+        "/readyz turned 503 only after {turned:?}"
+    );
+    assert_eq!(d.get("/healthz").status, 200, "liveness of the HTTP side");
+    let t0 = Instant::now();
+    d.terminate();
+    let exited = loop {
+        if d.child.try_wait().unwrap().is_some() {
+            break true;
+        }
+        if t0.elapsed() > Duration::from_secs(5) {
+            break false;
+        }
+        wait(50);
+    };
+    assert!(
+        exited,
+        "SIGTERM did not end the daemon within 5 s with a hung collector"
+    );
+}
+
+/// A collector that panics (test hook) ends the process with a failure, so
+/// systemd (Restart=on-failure) starts a fresh one instead of leaving a
+/// daemon that answers but samples nothing.
+#[test]
+fn panicking_collector_ends_the_process() {
+    require_root();
+    let mut d = Daemon::start(
+        &[],
+        &[
+            ("EMBERD_TEST_COLLECTOR", "panic"),
+            ("EMBERD_TEST_COLLECTOR_AFTER", "1"),
+        ],
+    );
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = d.child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            break None;
+        }
+        wait(100);
+    };
+    let status = status.expect("the daemon kept running 10 s after its collector panicked");
+    assert!(
+        !status.success(),
+        "exit status {status:?} should be a failure"
+    );
+}
