@@ -28,6 +28,13 @@ pub struct RawConfig {
     pub listen: Option<String>,
     /// `allow_remote = false`: required to listen on a non-loopback address.
     pub allow_remote: Option<bool>,
+    /// `allowed_hosts = ["profiler.example"]`: host names (besides IP
+    /// literals and `localhost`) the `Host` header may carry; others get 421,
+    /// so a DNS-rebinding page in a browser on this host reads nothing.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// `auth_token_file = "/etc/emberd/token"`: when set, every route but
+    /// `/healthz` needs `Authorization: Bearer <the file's first line>`.
+    pub auth_token_file: Option<std::path::PathBuf>,
     /// `frequency_hz = 99`.
     pub frequency_hz: Option<u64>,
     /// `retention_seconds = 3600`.
@@ -70,6 +77,8 @@ impl RawConfig {
         RawConfig {
             listen: other.listen.or(self.listen),
             allow_remote: other.allow_remote.or(self.allow_remote),
+            allowed_hosts: other.allowed_hosts.or(self.allowed_hosts),
+            auth_token_file: other.auth_token_file.or(self.auth_token_file),
             frequency_hz: other.frequency_hz.or(self.frequency_hz),
             retention_seconds: other.retention_seconds.or(self.retention_seconds),
             memory_budget_mib: other.memory_budget_mib.or(self.memory_budget_mib),
@@ -96,6 +105,10 @@ impl RawConfig {
 pub struct Config {
     /// HTTP listen address.
     pub listen: SocketAddr,
+    /// Host names the `Host` header may carry besides IP literals and `localhost`.
+    pub allowed_hosts: Vec<String>,
+    /// The bearer token every route but `/healthz` needs, if configured.
+    pub auth_token: Option<String>,
     /// Sampling frequency per CPU.
     pub frequency_hz: u64,
     /// History kept.
@@ -210,9 +223,33 @@ impl Config {
             sample_below_ns: below_us * 1000,
             pid: None,
         };
+        let auth_token = match &raw.auth_token_file {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read_to_string(path).with_context(|| {
+                    format!("auth_token_file = {}: cannot read it", path.display())
+                })?;
+                let token = text.lines().next().unwrap_or("").trim().to_owned();
+                if token.len() < 16 {
+                    bail!(
+                        "auth_token_file = {}: the token must be at least 16 characters",
+                        path.display()
+                    );
+                }
+                Some(token)
+            }
+        };
         Ok(Config {
             events,
             listen,
+            allowed_hosts: raw
+                .allowed_hosts
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
+            auth_token,
             frequency_hz: raw
                 .frequency_hz
                 .unwrap_or(crate::collect::defaults::FREQUENCY_HZ),

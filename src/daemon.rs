@@ -182,6 +182,10 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         store,
         metrics,
         liveness: liveness.clone(),
+        access: Arc::new(serve::Access {
+            allowed_hosts: config.allowed_hosts.clone(),
+            token: config.auth_token.clone(),
+        }),
         frequency_hz: config.frequency_hz,
         retention_secs: config.retention.as_secs(),
         host: nix::unistd::gethostname()

@@ -39,6 +39,13 @@ struct DaemonArgs {
     /// Allow a non-loopback listen address (profiles name every process).
     #[arg(long)]
     allow_remote: bool,
+    /// A host name the Host header may carry (besides IP literals and
+    /// localhost); repeat for more. Others get 421 (DNS rebinding).
+    #[arg(long = "allowed-host")]
+    allowed_hosts: Vec<String>,
+    /// File whose first line is the bearer token every route but /healthz needs.
+    #[arg(long)]
+    auth_token_file: Option<PathBuf>,
     /// Samples per second per CPU [default: 99].
     #[arg(long, short = 'F')]
     frequency_hz: Option<u64>,
@@ -207,6 +214,8 @@ fn run_daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
     let flags = RawConfig {
         listen: args.listen,
         allow_remote: args.allow_remote.then_some(true),
+        allowed_hosts: (!args.allowed_hosts.is_empty()).then_some(args.allowed_hosts),
+        auth_token_file: args.auth_token_file,
         frequency_hz: args.frequency_hz,
         retention_seconds: args.retention_seconds,
         memory_budget_mib: args.memory_budget_mib,

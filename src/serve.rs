@@ -143,12 +143,99 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Readiness: the programs are attached and drains keep completing.
     pub liveness: Arc<Liveness>,
+    /// Who may read: allowed `Host` names and the bearer token.
+    pub access: Arc<Access>,
     /// Sampling frequency (for pprof's period and SVG titles).
     pub frequency_hz: u64,
     /// Retention in seconds (the longest window a query may ask for).
     pub retention_secs: u64,
     /// Host name, for titles.
     pub host: String,
+}
+
+/// Who may read profiles over HTTP.
+#[derive(Debug, Default)]
+pub struct Access {
+    /// Host names (lower case) the `Host` header may carry besides IP
+    /// literals and `localhost`.
+    pub allowed_hosts: Vec<String>,
+    /// The bearer token every route but `/healthz` needs, if set.
+    pub token: Option<String>,
+}
+
+impl Access {
+    /// Whether a `Host` header value names this server: an IP literal
+    /// (a page can only reach it under that origin), `localhost`, or a
+    /// configured name. A DNS-rebinding page carries its own domain.
+    fn host_allowed(&self, host: &str) -> bool {
+        let host = host.trim().to_ascii_lowercase();
+        let name = if let Some(rest) = host.strip_prefix('[') {
+            // [v6]:port
+            return rest
+                .split(']')
+                .next()
+                .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok());
+        } else {
+            host.rsplit_once(':')
+                .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+                .map_or(host.as_str(), |(name, _)| name)
+        };
+        name.parse::<std::net::Ipv4Addr>().is_ok()
+            || name == "localhost"
+            || self.allowed_hosts.iter().any(|h| h == name)
+    }
+
+    /// Whether the request carries the token (compared in constant time).
+    fn token_ok(&self, req: &Request) -> bool {
+        let Some(token) = &self.token else {
+            return true;
+        };
+        let given = req
+            .headers()
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        constant_time_eq(given.as_bytes(), token.as_bytes())
+    }
+}
+
+/// Equality whose time depends on the lengths only, not on where the
+/// inputs differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = (a.len() ^ b.len()) as u8 | u8::from(a.len() != b.len());
+    for i in 0..a.len().max(b.len()) {
+        diff |= a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0xff);
+    }
+    std::hint::black_box(diff) == 0
+}
+
+/// Refuses requests for other hosts (421) and without the token (401).
+async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let host = req
+        .headers()
+        .get(axum::http::header::HOST)
+        .and_then(|v| v.to_str().ok());
+    if let Some(host) = host
+        && !st.access.host_allowed(host)
+    {
+        return (
+            StatusCode::MISDIRECTED_REQUEST,
+            format!(
+                "Host {host:?} is not this server: use its IP address or localhost, or add the name to allowed_hosts\n"
+            ),
+        )
+            .into_response();
+    }
+    if req.uri().path() != "/healthz" && !st.access.token_ok(&req) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
+            "this emberd needs Authorization: Bearer <token> (auth_token_file)\n",
+        )
+            .into_response();
+    }
+    next.run(req).await
 }
 
 /// Whether the daemon is doing its job, for `/readyz`.
@@ -233,6 +320,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
 }

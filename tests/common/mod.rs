@@ -292,8 +292,9 @@ impl Daemon {
                 d.child.stderr.take().unwrap().read_to_string(&mut err).ok();
                 panic!("emberd exited ({status}) before it was ready: {err}");
             }
+            // 401: a daemon started with a token answers only with it.
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-                && http_get(port, "/readyz").status == 200
+                && matches!(http_get(port, "/readyz").status, 200 | 401)
             {
                 return d;
             }

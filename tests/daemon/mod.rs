@@ -255,7 +255,7 @@ fn sigterm_is_graceful() {
 
     // A request whose head is only half sent when SIGTERM arrives.
     let mut s = std::net::TcpStream::connect(("127.0.0.1", d.port)).unwrap();
-    s.write_all(b"GET /folded?seconds=5 HTTP/1.1\r\nHost: x\r\n")
+    s.write_all(b"GET /folded?seconds=5 HTTP/1.1\r\nHost: localhost\r\n")
         .unwrap();
     wait(200);
     let t0 = Instant::now();

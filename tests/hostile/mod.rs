@@ -208,3 +208,67 @@ fn panicking_collector_ends_the_process() {
         "exit status {status:?} should be a failure"
     );
 }
+
+/// Raw GET with the given extra header lines (each ending in CRLF).
+fn get_with(port: u16, path: &str, headers: &str) -> HttpResponse {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connecting to emberd");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\n{headers}\r\n").unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("reading the response");
+    parse_response(&raw)
+}
+
+/// DNS rebinding: a page of attacker.example that resolves to 127.0.0.1
+/// sends `Host: attacker.example` and gets 421; IP literals, localhost and
+/// configured names pass. With a token file, requests without the token get
+/// 401 (but `/healthz`), with it 200.
+#[test]
+fn host_header_and_token_guard_profiles() {
+    require_root();
+    let token_file = scratch().join("token");
+    std::fs::write(&token_file, "s3cret-token-0123456789\n").unwrap();
+    let d = Daemon::start(
+        &[
+            "--allowed-host",
+            "profiler.example",
+            "--auth-token-file",
+            token_file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let auth = "Authorization: Bearer s3cret-token-0123456789\r\n";
+    let r = get_with(
+        d.port,
+        "/folded?seconds=5",
+        &format!("Host: attacker.example\r\n{auth}"),
+    );
+    assert_eq!(r.status, 421, "rebinding host: {}", r.text());
+    for host in [
+        "127.0.0.1",
+        &format!("127.0.0.1:{}", d.port),
+        "localhost:7099",
+        "[::1]:7099",
+        "Profiler.Example",
+    ] {
+        let r = get_with(
+            d.port,
+            "/folded?seconds=5",
+            &format!("Host: {host}\r\n{auth}"),
+        );
+        assert_eq!(r.status, 200, "Host {host}: {}", r.text());
+    }
+    let r = get_with(d.port, "/folded?seconds=5", "Host: 127.0.0.1\r\n");
+    assert_eq!(r.status, 401, "no token: {}", r.text());
+    let r = get_with(
+        d.port,
+        "/metrics",
+        "Host: 127.0.0.1\r\nAuthorization: Bearer s3cret-token-0123456780\r\n",
+    );
+    assert_eq!(r.status, 401, "wrong token: {}", r.text());
+    assert_eq!(
+        get_with(d.port, "/healthz", "Host: 127.0.0.1\r\n").status,
+        200
+    );
+}
