@@ -70,12 +70,18 @@ const volatile struct events_config config = {
 };
 
 /* max_entries of these maps are set by the agent before load. */
+/* Two buffers, as in profile.bpf.c: the agent flips `active_buffer` and
+ * drains the other one once the runs that read the old value are done, so
+ * no add lands on an element the drain is deleting. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct event_key);
 	__type(value, __u64); /* ns, or page faults */
-} event_counts SEC(".maps");
+} event_counts0 SEC(".maps"), event_counts1 SEC(".maps");
+
+/* Which counts buffer the programs write: 0 or 1. Flipped by the agent. */
+volatile __u32 active_buffer = 0;
 
 /* Stacks by hash (bpf/unwind.h); max_entries set by the agent. */
 struct {
@@ -213,21 +219,29 @@ static __always_inline __u64 user_stack(void *task, __u32 tgid, __u64 now)
 	return keep_stack(unwind_user(task, tgid), now);
 }
 
-static __always_inline void add(struct event_key *key, __u64 value)
+static __always_inline void add_to(void *counts, struct event_key *key, __u64 value)
 {
-	__u64 *v = bpf_map_lookup_elem(&event_counts, key);
+	__u64 *v = bpf_map_lookup_elem(counts, key);
 
 	if (v) {
 		__sync_fetch_and_add(v, value);
 		return;
 	}
-	if (bpf_map_update_elem(&event_counts, key, &value, BPF_NOEXIST) == 0)
+	if (bpf_map_update_elem(counts, key, &value, BPF_NOEXIST) == 0)
 		return;
-	v = bpf_map_lookup_elem(&event_counts, key);
+	v = bpf_map_lookup_elem(counts, key);
 	if (v)
 		__sync_fetch_and_add(v, value);
 	else
 		ecount(ECOUNTER_COUNTS_FULL);
+}
+
+static __always_inline void add(struct event_key *key, __u64 value)
+{
+	if (active_buffer == 0)
+		add_to(&event_counts0, key, value);
+	else
+		add_to(&event_counts1, key, value);
 }
 
 static __always_inline struct event_key *scratch_key(void)

@@ -41,8 +41,12 @@ pub struct RawConfig {
     pub retention_seconds: Option<u64>,
     /// `memory_budget_mib = 128`: the store's byte budget.
     pub memory_budget_mib: Option<u64>,
-    /// `stack_map_entries = 16384`: entries of each BPF stack map.
+    /// `stack_map_entries = 16384`: entries of each BPF stack map (default:
+    /// 16384, or 256 per CPU on hosts with more than 64).
     pub stack_map_entries: Option<u32>,
+    /// `counts_map_entries = 10240`: entries of each BPF counts map
+    /// (default: 10240, or 128 per CPU on hosts with more than 80).
+    pub counts_map_entries: Option<u32>,
     /// `unwind_table_budget_mib = 16`: bytes of unwind rows the BPF
     /// unwinder holds (kernel memory, allocated at start).
     pub unwind_table_budget_mib: Option<u64>,
@@ -83,6 +87,7 @@ impl RawConfig {
             retention_seconds: other.retention_seconds.or(self.retention_seconds),
             memory_budget_mib: other.memory_budget_mib.or(self.memory_budget_mib),
             stack_map_entries: other.stack_map_entries.or(self.stack_map_entries),
+            counts_map_entries: other.counts_map_entries.or(self.counts_map_entries),
             unwind_table_budget_mib: other
                 .unwind_table_budget_mib
                 .or(self.unwind_table_budget_mib),
@@ -117,6 +122,8 @@ pub struct Config {
     pub memory_budget: usize,
     /// Entries of each BPF stack map.
     pub stack_map_entries: u32,
+    /// Entries of each BPF counts map.
+    pub counts_map_entries: u32,
     /// Rows of the BPF unwind-table array (budget bytes / 8).
     pub unwind_rows: u32,
     /// Off-CPU, wakeup, off-wake and page-fault recording.
@@ -257,7 +264,10 @@ impl Config {
             memory_budget: (budget as usize) << 20,
             stack_map_entries: raw
                 .stack_map_entries
-                .unwrap_or(crate::collect::defaults::STACK_MAP_ENTRIES),
+                .unwrap_or_else(crate::collect::defaults::stack_map_entries),
+            counts_map_entries: raw
+                .counts_map_entries
+                .unwrap_or_else(crate::collect::defaults::counts_map_entries),
             unwind_rows: unwind_rows(raw.unwind_table_budget_mib)?,
         })
     }

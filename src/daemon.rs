@@ -102,6 +102,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
     let sampler = SamplerOptions {
         frequency_hz: config.frequency_hz,
         stack_map_entries: config.stack_map_entries,
+        counts_map_entries: config.counts_map_entries,
         unwind_rows: config.unwind_rows,
         // Idle samples are kept in the store and left out at query time
         // unless `idle=1` asks for them.
@@ -348,8 +349,16 @@ fn collect_loop(
         unsafe {
             libc::malloc_trim(0);
         }
-        if let Some(Ok(counters)) = pipeline.event_counters() {
-            metrics.observe_events(&counters);
+        let event_counters = pipeline.event_counters().and_then(Result::ok);
+        if let Some(counters) = &event_counters {
+            metrics.observe_events(counters);
+        }
+        if let Ok(counters) = pipeline.counters() {
+            metrics.observe_faults(
+                counters.get(crate::collect::Counter::NewProcessDropped),
+                event_counters.map_or(0, |c| c.new_process_dropped),
+                pipeline.events_drain_failures(),
+            );
         }
         if let Ok((cpu, events)) = pipeline.unwind_counters() {
             metrics.observe_unwind(&cpu, events.as_ref(), &pipeline.unwind_stats());

@@ -55,9 +55,12 @@ struct DaemonArgs {
     /// Memory budget of the sample store, MiB [default: 128].
     #[arg(long)]
     memory_budget_mib: Option<u64>,
-    /// Entries of each BPF stack map [default: 16384].
+    /// Entries of each BPF stack map [default: 16384, or 256 per CPU].
     #[arg(long)]
     stack_map_entries: Option<u32>,
+    /// Entries of each BPF counts map [default: 10240, or 128 per CPU].
+    #[arg(long)]
+    counts_map_entries: Option<u32>,
     /// Bytes of unwind tables (.eh_frame rows) the BPF unwinder holds, MiB [default: 16].
     #[arg(long)]
     unwind_table_budget_mib: Option<u64>,
@@ -145,8 +148,11 @@ struct RecordArgs {
     #[arg(long, default_value_t = emberd::collect::events::defaults::SAMPLE_BELOW_NS / 1000)]
     offcpu_sample_below_us: u64,
     /// Entries of each BPF stack map (two are kept, about 1 KiB kernel memory each).
-    #[arg(long, default_value_t = defaults::STACK_MAP_ENTRIES)]
+    #[arg(long, default_value_t = defaults::stack_map_entries())]
     stack_map_entries: u32,
+    /// Entries of each BPF counts map (distinct threads and stacks a second).
+    #[arg(long, default_value_t = defaults::counts_map_entries())]
+    counts_map_entries: u32,
     /// Bytes of unwind tables (.eh_frame rows) the BPF unwinder holds, MiB.
     #[arg(long, default_value_t = emberd::unwind::defaults::TABLE_BUDGET_BYTES >> 20)]
     unwind_table_budget_mib: u64,
@@ -188,6 +194,7 @@ fn run_record(args: RecordArgs) -> anyhow::Result<ExitCode> {
     sampler.pid = args.pid.map(Pid);
     sampler.include_idle = args.idle;
     sampler.stack_map_entries = args.stack_map_entries;
+    sampler.counts_map_entries = args.counts_map_entries;
     sampler.unwind_rows = emberd::config::unwind_rows(Some(args.unwind_table_budget_mib))?;
     sampler.unwind_tables = args.unwind_tables;
     let options = RecordOptions {
@@ -220,6 +227,7 @@ fn run_daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         retention_seconds: args.retention_seconds,
         memory_budget_mib: args.memory_budget_mib,
         stack_map_entries: args.stack_map_entries,
+        counts_map_entries: args.counts_map_entries,
         unwind_table_budget_mib: args.unwind_table_budget_mib,
         offcpu: args.offcpu,
         wakeup: args.wakeup,

@@ -116,6 +116,8 @@ pub struct Metrics {
     last_events: Mutex<EventCounters>,
     user_stacks: Family<WalkLabel, Counter>,
     perf_map_refused: Family<MissLabel, Counter>,
+    collector_faults: Family<MissLabel, Counter>,
+    last_faults: Mutex<[u64; 3]>,
     unwind_frames: Family<MethodLabel, Counter>,
     unwind_gauges: Family<MapLabel, Gauge>,
     unwind_counts: Family<MissLabel, Counter>,
@@ -249,7 +251,15 @@ impl Metrics {
             "Perf maps not read (not a regular file, other owner, too large, unresolvable in the process's root) or dropped for the cache budget",
             perf_map_refused.clone(),
         );
+        let collector_faults = Family::<MissLabel, Counter>::default();
+        registry.register(
+            "collector_faults",
+            "Collector trouble that loses no sample but delays or degrades it: new-process notices dropped (maps read late), events drains failed (retried next drain)",
+            collector_faults.clone(),
+        );
         Self {
+            collector_faults,
+            last_faults: Mutex::new([0; 3]),
             perf_map_refused,
             user_stacks,
             unwind_frames,
@@ -408,6 +418,27 @@ impl Metrics {
                 .inc_by(now.saturating_sub(prev));
         }
         *last = *c;
+    }
+
+    /// Updates the collector-fault counters (arguments are cumulative).
+    pub fn observe_faults(&self, cpu_notices: u64, event_notices: u64, events_drains: u64) {
+        let mut last = self.last_faults.lock().unwrap_or_else(|e| e.into_inner());
+        let now = [cpu_notices, event_notices, events_drains];
+        for (i, reason) in [
+            "new_process_notice_dropped_cpu",
+            "new_process_notice_dropped_events",
+            "events_drain_failed",
+        ]
+        .iter()
+        .enumerate()
+        {
+            self.collector_faults
+                .get_or_create(&MissLabel {
+                    reason: (*reason).into(),
+                })
+                .inc_by(now[i].saturating_sub(last[i]));
+        }
+        *last = now;
     }
 
     /// Updates the unwinder's metrics (counters are cumulative): walks by

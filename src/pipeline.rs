@@ -43,6 +43,7 @@ pub struct Pipeline {
     events: Option<EventSampler>,
     symbolizer: Symbolizer,
     unwinder: Unwinder,
+    events_drain_failures: u64,
 }
 
 impl Pipeline {
@@ -66,6 +67,7 @@ impl Pipeline {
             events,
             symbolizer,
             unwinder,
+            events_drain_failures: 0,
         })
     }
 
@@ -107,8 +109,15 @@ impl Pipeline {
             std::thread::sleep(NEW_PROCESS_POLL.min(until - now));
         }
         let drain = self.sampler.drain()?;
+        // The CPU batch is already out of the maps: a failed events drain
+        // must not take it down too. Its own aggregates stay in their
+        // buffer and are drained next time.
         let raw_events = match &mut self.events {
-            Some(e) => e.drain()?,
+            Some(e) => e.drain().unwrap_or_else(|err| {
+                self.events_drain_failures += 1;
+                tracing::warn!("draining the events programs failed: {err}");
+                Vec::new()
+            }),
             None => Vec::new(),
         };
         let keys = drain.samples.len();
@@ -136,6 +145,11 @@ impl Pipeline {
             None => None,
         };
         Ok((self.sampler.unwind_counters()?, events))
+    }
+
+    /// Events drains that failed (their aggregates are drained next time).
+    pub fn events_drain_failures(&self) -> u64 {
+        self.events_drain_failures
     }
 
     /// Figures of the unwind tables.

@@ -18,6 +18,9 @@ pub const MAX_REGEX_LEN: usize = 1024;
 pub const REGEX_SIZE_LIMIT: usize = 1 << 20;
 /// Default window: the last 30 seconds.
 pub const DEFAULT_SECONDS: u64 = 30;
+/// Latest time a window may reach, in unix seconds (2262-04-11T23:47:16Z):
+/// pprof carries the window as signed nanoseconds, which go no further.
+pub const MAX_UNIX_SECONDS: u64 = i64::MAX as u64 / 1_000_000_000;
 
 /// A parameter the client got wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -236,16 +239,23 @@ impl Query {
                         format!("{secs} is out of range: use 1..={retention} (the retention)"),
                     ));
                 }
-                (now + 1 - secs, now + 1)
+                let to = window_end("seconds", now)?;
+                let from = to.checked_sub(secs).ok_or_else(|| {
+                    bad(
+                        "seconds",
+                        format!("{secs} s before now ({now}) is before 1970-01-01"),
+                    )
+                })?;
+                (from, to)
             }
             (None, f, t) => {
                 let from = match f {
                     Some(f) => parse_time("from", f, now)?,
-                    None => now.saturating_sub(DEFAULT_SECONDS) + 1,
+                    None => now.saturating_sub(DEFAULT_SECONDS).saturating_add(1),
                 };
                 let to = match t {
                     Some(t) => parse_time("to", t, now)?,
-                    None => now + 1,
+                    None => window_end("to", now)?,
                 };
                 if from >= to {
                     return Err(bad(
@@ -395,39 +405,91 @@ fn parse_regex(param: &str, v: &str) -> Result<Regex, QueryError> {
         .map_err(|e| bad(param, format!("invalid regex: {e}")))
 }
 
-/// Unix seconds, RFC 3339, or relative to now (`-5m`, `-30s`, `-1h`, `-2d`).
-fn parse_time(param: &str, v: &str, now: u64) -> Result<u64, QueryError> {
-    if let Some(rel) = v.strip_prefix('-') {
-        let (num, unit) =
-            rel.split_at(rel.find(|c: char| !c.is_ascii_digit()).unwrap_or(rel.len()));
-        let n: u64 = num.parse().map_err(|_| {
+/// The exclusive end of a window ending now: `now + 1`, within
+/// [`MAX_UNIX_SECONDS`].
+fn window_end(param: &str, now: u64) -> Result<u64, QueryError> {
+    now.checked_add(1)
+        .filter(|&t| t <= MAX_UNIX_SECONDS)
+        .ok_or_else(|| {
             bad(
                 param,
-                format!("{v:?}: a relative time is like -30s, -5m, -1h"),
+                format!("the clock ({now}) is past the last time a window can reach"),
             )
-        })?;
-        let mult = match unit {
+        })
+}
+
+/// Unix seconds, RFC 3339, `now`, or relative to now (`-5m`, `-30s`, `-1h`,
+/// `-2d`), within `0..=`[`MAX_UNIX_SECONDS`]. All arithmetic is checked: a time that
+/// does not fit is an error, never a wrapped or clamped value.
+fn parse_time(param: &str, v: &str, now: u64) -> Result<u64, QueryError> {
+    let t = if v == "now" {
+        now
+    } else if let Some(rel) = v.strip_prefix('-') {
+        let (num, unit) =
+            rel.split_at(rel.find(|c: char| !c.is_ascii_digit()).unwrap_or(rel.len()));
+        if num.is_empty() {
+            return Err(bad(
+                param,
+                format!("{v:?}: a relative time is like -30s, -5m, -1h"),
+            ));
+        }
+        let mult: u64 = match unit {
             "" | "s" => 1,
             "m" => 60,
             "h" => 3600,
             "d" => 86400,
             _ => return Err(bad(param, format!("{v:?}: unit must be s, m, h or d"))),
         };
-        return Ok(now.saturating_sub(n.saturating_mul(mult)));
-    }
-    if v.bytes().all(|b| b.is_ascii_digit()) && !v.is_empty() {
-        return parse_u64(param, v);
-    }
-    parse_rfc3339(v).ok_or_else(|| {
-        bad(
+        let back = num
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(mult))
+            .ok_or_else(|| bad(param, format!("{v:?}: too far back")))?;
+        now.checked_sub(back).ok_or_else(|| {
+            bad(
+                param,
+                format!("{v:?} from now ({now}) is before 1970-01-01"),
+            )
+        })?
+    } else if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        v.parse::<u64>()
+            .map_err(|_| bad(param, format!("{v:?}: too large for unix seconds")))?
+    } else {
+        parse_rfc3339(v).map_err(|why| {
+            bad(
+                param,
+                format!(
+                    "{v:?} is not unix seconds, RFC 3339 (2026-11-21T10:00:00Z), now or relative (-5m): {why}"
+                ),
+            )
+        })?
+    };
+    if t > MAX_UNIX_SECONDS {
+        return Err(bad(
             param,
-            format!("{v:?} is not unix seconds, RFC 3339 (2026-11-21T10:00:00Z) or relative (-5m)"),
-        )
-    })
+            format!(
+                "{t} is after the last time a window can reach ({MAX_UNIX_SECONDS}, 2262-04-11)"
+            ),
+        ));
+    }
+    Ok(t)
 }
 
-/// `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` to unix seconds.
-fn parse_rfc3339(v: &str) -> Option<u64> {
+/// The number in `v[r]`: ASCII digits only (no sign, no spaces).
+fn digits(v: &str, r: std::ops::Range<usize>) -> Option<i64> {
+    let s = v.get(r)?;
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` to unix seconds. Every field has
+/// its fixed number of digits and its range (the day that of its month, the
+/// offset at most ±23:59), so the arithmetic stays small; it is checked all
+/// the same.
+fn parse_rfc3339(v: &str) -> Result<u64, &'static str> {
+    const SYNTAX: &str = "expected YYYY-MM-DDTHH:MM:SS[.frac] then Z or +HH:MM/-HH:MM";
     let b = v.as_bytes();
     if b.len() < 20
         || b[4] != b'-'
@@ -436,9 +498,9 @@ fn parse_rfc3339(v: &str) -> Option<u64> {
         || b[13] != b':'
         || b[16] != b':'
     {
-        return None;
+        return Err(SYNTAX);
     }
-    let num = |r: std::ops::Range<usize>| v.get(r)?.parse::<i64>().ok();
+    let num = |r: std::ops::Range<usize>| digits(v, r).ok_or(SYNTAX);
     let (y, mo, d, h, mi, s) = (
         num(0..4)?,
         num(5..7)?,
@@ -447,23 +509,49 @@ fn parse_rfc3339(v: &str) -> Option<u64> {
         num(14..16)?,
         num(17..19)?,
     );
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
-        return None;
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let month_days = match mo {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return Err("month out of range"),
+    };
+    if !(1..=month_days).contains(&d) {
+        return Err("day out of range for its month");
     }
+    if h > 23 || mi > 59 || s > 60 {
+        return Err("time of day out of range");
+    }
+    // `v.get(17..19)` succeeded, so 19 is a character boundary.
     let mut rest = &v[19..];
     if let Some(r) = rest.strip_prefix('.') {
-        rest = r.trim_start_matches(|c: char| c.is_ascii_digit());
+        let frac = r.trim_start_matches(|c: char| c.is_ascii_digit());
+        if frac.len() == r.len() {
+            return Err("a fraction needs digits after the dot");
+        }
+        rest = frac;
     }
-    let offset = match rest {
+    let offset: i64 = match rest {
         "Z" | "z" => 0,
         _ => {
-            let sign = match rest.as_bytes().first()? {
-                b'+' => 1,
-                b'-' => -1,
-                _ => return None,
+            let ob = rest.as_bytes();
+            let sign = match ob.first() {
+                Some(b'+') => 1,
+                Some(b'-') => -1,
+                _ => return Err(SYNTAX),
             };
-            let (oh, om) = rest[1..].split_once(':')?;
-            sign * (oh.parse::<i64>().ok()? * 3600 + om.parse::<i64>().ok()? * 60)
+            if ob.len() != 6 || ob[3] != b':' {
+                return Err(SYNTAX);
+            }
+            let (oh, om) = (
+                digits(rest, 1..3).ok_or(SYNTAX)?,
+                digits(rest, 4..6).ok_or(SYNTAX)?,
+            );
+            if oh > 23 || om > 59 {
+                return Err("offset out of range (at most 23:59)");
+            }
+            sign * (oh * 3600 + om * 60)
         }
     };
     // Days from civil (Howard Hinnant's algorithm).
@@ -473,9 +561,18 @@ fn parse_rfc3339(v: &str) -> Option<u64> {
     let mp = (mo + 9) % 12;
     let doy = (153 * mp + 2) / 5 + d - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let t = days * 86400 + h * 3600 + mi * 60 + s - offset;
-    u64::try_from(t).ok()
+    const TOO_LARGE: &str = "does not fit unix seconds";
+    let t = (|| {
+        let days = era
+            .checked_mul(146_097)?
+            .checked_add(doe)?
+            .checked_sub(719_468)?;
+        days.checked_mul(86400)?
+            .checked_add(h * 3600 + mi * 60 + s)?
+            .checked_sub(offset)
+    })()
+    .ok_or(TOO_LARGE)?;
+    u64::try_from(t).map_err(|_| "before 1970-01-01")
 }
 
 #[cfg(test)]
@@ -512,7 +609,7 @@ mod tests {
         assert_eq!(abs.selection.from, 1_000_000);
         assert_eq!(
             parse_rfc3339("2026-11-21T10:00:00+01:00"),
-            Some(1_795_251_600)
+            Ok(1_795_251_600)
         );
     }
 
@@ -540,6 +637,339 @@ mod tests {
             let e = q(input).unwrap_err();
             assert_eq!(e.param, param, "{input}: {e}");
             assert!(!e.reason.is_empty());
+        }
+    }
+
+    fn q_at(s: &str, now: u64, retention: u64) -> Result<Query, QueryError> {
+        let params: Vec<(String, String)> = s
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                (k.to_owned(), v.to_owned())
+            })
+            .collect();
+        Query::parse(&params, now, retention)
+    }
+
+    /// Each input is an error naming `param`, whatever `now` is (no wrap,
+    /// no clamp, no panic).
+    fn rejects(input: &str, param: &str, now: u64, retention: u64) {
+        match q_at(input, now, retention) {
+            Ok(q) => panic!(
+                "{input} (now {now}): accepted as [{}, {})",
+                q.selection.from, q.selection.to
+            ),
+            Err(e) => {
+                assert_eq!(e.param, param, "{input} (now {now}): {e}");
+                assert!(!e.reason.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn relative_time_overflow_is_an_error() {
+        for input in [
+            "from=-99999999999999999999m",
+            "from=-99999999999999999999",
+            "from=-18446744073709551615d",
+            "from=-307445734561825861m", // * 60 just past u64::MAX
+            "from=-213503982334601d",
+            "from=-5124095576030432h",
+            "from=-1000001s", // before 1970 at now = 1_000_000
+            "from=-12d",
+        ] {
+            rejects(input, "from", 1_000_000, 3600);
+        }
+        rejects("from=-1m&to=-99999999999999999999h", "to", 1_000_000, 3600);
+        // Right at the edge: exactly now seconds back is 1970-01-01T00:00:00Z.
+        let edge = q("from=-1000000s&to=-999999").unwrap();
+        assert_eq!((edge.selection.from, edge.selection.to), (0, 1));
+    }
+
+    #[test]
+    fn absolute_time_overflow_is_an_error() {
+        for input in [
+            "from=99999999999999999999",
+            "from=18446744073709551615",
+            "to=18446744073709551615",
+            "to=9223372037",
+        ] {
+            let param = input.split('=').next().unwrap();
+            rejects(input, param, 1_000_000, 3600);
+        }
+        // The latest time a window reaches still fits pprof's i64 nanoseconds.
+        let last = q(&format!("from=1&to={MAX_UNIX_SECONDS}")).unwrap();
+        assert_eq!(last.selection.to, MAX_UNIX_SECONDS);
+        assert!(i64::try_from(last.selection.to as u128 * 1_000_000_000).is_ok());
+        assert_eq!(parse_rfc3339("2262-04-11T23:47:16Z"), Ok(MAX_UNIX_SECONDS));
+        rejects("to=2262-04-11T23:47:17Z", "to", 1_000_000, 3600);
+    }
+
+    #[test]
+    fn rfc3339_offsets_and_extreme_years_are_checked() {
+        for input in [
+            // Offsets that used to be multiplied unchecked (wrapping in release).
+            "from=2026-11-21T10:00:00+99999999999999999:00",
+            "from=2026-11-21T10:00:00-9223372036854775807:00",
+            "from=2026-11-21T10:00:00+00:9999999999999999999",
+            "from=2026-11-21T10:00:00+24:00",
+            "from=2026-11-21T10:00:00+23:60",
+            "from=2026-11-21T10:00:00+1:00",
+            "from=2026-11-21T10:00:00+-1:00",
+            "from=2026-11-21T10:00:00+01:00:00",
+            // Signs and spaces inside fields used to parse as numbers.
+            "from=+999-11-21T10:00:00Z",
+            "from=-999-11-21T10:00:00Z",
+            "from=2026-+1-21T10:00:00Z",
+            "from=2026-11-21T 1:00:00Z",
+            // Dates that do not exist, and the ends of the 4-digit years.
+            "from=2026-02-29T00:00:00Z",
+            "from=2026-04-31T00:00:00Z",
+            "from=0000-01-01T00:00:00Z",
+            "from=0000-01-01T00:00:00-23:59",
+            "from=0000-01-01T00:00:00+23:59",
+            "from=9999-12-31T23:59:60+23:59",
+            "from=9999-12-31T23:59:60-23:59",
+            "from=1970-01-01T00:00:00+00:01",
+            "from=2026-11-21T10:00:00.Z",
+        ] {
+            rejects(input, "from", 1_000_000, 3600);
+        }
+        assert_eq!(parse_rfc3339("2024-02-29T00:00:00Z"), Ok(1_709_164_800));
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:00-00:01"), Ok(60));
+        assert_eq!(parse_rfc3339("1970-01-01T23:59:00.999999999+23:59"), Ok(0));
+        assert_eq!(
+            parse_rfc3339("2026-11-21T10:00:00-23:59"),
+            Ok(1_795_255_200 + 23 * 3600 + 59 * 60)
+        );
+    }
+
+    #[test]
+    fn seconds_and_clock_edges_are_checked() {
+        // A retention longer than the clock's age: seconds reach before 1970.
+        rejects("seconds=3600", "seconds", 100, 3600);
+        let q1 = q_at("seconds=101", 100, 3600).unwrap();
+        assert_eq!((q1.selection.from, q1.selection.to), (0, 101));
+        // A clock at its end: every default window end is refused, not wrapped.
+        rejects("", "seconds", u64::MAX, 3600);
+        rejects("seconds=5", "seconds", u64::MAX, u64::MAX);
+        rejects("from=1", "to", u64::MAX, 3600);
+        rejects("from=-1m", "from", u64::MAX, 3600);
+        rejects("from=now", "from", u64::MAX, 3600);
+        let q2 = q_at("from=-1m&to=now", 1_000_000, 3600).unwrap();
+        assert_eq!(
+            (q2.selection.from, q2.selection.to, q2.seconds),
+            (999_940, 1_000_000, 60)
+        );
+    }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        /// RFC 3339-shaped text, valid or nearly so, over the whole 4-digit
+        /// year range and with offsets up to and past +-23:59.
+        fn rfc3339() -> impl Strategy<Value = String> {
+            let offset = prop_oneof![
+                Just("Z".to_owned()),
+                (any::<bool>(), 0u32..=25, 0u32..=61).prop_map(|(neg, h, m)| format!(
+                    "{}{h:02}:{m:02}",
+                    if neg { '-' } else { '+' }
+                )),
+                Just("+23:59".to_owned()),
+                Just("-23:59".to_owned()),
+                "[+-][0-9]{1,22}:[0-9]{1,22}",
+            ];
+            let year = prop_oneof![Just(0u32), Just(9999u32), 0u32..=9999, 1970u32..=2100];
+            (
+                year,
+                0u32..=13,
+                0u32..=32,
+                0u32..=24,
+                0u32..=60,
+                0u32..=61,
+                prop_oneof![Just(String::new()), "\\.[0-9]{0,12}"],
+                offset,
+            )
+                .prop_map(|(y, mo, d, h, mi, s, frac, off)| {
+                    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}{frac}{off}")
+                })
+        }
+
+        /// Values for `seconds`, `from` and `to`: numbers of every size,
+        /// relative times, RFC 3339, `now`, and arbitrary text.
+        fn time_value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                any::<u64>().prop_map(|n| n.to_string()),
+                (0u64..=20_000_000).prop_map(|n| n.to_string()),
+                "[0-9]{15,30}",
+                ("[0-9]{1,25}", "(|s|m|h|d|x)").prop_map(|(n, u)| format!("-{n}{u}")),
+                (0u64..=100_000, "(|s|m|h|d)").prop_map(|(n, u)| format!("-{n}{u}")),
+                Just("-99999999999999999999m".to_owned()),
+                Just("now".to_owned()),
+                rfc3339(),
+                ".{0,30}",
+            ]
+        }
+
+        fn clock() -> impl Strategy<Value = u64> {
+            prop_oneof![
+                0u64..=2_000_000_000,
+                any::<u64>(),
+                Just(u64::MAX),
+                Just(MAX_UNIX_SECONDS),
+                Just(0u64),
+            ]
+        }
+
+        /// `t` as `YYYY-MM-DDTHH:MM:SSZ`, by the inverse algorithm (civil
+        /// from days, Howard Hinnant's).
+        fn format_rfc3339(t: u64) -> String {
+            let (days, secs) = ((t / 86400) as i64, t % 86400);
+            let z = days + 719_468;
+            let era = z.div_euclid(146_097);
+            let doe = z - era * 146_097;
+            let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+            let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+            let mp = (5 * doy + 2) / 153;
+            let d = doy - (153 * mp + 2) / 5 + 1;
+            let m = if mp < 10 { mp + 3 } else { mp - 9 };
+            let y = yoe + era * 400 + i64::from(m <= 2);
+            format!(
+                "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+                secs / 3600,
+                secs / 60 % 60,
+                secs % 60
+            )
+        }
+
+        /// Times a client would send, around a clock of 2026.
+        fn plausible_time() -> impl Strategy<Value = String> {
+            prop_oneof![
+                (1_700_000_000u64..=1_900_000_000).prop_map(|n| n.to_string()),
+                (0u64..=3000, "(|s|m|h|d)").prop_map(|(n, u)| format!("-{n}{u}")),
+                Just("now".to_owned()),
+                // 2026-01-01T00:00:00Z to 2038.
+                (1_767_225_600u64..=2_167_225_600).prop_map(format_rfc3339),
+                time_value(),
+            ]
+        }
+
+        /// Checks one parse; true if it was accepted.
+        fn check(params: &[(String, String)], now: u64, retention: u64) -> bool {
+            match Query::parse(params, now, retention) {
+                Ok(q) => {
+                    let (from, to) = (q.selection.from, q.selection.to);
+                    assert!(from < to, "{params:?} at {now}: window [{from}, {to})");
+                    assert!(to <= MAX_UNIX_SECONDS, "{params:?} at {now}: to {to}");
+                    assert_eq!(q.seconds, to - from);
+                    true
+                }
+                Err(e) => {
+                    assert!(!e.reason.is_empty(), "{e:?}");
+                    assert!(
+                        params.iter().any(|(k, _)| *k == e.param)
+                            || ["seconds", "from", "to"].contains(&e.param.as_str()),
+                        "{params:?}: error names {:?}",
+                        e.param
+                    );
+                    false
+                }
+            }
+        }
+
+        /// Just the window parameters, so that many of them are accepted.
+        #[test]
+        fn window_is_ordered() {
+            use proptest::test_runner::{Config, TestRunner};
+            let accepted = std::cell::Cell::new(0usize);
+            let mut runner = TestRunner::new(Config {
+                cases: 256,
+                failure_persistence: None,
+                ..Config::default()
+            });
+            let strategy = (
+                prop::option::weighted(
+                    0.2,
+                    prop_oneof![(1u64..=4000).prop_map(|n| n.to_string()), time_value()],
+                ),
+                prop::option::of(plausible_time()),
+                prop::option::of(plausible_time()),
+                prop_oneof![4 => 1_780_000_000u64..=1_800_000_000, 1 => clock()],
+                prop_oneof![1u64..=100_000, any::<u64>()],
+            );
+            let result = runner.run(&strategy, |(seconds, from, to, now, retention)| {
+                let params: Vec<(String, String)> =
+                    [("seconds", seconds), ("from", from), ("to", to)]
+                        .into_iter()
+                        .filter_map(|(k, v)| Some((k.to_owned(), v?)))
+                        .collect();
+                if check(&params, now, retention) {
+                    accepted.set(accepted.get() + 1);
+                }
+                Ok(())
+            });
+            if let Err(e) = result {
+                panic!("{e}");
+            }
+            eprintln!("window_is_ordered: {} of 256 accepted", accepted.get());
+            assert!(accepted.get() > 0, "no window was accepted");
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig {
+                cases: 256,
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            })]
+
+            /// Any parameters, known or not, with any values: an answer,
+            /// never a panic; an accepted window is non-empty and in range.
+            #[test]
+            fn parse_never_panics(
+                params in prop::collection::vec(
+                    (
+                        prop_oneof![
+                            prop::sample::select(KNOWN).prop_map(str::to_owned),
+                            ".{0,12}",
+                        ],
+                        prop_oneof![time_value(), ".{0,40}"],
+                    ),
+                    0..6,
+                ),
+                now in clock(),
+                retention in prop_oneof![1u64..=100_000, any::<u64>()],
+            ) {
+                check(&params, now, retention);
+            }
+
+
+            /// Every second a window can reach prints and parses back.
+            #[test]
+            fn rfc3339_round_trips(t in prop_oneof![0..=MAX_UNIX_SECONDS, Just(MAX_UNIX_SECONDS)]) {
+                let text = format_rfc3339(t);
+                prop_assert_eq!(parse_rfc3339(&text), Ok(t), "{}", text);
+                prop_assert_eq!(parse_time("from", &text, 0), Ok(t));
+            }
+
+            /// An offset moves the time by exactly itself, or the time is
+            /// refused: never wrapped.
+            #[test]
+            fn rfc3339_offset_shifts_exactly(
+                text in rfc3339(),
+                neg in any::<bool>(),
+                oh in 0i64..=23,
+                om in 0i64..=59,
+            ) {
+                let Some(base) = text.strip_suffix('Z') else { return Ok(()) };
+                let Ok(utc) = parse_rfc3339(&format!("{base}Z")) else { return Ok(()) };
+                let sign = if neg { '-' } else { '+' };
+                let shifted = parse_rfc3339(&format!("{base}{sign}{oh:02}:{om:02}"));
+                let delta = (oh * 3600 + om * 60) * if neg { -1 } else { 1 };
+                let expect = u64::try_from(utc as i64 - delta).map_err(|_| "before 1970-01-01");
+                prop_assert_eq!(shifted, expect);
+            }
         }
     }
 }

@@ -63,8 +63,10 @@ pub mod defaults {
     /// 0 records every period.
     pub const SAMPLE_BELOW_NS: u64 = 1_000_000;
     /// Entries of the events' stack map (kernel and user stacks of blocked
-    /// threads and wakers, held up to the maximum block time).
+    /// threads and wakers, held up to the maximum block time), at least.
     pub const STACK_MAP_ENTRIES: u32 = 16384;
+    /// Entries of each of the events' two counts maps, at least.
+    pub const COUNTS_MAP_ENTRIES: u32 = 16384;
 }
 
 /// What to record. Every field documents its default.
@@ -229,8 +231,13 @@ impl EventSampler {
         cfg.offwake = u8::from(options.offwake);
         open.maps
             .event_stacks
-            .set_max_entries(defaults::STACK_MAP_ENTRIES)
+            .set_max_entries(defaults::STACK_MAP_ENTRIES.max(super::defaults::stack_map_entries()))
             .map_err(|source| CollectError::LoadEvents { source })?;
+        let counts = defaults::COUNTS_MAP_ENTRIES.max(super::defaults::counts_map_entries());
+        for map in [&mut open.maps.event_counts0, &mut open.maps.event_counts1] {
+            map.set_max_entries(counts)
+                .map_err(|source| CollectError::LoadEvents { source })?;
+        }
         // One copy of the tables and process mappings for both objects.
         use std::os::fd::AsFd;
         for (map, shared) in [
@@ -245,7 +252,7 @@ impl EventSampler {
             .load()
             .map_err(|source| CollectError::LoadEvents { source })?;
         assert_eq!(
-            skel.maps.event_counts.key_size() as usize,
+            skel.maps.event_counts0.key_size() as usize,
             std::mem::size_of::<types::event_key>(),
             "bpf/emberd.h and src/bpf.rs disagree on event_key"
         );
@@ -325,22 +332,21 @@ impl EventSampler {
 
     /// Empties the counts map and returns its aggregates.
     pub fn drain(&mut self) -> Result<Vec<RawEvent>, CollectError> {
+        let old = super::flip_buffer(
+            self.skel
+                .maps
+                .bss_data
+                .as_deref_mut()
+                .map(|b| &mut b.active_buffer)
+                .expect("events.bpf.c has a .bss"),
+        );
         let maps = &self.skel.maps;
-        let counts = &maps.event_counts;
-        let mut entries: Vec<(types::event_key, u64)> = Vec::new();
-        let parse = |k: &[u8], v: &[u8]| -> Option<(types::event_key, u64)> {
-            let key = *plain::from_bytes::<types::event_key>(k).ok()?;
-            Some((key, u64::from_ne_bytes(v.get(..8)?.try_into().ok()?)))
+        let counts = if old == 0 {
+            &maps.event_counts0
+        } else {
+            &maps.event_counts1
         };
-        let batch = counts
-            .lookup_and_delete_batch(counts.max_entries().min(1024), MapFlags::ANY, MapFlags::ANY)
-            .map_err(|source| CollectError::Drain {
-                map: "event_counts",
-                source,
-            })?;
-        entries.extend(batch.filter_map(|(k, v)| parse(&k, &v)));
-        // The program keeps adding while we drain; a key re-added after its
-        // batch was read is simply drained next time.
+        let entries: Vec<(types::event_key, u64)> = super::drain_counts(counts, "event_counts")?;
         let mut stacks: HashMap<u64, RawStack> = HashMap::new();
         let mut stack = |key| {
             stack_by_key(&mut stacks, key, |key| {

@@ -32,14 +32,36 @@ pub mod defaults {
     /// Samples per second per CPU. 99, not 100, so sampling does not run in
     /// lock-step with work that is itself timed in round milliseconds.
     pub const FREQUENCY_HZ: u64 = 99;
-    /// Entries of each of the two stack maps. At 99 Hz a busy 2-CPU host
-    /// produces at most about 400 stacks (kernel + user) a second, each
-    /// drain empties its map, and stacks are keyed by a 64-bit hash (no
-    /// bucket collisions): 16384 leaves room for hosts with many CPUs. Each
-    /// entry costs about 1 KiB of kernel memory, twice (double buffering).
+    /// Entries of each of the two stack maps, at least. At 99 Hz each CPU
+    /// gives at most 198 stacks (kernel + user) a drain, each drain empties
+    /// its map, and stacks are keyed by a 64-bit hash (no bucket
+    /// collisions): 16384 holds a drain of 80 busy CPUs; more CPUs get
+    /// [`STACK_ENTRIES_PER_CPU`] each. About 1 KiB of kernel memory an
+    /// entry, twice (double buffering).
     pub const STACK_MAP_ENTRIES: u32 = 16384;
-    /// Entries of each of the two counts maps (distinct threads x stacks per drain).
+    /// Stack-map entries per online CPU beyond the minimum.
+    pub const STACK_ENTRIES_PER_CPU: u32 = 256;
+    /// Entries of each of the two counts maps (distinct threads x stacks
+    /// per drain), at least; [`COUNTS_ENTRIES_PER_CPU`] per CPU beyond.
     pub const COUNTS_MAP_ENTRIES: u32 = 10240;
+    /// Counts-map entries per online CPU beyond the minimum (a CPU gives at
+    /// most 99 samples a drain at 99 Hz).
+    pub const COUNTS_ENTRIES_PER_CPU: u32 = 128;
+
+    /// Stack-map entries for this host: the minimum, or per CPU.
+    pub fn stack_map_entries() -> u32 {
+        scaled(STACK_MAP_ENTRIES, STACK_ENTRIES_PER_CPU)
+    }
+
+    /// Counts-map entries for this host: the minimum, or per CPU.
+    pub fn counts_map_entries() -> u32 {
+        scaled(COUNTS_MAP_ENTRIES, COUNTS_ENTRIES_PER_CPU)
+    }
+
+    fn scaled(min: u32, per_cpu: u32) -> u32 {
+        let cpus = super::online_cpus().map_or(1, |c| c.len() as u32);
+        min.max(cpus.saturating_mul(per_cpu))
+    }
 }
 
 /// A process id (the kernel's tgid).
@@ -170,8 +192,8 @@ impl Default for SamplerOptions {
             frequency_hz: defaults::FREQUENCY_HZ,
             pid: None,
             include_idle: false,
-            stack_map_entries: defaults::STACK_MAP_ENTRIES,
-            counts_map_entries: defaults::COUNTS_MAP_ENTRIES,
+            stack_map_entries: defaults::stack_map_entries(),
+            counts_map_entries: defaults::counts_map_entries(),
             unwind_rows: (crate::unwind::defaults::TABLE_BUDGET_BYTES / 8) as u32,
             unwind_processes: crate::unwind::defaults::MAX_PROCESSES,
             unwind_tables: true,
@@ -188,9 +210,9 @@ impl SamplerOptions {
                 self.frequency_hz
             )));
         }
-        if self.stack_map_entries < 64 || self.counts_map_entries < 64 {
+        if self.stack_map_entries < 64 || self.counts_map_entries < 8 {
             return Err(CollectError::Options(
-                "stack and counts maps need at least 64 entries".into(),
+                "stack maps need at least 64 entries, counts maps at least 8".into(),
             ));
         }
         Ok(())
@@ -357,22 +379,14 @@ impl CpuSampler {
 
     /// Flips the buffers and empties the one the program wrote until now.
     pub fn drain(&mut self) -> Result<Drain, CollectError> {
-        let bss = self
-            .skel
-            .maps
-            .bss_data
-            .as_deref_mut()
-            .expect("profile.bpf.c has a .bss");
-        let old = bss.active_buffer;
-        // SAFETY: `active_buffer` is a plain u32 in the mmap'ed .bss; the BPF
-        // program only reads it. A volatile write keeps the compiler from
-        // caching or eliding the store.
-        unsafe { std::ptr::write_volatile(&mut bss.active_buffer, 1 - old) };
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        // A program run that read the old value finishes within microseconds
-        // (it runs from the timer interrupt); give stragglers time to finish.
-        std::thread::sleep(Duration::from_millis(2));
-
+        let old = flip_buffer(
+            self.skel
+                .maps
+                .bss_data
+                .as_deref_mut()
+                .map(|b| &mut b.active_buffer)
+                .expect("profile.bpf.c has a .bss"),
+        );
         let maps = &mut self.skel.maps;
         let (counts, stacks) = if old == 0 {
             (&maps.counts0, &maps.stacks0)
@@ -383,8 +397,24 @@ impl CpuSampler {
     }
 }
 
+/// Points a program's `active_buffer` (in its mmapped .bss) at the other
+/// buffer and returns the old one, once the runs that read the old value
+/// are done: the old buffer has no writers after this.
+pub(crate) fn flip_buffer(active: &mut u32) -> u32 {
+    let old = *active;
+    // SAFETY: `active_buffer` is a plain u32 in the mmap'ed .bss; the BPF
+    // programs only read it. A volatile write keeps the compiler from
+    // caching or eliding the store.
+    unsafe { std::ptr::write_volatile(active, 1 - old) };
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    // A program run that read the old value finishes within microseconds
+    // (it runs from an interrupt or a tracepoint); give stragglers time.
+    std::thread::sleep(Duration::from_millis(2));
+    old
+}
+
 fn drain_buffer(counts: &MapMut<'_>, stacks: &MapMut<'_>) -> Result<Drain, CollectError> {
-    let entries = read_and_clear_counts(counts)?;
+    let entries: Vec<(types::sample_key, u64)> = drain_counts(counts, "counts")?;
     // The buffer has no writers now: take every stack it holds, which also
     // frees the stacks of samples whose count could not be inserted.
     let mut stored: HashMap<u64, RawStack> = HashMap::new();
@@ -435,22 +465,20 @@ fn drain_buffer(counts: &MapMut<'_>, stacks: &MapMut<'_>) -> Result<Drain, Colle
 }
 
 /// Reads every (key, count) of an idle counts map and empties it.
-fn read_and_clear_counts(
+pub(crate) fn drain_counts<K: plain::Plain + Copy>(
     counts: &MapMut<'_>,
-) -> Result<Vec<(types::sample_key, u64)>, CollectError> {
+    name: &'static str,
+) -> Result<Vec<(K, u64)>, CollectError> {
     let mut out = Vec::new();
-    let parse = |k: &[u8], v: &[u8]| -> Option<(types::sample_key, u64)> {
-        let key = *plain::from_bytes::<types::sample_key>(k).ok()?;
+    let parse = |k: &[u8], v: &[u8]| -> Option<(K, u64)> {
+        let key = *plain::from_bytes::<K>(k).ok()?;
         let val = u64::from_ne_bytes(v.get(..8)?.try_into().ok()?);
         Some((key, val))
     };
     // One syscall for the whole map in the common case.
     let batch = counts
         .lookup_and_delete_batch(counts.max_entries().min(1024), MapFlags::ANY, MapFlags::ANY)
-        .map_err(|source| CollectError::Drain {
-            map: "counts",
-            source,
-        })?;
+        .map_err(|source| CollectError::Drain { map: name, source })?;
     out.extend(batch.filter_map(|(k, v)| parse(&k, &v)));
     // libbpf-rs's batch iterator stops silently on an error; whatever it left
     // behind is drained key by key so nothing is lost.
@@ -458,10 +486,7 @@ fn read_and_clear_counts(
     for k in rest {
         if let Some(v) = counts
             .lookup(&k, MapFlags::ANY)
-            .map_err(|source| CollectError::Drain {
-                map: "counts",
-                source,
-            })?
+            .map_err(|source| CollectError::Drain { map: name, source })?
         {
             out.extend(parse(&k, &v));
         }

@@ -1,14 +1,23 @@
 //! Folded stacks, the format of flamegraph.pl and inferno: one line per
 //! stack, frames root first joined by `;`, a space, then the value.
 
+use std::collections::HashMap;
 use std::io::{self, BufRead, Write};
 
 use crate::profile::{FoldedStack, Profile};
 
+/// How an empty stack (no grouping frame and no frames) is written: a line
+/// with nothing before the value would not read back.
+pub const EMPTY_STACK: &str = "[empty]";
+
 /// Writes `profile` as folded text, sorted by stack.
 pub fn write<W: Write>(profile: &Profile, mut w: W) -> io::Result<()> {
     for (stack, value) in profile.sorted() {
-        writeln!(w, "{} {value}", stack.as_str())?;
+        let stack = match stack.as_str() {
+            "" => EMPTY_STACK,
+            s => s,
+        };
+        writeln!(w, "{stack} {value}")?;
     }
     w.flush()
 }
@@ -24,19 +33,39 @@ pub struct ParseError {
 }
 
 /// Reads folded text into a profile, adding the values of repeated stacks.
-pub fn read<R: BufRead>(r: R) -> Result<Profile, Box<dyn std::error::Error + Send + Sync>> {
-    let mut profile = Profile::new();
-    for (i, line) in r.lines().enumerate() {
-        let line = line?;
+/// A bad line (no value, not a number, empty stack, not UTF-8, or a repeat
+/// whose sum passes `u64::MAX`) is a [`ParseError`] naming the line; only a
+/// failing reader gives another error.
+pub fn read<R: BufRead>(mut r: R) -> Result<Profile, Box<dyn std::error::Error + Send + Sync>> {
+    let mut sums: HashMap<FoldedStack, u64> = HashMap::new();
+    let mut buf = Vec::new();
+    let mut number = 0usize;
+    loop {
+        buf.clear();
+        if r.read_until(b'\n', &mut buf)? == 0 {
+            break;
+        }
+        number += 1;
+        let err = |reason| ParseError {
+            line: number,
+            reason,
+        };
+        let line = std::str::from_utf8(&buf).map_err(|_| err("not UTF-8"))?;
         let line = line.trim_end();
         if line.is_empty() {
             continue;
         }
-        let (stack, value) = parse_line(line).map_err(|reason| ParseError {
-            line: i + 1,
-            reason,
-        })?;
-        profile.add(FoldedStack::from_frames(stack.split(';')), value);
+        let (stack, value) = parse_line(line).map_err(err)?;
+        let sum = sums
+            .entry(FoldedStack::from_frames(stack.split(';')))
+            .or_insert(0);
+        *sum = sum
+            .checked_add(value)
+            .ok_or_else(|| err("the values of this stack add up past 2^64 - 1"))?;
+    }
+    let mut profile = Profile::new();
+    for (stack, value) in sums {
+        profile.add(stack, value);
     }
     Ok(profile)
 }
@@ -99,5 +128,179 @@ mod tests {
         let mut out = Vec::new();
         write(&Profile::new(), &mut out).unwrap();
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn empty_stack_reads_back() {
+        let mut p = Profile::new();
+        p.add(FoldedStack::from_frames([]), 2);
+        p.add(FoldedStack::from_frames(["a"]), 1);
+        let mut out = Vec::new();
+        write(&p, &mut out).unwrap();
+        assert_eq!(String::from_utf8(out.clone()).unwrap(), "[empty] 2\na 1\n");
+        let back = read(&out[..]).unwrap();
+        assert_eq!(back.sorted().len(), 2);
+    }
+
+    #[test]
+    fn repeated_stack_overflow_is_an_error() {
+        let err = read("a;b 18446744073709551615\nc 1\na;b 1\n".as_bytes()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "line 3: the values of this stack add up past 2^64 - 1"
+        );
+        let p = read("a 18446744073709551614\na 1\n".as_bytes()).unwrap();
+        assert_eq!(p.total(), u64::MAX);
+    }
+
+    #[test]
+    fn non_utf8_line_is_named() {
+        let err = read(&b"a 1\n\xff\xfe 2\n"[..]).unwrap_err();
+        assert_eq!(err.to_string(), "line 2: not UTF-8");
+    }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        /// Frame names with the characters that matter: separators, line
+        /// ends, spaces of every kind, digits, and any other text.
+        fn frame() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[a-z_]{1,8}",
+                "[ ;\r\n\t0-9a\u{a0}\u{3000}\u{2028}]{0,6}",
+                "\\PC{0,10}",
+                ".{0,10}",
+            ]
+        }
+
+        /// Profiles of random stacks; values small enough that adding
+        /// repeats cannot overflow.
+        fn profile() -> impl Strategy<Value = Profile> {
+            prop::collection::vec(
+                (
+                    prop::collection::vec(frame(), 0..6),
+                    prop_oneof![0u64..=100, 0..=u64::MAX / 16],
+                ),
+                0..12,
+            )
+            .prop_map(|stacks| {
+                let mut p = Profile::new();
+                for (frames, value) in stacks {
+                    p.add(
+                        FoldedStack::from_frames(frames.iter().map(String::as_str)),
+                        value,
+                    );
+                }
+                p
+            })
+        }
+
+        /// One folded-looking line: often valid, often slightly wrong.
+        fn line() -> impl Strategy<Value = String> {
+            prop_oneof![
+                ("[a-z;]{0,12}", any::<u64>()).prop_map(|(s, v)| format!("{s} {v}")),
+                ("[a-z; ]{0,12}", "[0-9+-]{0,22}").prop_map(|(s, v)| format!("{s} {v}")),
+                "[a-z; 0-9\t\r]{0,20}",
+                ".{0,30}",
+                Just(String::new()),
+                Just("a 18446744073709551615".to_owned()),
+            ]
+        }
+
+        fn written(p: &Profile) -> Vec<u8> {
+            let mut out = Vec::new();
+            write(p, &mut out).unwrap();
+            out
+        }
+
+        /// The profile `p` as it reads back: the empty stack is named.
+        fn normalized(p: &Profile) -> Profile {
+            let mut n = Profile::new();
+            for (stack, value) in p.sorted() {
+                let stack = match stack.as_str() {
+                    "" => FoldedStack::from_frames([EMPTY_STACK]),
+                    _ => stack.clone(),
+                };
+                n.add(stack, value);
+            }
+            n
+        }
+
+        /// Checks what `read` says about `bytes`: an error is a
+        /// `ParseError` whose line is the first bad one, a profile writes
+        /// back to text that reads as the same profile.
+        fn check_read(bytes: &[u8]) -> Result<(), TestCaseError> {
+            let lines: Vec<&[u8]> = bytes.split_inclusive(|&b| b == b'\n').collect();
+            match read(bytes) {
+                Ok(p) => {
+                    let again = read(&written(&p)[..]).unwrap();
+                    prop_assert_eq!(again, p);
+                }
+                Err(e) => {
+                    let Some(pe) = e.downcast_ref::<ParseError>() else {
+                        return Err(TestCaseError::fail(format!("not a ParseError: {e}")));
+                    };
+                    prop_assert!(
+                        pe.line >= 1 && pe.line <= lines.len(),
+                        "{pe} of {}",
+                        lines.len()
+                    );
+                    let prefix = format!("line {}: ", pe.line);
+                    prop_assert!(e.to_string().starts_with(&prefix), "{e}");
+                    // Every line before it reads; the named line alone fails,
+                    // or is the repeat that overflows.
+                    prop_assert!(read(&lines[..pe.line - 1].concat()[..]).is_ok());
+                    let alone = read(lines[pe.line - 1]);
+                    prop_assert!(
+                        alone.is_err() || pe.reason.contains("add up"),
+                        "line {} reads alone: {:?}",
+                        pe.line,
+                        String::from_utf8_lossy(lines[pe.line - 1])
+                    );
+                }
+            }
+            Ok(())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig {
+                cases: 256,
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            })]
+
+            /// write then read gives back the profile written.
+            #[test]
+            fn write_read_round_trip(p in profile()) {
+                let text = written(&p);
+                prop_assert!(text.ends_with(b"\n") || text.is_empty());
+                prop_assert_eq!(read(&text[..]).unwrap(), normalized(&p));
+            }
+
+            /// Arbitrary text: never a panic, bad lines named.
+            #[test]
+            fn read_arbitrary_text(text in "\\PC{0,200}|(.|\n){0,200}") {
+                check_read(text.as_bytes())?;
+            }
+
+            /// Lines that are mostly right, joined with \n or \r\n.
+            #[test]
+            fn read_folded_like_lines(
+                lines in prop::collection::vec(line(), 0..12),
+                crlf in any::<bool>(),
+            ) {
+                check_read(lines.join(if crlf { "\r\n" } else { "\n" }).as_bytes())?;
+            }
+
+            /// Arbitrary bytes, invalid UTF-8 included.
+            #[test]
+            fn read_arbitrary_bytes(bytes in prop::collection::vec(
+                prop_oneof![any::<u8>(), Just(b'\n'), Just(b' '), Just(b'1'), Just(b';')],
+                0..200,
+            )) {
+                check_read(&bytes)?;
+            }
+        }
     }
 }

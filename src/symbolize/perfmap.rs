@@ -117,7 +117,9 @@ impl PerfMap {
             .iter()
             .rev()
             .take(8)
-            .find(|e| addr < e.start.saturating_add(e.size))
+            // `e.start <= addr`, so the difference cannot wrap; comparing it
+            // with the size also covers a range that ends at 2^64.
+            .find(|e| addr - e.start < e.size)
     }
 
     /// Number of entries.
@@ -347,5 +349,207 @@ mod tests {
         let m = parse("100 100 outer\n150 10 inner\n");
         assert_eq!(&*m.lookup(0x155).unwrap().name, "inner");
         assert_eq!(&*m.lookup(0x170).unwrap().name, "outer");
+    }
+
+    #[test]
+    fn range_at_the_top_of_the_address_space() {
+        let m = parse("ffffffffffffffff 1 last\nfffffffffffffff0 10 end\n");
+        assert_eq!(&*m.lookup(u64::MAX).unwrap().name, "last");
+        assert_eq!(&*m.lookup(u64::MAX - 1).unwrap().name, "end");
+        let m = parse("fffffffffffffff0 ffffffffffffffff huge\n");
+        assert_eq!(&*m.lookup(u64::MAX).unwrap().name, "huge");
+    }
+
+    /// A file under the temp dir holding `bytes`, removed on drop.
+    struct TempFile(std::path::PathBuf);
+
+    impl TempFile {
+        fn new(bytes: &[u8]) -> (TempFile, std::fs::File) {
+            use std::sync::atomic::{AtomicU64, Ordering};
+            static N: AtomicU64 = AtomicU64::new(0);
+            let path = std::env::temp_dir().join(format!(
+                "emberd-perfmap-test-{}-{}.map",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::write(&path, bytes).unwrap();
+            let file = std::fs::File::open(&path).unwrap();
+            (TempFile(path), file)
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    #[test]
+    fn complete_lines_search_back_over_chunks() {
+        // The last newline is more than one 64 KiB chunk before the end.
+        let mut text = b"10 10 first\n20 10 second\n".to_vec();
+        text.extend(std::iter::repeat_n(b'x', 200_000));
+        let (_tmp, file) = TempFile::new(&text);
+        let (m, off) = parse_complete_lines(&file, 0, text.len() as u64);
+        assert_eq!((m.len(), off), (2, 25));
+        // From the half line on, nothing is complete yet.
+        let (m, off) = parse_complete_lines(&file, 25, text.len() as u64);
+        assert_eq!((m.len(), off), (0, 25));
+    }
+
+    mod props {
+        use super::super::*;
+        use super::TempFile;
+        use proptest::prelude::*;
+
+        /// Names as runtimes write them: anything but a newline, with a
+        /// non-blank core (the parser trims the ends).
+        fn name() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[A-Za-z_:*.]{1,12}",
+                "[^\n]{0,24}",
+                "[ \t\r]{0,2}[a-z (),]{1,20}[ \r]{0,2}"
+            ]
+            .prop_filter("blank name", |n| !n.trim().is_empty())
+        }
+
+        fn entries() -> impl Strategy<Value = Vec<(u64, u64, String)>> {
+            let start = prop_oneof![
+                any::<u64>(),
+                0u64..=0x1000,
+                0x7f00_0000_0000u64..=0x7f00_0000_0400,
+                Just(u64::MAX),
+            ];
+            let size = prop_oneof![1u64..=0x400, any::<u64>().prop_map(|s| s.max(1))];
+            prop::collection::vec((start, size, name()), 0..40)
+        }
+
+        /// The map text of `entries`, bare hex or `0x` as the runtimes write.
+        fn map_text(entries: &[(u64, u64, String)], prefixed: bool) -> String {
+            entries
+                .iter()
+                .map(|(start, size, name)| {
+                    if prefixed {
+                        format!("{start:#018x} {size:#x} {name}\n")
+                    } else {
+                        format!("{start:x} {size:x} {name}\n")
+                    }
+                })
+                .collect()
+        }
+
+        /// Perf-map-like text: good lines, bad lines, blank lines, with or
+        /// without a final newline.
+        fn file_text() -> impl Strategy<Value = Vec<u8>> {
+            let line = prop_oneof![
+                (any::<u16>(), 0u16..=64, name())
+                    .prop_map(|(s, z, n)| format!("{s:x} {z:x} {n}").into_bytes()),
+                "[0-9a-fx ]{0,12}".prop_map(String::into_bytes),
+                prop::collection::vec(any::<u8>(), 0..16),
+                Just(Vec::new()),
+            ];
+            (prop::collection::vec(line, 0..30), any::<bool>()).prop_map(|(lines, last_nl)| {
+                let mut text = lines.join(&b'\n');
+                if last_nl {
+                    text.push(b'\n');
+                }
+                text
+            })
+        }
+
+        fn same_lookups(a: &PerfMap, b: &PerfMap, addrs: impl IntoIterator<Item = u64>) {
+            for addr in addrs {
+                assert_eq!(a.lookup(addr), b.lookup(addr), "lookup({addr:#x})");
+            }
+        }
+
+        /// Addresses worth looking up in `m`: each entry's edges.
+        fn probe_addrs(m: &PerfMap, extra: &[u64]) -> Vec<u64> {
+            m.entries
+                .iter()
+                .flat_map(|e| {
+                    [
+                        e.start,
+                        e.start.wrapping_sub(1),
+                        e.start.saturating_add(e.size - 1),
+                        e.start.saturating_add(e.size),
+                    ]
+                })
+                .chain(extra.iter().copied())
+                .collect()
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig {
+                cases: 256,
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            })]
+
+            /// Arbitrary bytes: an answer, never a panic; every non-blank
+            /// line is an entry, a malformed line or a replaced duplicate.
+            #[test]
+            fn parse_never_panics(bytes in prop::collection::vec(
+                prop_oneof![any::<u8>(), Just(b'\n'), Just(b' '), Just(b'1'), Just(b'x')],
+                0..300,
+            )) {
+                let m = PerfMap::parse(&bytes[..]).unwrap();
+                let lines = bytes
+                    .split(|&b| b == b'\n')
+                    .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+                    .count();
+                prop_assert!(m.len() + m.malformed_lines as usize <= lines);
+                prop_assert!(m.entries.windows(2).all(|w| w[0].start < w[1].start));
+                let _ = m.lookup(0);
+                let _ = m.lookup(u64::MAX);
+            }
+
+            /// A printed map reads back: each start finds its entry, the
+            /// newest of those with that start.
+            #[test]
+            fn printed_map_reads_back(entries in entries(), prefixed in any::<bool>()) {
+                let m = PerfMap::parse(map_text(&entries, prefixed).as_bytes()).unwrap();
+                prop_assert_eq!(m.malformed_lines, 0);
+                let mut newest = std::collections::HashMap::new();
+                for (start, size, name) in &entries {
+                    newest.insert(*start, (*size, name.trim()));
+                }
+                prop_assert_eq!(m.len(), newest.len());
+                for (start, (size, name)) in newest {
+                    let e = m.lookup(start);
+                    prop_assert!(e.is_some(), "{:#x} not found", start);
+                    let e = e.unwrap();
+                    prop_assert_eq!((e.start, e.size, &*e.name), (start, size, name));
+                }
+            }
+
+            /// Reading the complete lines of a file equals parsing them, and
+            /// reading it in two steps then merging gives the same map.
+            #[test]
+            fn complete_lines_in_one_or_two_reads(
+                text in file_text(),
+                cut in any::<prop::sample::Index>(),
+                extra in prop::collection::vec(0u64..=0x11000, 4),
+            ) {
+                let (_tmp, file) = TempFile::new(&text);
+                let len = text.len() as u64;
+                let (whole, end) = parse_complete_lines(&file, 0, len);
+                let complete = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+                prop_assert_eq!(end, complete as u64);
+                let direct = PerfMap::parse(&text[..complete]).unwrap();
+                prop_assert_eq!(&whole.entries, &direct.entries);
+                prop_assert_eq!(whole.malformed_lines, direct.malformed_lines);
+
+                let cut = cut.index(text.len() + 1) as u64;
+                let (first, mid) = parse_complete_lines(&file, 0, cut);
+                prop_assert!(mid <= cut);
+                let (second, end2) = parse_complete_lines(&file, mid, len);
+                prop_assert_eq!(end2, end);
+                let merged = first.merged(second);
+                prop_assert_eq!(&merged.entries, &whole.entries);
+                prop_assert_eq!(merged.malformed_lines, whole.malformed_lines);
+                same_lookups(&merged, &whole, probe_addrs(&whole, &extra));
+            }
+        }
     }
 }

@@ -1306,4 +1306,131 @@ int main(int argc, char **argv) { (void)argv; return big_frame(argc) + with_allo
             eprintln!("report_sizes:   unsupported rows: {odd:?}");
         }
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+        use std::sync::OnceLock;
+
+        /// libc's bytes and the file range of its `.eh_frame`, read once.
+        fn libc() -> &'static (Vec<u8>, usize, usize) {
+            static LIBC_DATA: OnceLock<(Vec<u8>, usize, usize)> = OnceLock::new();
+            LIBC_DATA.get_or_init(|| {
+                let data = read(LIBC);
+                let file = ElfFile64::<object::LittleEndian>::parse(&*data).expect("parse");
+                let s = file.section_by_name(".eh_frame").expect(".eh_frame");
+                let (o, l) = s.file_range().expect("range");
+                let (o, l) = (o as usize, l as usize);
+                drop(file);
+                (data, o, l)
+            })
+        }
+
+        /// One damage done to the file.
+        #[derive(Debug, Clone)]
+        enum Corruption {
+            /// XOR a byte of `.eh_frame` with a non-zero mask.
+            EhFrameFlip(prop::sample::Index, u8),
+            /// Set a run of `.eh_frame` to one byte (0xff makes huge lengths).
+            EhFrameFill(prop::sample::Index, u8, u8),
+            /// XOR a byte anywhere: headers, section and program headers, code.
+            AnyFlip(prop::sample::Index, u8),
+            /// XOR a byte of the first 4 KiB, where the ELF and program
+            /// headers are.
+            HeaderFlip(prop::sample::Index, u8),
+            /// Cut the file.
+            Truncate(prop::sample::Index),
+        }
+
+        fn corruption() -> impl Strategy<Value = Corruption> {
+            let idx = any::<prop::sample::Index>;
+            let mask = 1u8..=255;
+            prop_oneof![
+                4 => (idx(), mask.clone()).prop_map(|(i, m)| Corruption::EhFrameFlip(i, m)),
+                1 => (idx(), any::<u8>(), any::<u8>())
+                    .prop_map(|(i, b, n)| Corruption::EhFrameFill(i, b, n)),
+                2 => (idx(), mask.clone()).prop_map(|(i, m)| Corruption::AnyFlip(i, m)),
+                1 => (idx(), mask).prop_map(|(i, m)| Corruption::HeaderFlip(i, m)),
+                1 => idx().prop_map(Corruption::Truncate),
+            ]
+        }
+
+        fn apply(data: &mut Vec<u8>, eh_off: usize, eh_len: usize, c: &Corruption) {
+            let len = data.len();
+            match *c {
+                Corruption::EhFrameFlip(ref i, m) => {
+                    if let Some(b) = data.get_mut(eh_off + i.index(eh_len)) {
+                        *b ^= m;
+                    }
+                }
+                Corruption::EhFrameFill(ref i, b, n) => {
+                    let start = (eh_off + i.index(eh_len)).min(len);
+                    let end = (start + 1 + n as usize).min(eh_off + eh_len).min(len);
+                    data[start..end].fill(b);
+                }
+                Corruption::AnyFlip(ref i, m) => data[i.index(len)] ^= m,
+                Corruption::HeaderFlip(ref i, m) => data[i.index(len.min(4096))] ^= m,
+                Corruption::Truncate(ref i) => data.truncate(i.index(len + 1)),
+            }
+        }
+
+        /// Corrupt libc: the builder and the ELF inspector answer without
+        /// panicking, and every table they build keeps the invariants (rows
+        /// by strictly increasing pc, ending with a None row).
+        #[test]
+        fn corrupt_libc_never_panics() {
+            use proptest::test_runner::{Config, TestRunner};
+            use std::cell::Cell;
+            let (data, eh_off, eh_len) = libc();
+            let outcomes = [Cell::new(0usize), Cell::new(0), Cell::new(0)]; // ok+bad, ok, err
+            let mut runner = TestRunner::new(Config {
+                cases: 64,
+                failure_persistence: None,
+                ..Config::default()
+            });
+            let result = runner.run(&prop::collection::vec(corruption(), 1..8), |damage| {
+                let mut copy = data.clone();
+                for c in &damage {
+                    if copy.is_empty() {
+                        break;
+                    }
+                    apply(&mut copy, *eh_off, *eh_len, c);
+                }
+                match build_table(&copy) {
+                    Ok(t) => {
+                        check_invariants(&t);
+                        prop_assert!(t.rows.windows(2).all(|w| w[0].pc < w[1].pc));
+                        if let Some(last) = t.rows.last() {
+                            prop_assert_eq!(last.cfa_rule(), CfaRule::None);
+                        }
+                        for r in t.rows.iter().step_by(97) {
+                            prop_assert_eq!(lookup(&t.rows, r.pc), Some(r));
+                        }
+                        let k = usize::from(t.stats.bad_fdes == 0);
+                        outcomes[k].set(outcomes[k].get() + 1);
+                    }
+                    Err(e) => {
+                        prop_assert!(!e.to_string().is_empty());
+                        outcomes[2].set(outcomes[2].get() + 1);
+                    }
+                }
+                match elf_info(&copy) {
+                    Ok(info) => {
+                        if let Some(id) = &info.build_id {
+                            let _ = debug_file_path(id);
+                        }
+                    }
+                    Err(e) => prop_assert!(!e.to_string().is_empty()),
+                }
+                Ok(())
+            });
+            if let Err(e) = result {
+                panic!("{e}");
+            }
+            let [bad, clean, err] = outcomes.map(Cell::into_inner);
+            eprintln!("corrupt libc outcomes: ok+bad_fdes {bad}, ok clean {clean}, err {err}");
+            // Not every case may stop at the ELF headers: the CFI parser must be reached.
+            assert!(bad + clean > 0, "every corrupted file was refused outright");
+        }
+    }
 }

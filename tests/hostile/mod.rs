@@ -272,3 +272,56 @@ fn host_header_and_token_guard_profiles() {
         200
     );
 }
+
+/// The counts map forced full (8 entries against 12 busy threads): the
+/// samples that do not fit are counted as dropped, the stack maps do not
+/// fill up (each drain takes every stack of its buffer), and the samples
+/// that fit are named, to the end of the recording.
+#[test]
+fn full_counts_map_drops_are_counted_and_stacks_do_not_fill() {
+    require_root();
+    let bin = build_c_debian("many_threads");
+    // 12 threads: with 32 or more spinning threads this VM's cpu-clock
+    // sampling (perf's too) stops seeing them.
+    let w = Workload::spawn(Command::new(&bin).args(["8", "12"]));
+    wait(500);
+    let out_path = scratch().join("counts_full.folded");
+    let out = run_record(
+        &out_path,
+        &[
+            "-s",
+            "5",
+            "-p",
+            &w.pid().to_string(),
+            "--counts-map-entries",
+            "8",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "record failed: {err}");
+    let field = |what: &str| -> u64 {
+        let lost = err
+            .lines()
+            .find(|l| l.contains("[ lost:"))
+            .expect("a lost: line");
+        lost.split(',')
+            .find(|p| p.contains(what))
+            .and_then(|p| p.split_whitespace().find_map(|w| w.parse().ok()))
+            .unwrap_or_else(|| panic!("no {what} in {lost}"))
+    };
+    let counts_full = field("counts-map full");
+    let stack_full = field("stack-map full");
+    let p = parse_folded(&std::fs::read_to_string(&out_path).unwrap());
+    let named = sum_where(&p, |f| f.iter().any(|x| x.contains("thread_work")));
+    assert!(
+        counts_full > 0,
+        "12 threads should overflow 8 counts entries: {err}"
+    );
+    assert_eq!(stack_full, 0, "the stack maps filled up: {err}");
+    assert!(
+        named >= 200,
+        "samples that fit should be named ({named} of {}):\n{}",
+        p.total(),
+        top(&p, 5)
+    );
+}
