@@ -380,9 +380,8 @@ static __always_inline void charge_offcpu(void *ctx, struct task_struct *next,
 	}
 }
 
-SEC("tp_btf/sched_switch")
-int BPF_PROG(handle__sched_switch, _Bool preempt, struct task_struct *prev,
-	     struct task_struct *next, unsigned int prev_state)
+static __always_inline int on_switch(void *ctx, struct task_struct *prev,
+				     struct task_struct *next, unsigned int prev_state)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 id = bpf_get_current_pid_tgid(); /* prev is current here */
@@ -438,6 +437,45 @@ int BPF_PROG(handle__sched_switch, _Bool preempt, struct task_struct *prev,
 			charge_offcpu(ctx, next, b, delta, now);
 	}
 	return 0;
+}
+
+/*
+ * TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
+ *          unsigned int prev_state)   (prev_state since Linux 5.18)
+ */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(handle__sched_switch, _Bool preempt, struct task_struct *prev,
+	     struct task_struct *next, unsigned int prev_state)
+{
+	return on_switch(ctx, prev, next, prev_state);
+}
+
+/* The task's state field: `__state` since 5.14, `state` before. */
+struct task_struct___state_new {
+	unsigned int __state;
+} __attribute__((preserve_access_index));
+
+struct task_struct___state_old {
+	long state;
+} __attribute__((preserve_access_index));
+
+/*
+ * TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next)
+ * (before 5.18): the state is read from prev itself, as the tracepoint does;
+ * a preempted task counts as running whatever its state says, as the
+ * tracepoint's own prev_state argument reports it.
+ */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(handle__sched_switch_compat, _Bool preempt, struct task_struct *prev,
+	     struct task_struct *next)
+{
+	unsigned int state;
+
+	if (bpf_core_field_exists(((struct task_struct___state_new *)prev)->__state))
+		state = BPF_CORE_READ((struct task_struct___state_new *)prev, __state);
+	else
+		state = BPF_CORE_READ((struct task_struct___state_old *)prev, state);
+	return on_switch(ctx, prev, next, preempt ? 0 : state);
 }
 
 /*

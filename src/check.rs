@@ -211,10 +211,17 @@ pub fn run() -> Vec<Item> {
         })
     });
     match events {
-        Some(Ok(_)) => items.push(Item {
+        Some(Ok(e)) => items.push(Item {
             what: "off-CPU events",
             status: Status::Ok,
-            detail: "tp_btf sched_switch/sched_waking with task storage and the page-fault perf event loaded and attached".into(),
+            detail: format!(
+                "tp_btf sched_switch ({}), sched_waking with task storage and the page-fault perf event loaded and attached",
+                if e.sched_switch_compat() {
+                    "pre-5.18 form: state read from the task"
+                } else {
+                    "with prev_state, Linux 5.18+"
+                }
+            ),
         }),
         Some(Err(e)) => items.push(Item {
             what: "off-CPU events",

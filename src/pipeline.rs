@@ -52,8 +52,20 @@ impl Pipeline {
     pub fn start(options: SamplerOptions, events: EventOptions) -> Result<Self, CollectError> {
         let symbolizer = Symbolizer::new(SymbolizerOptions::default());
         let sampler = CpuSampler::start(options)?;
+        // A kernel without what the events need (BTF tracepoints, task
+        // storage) still gets CPU profiles: the events are switched off,
+        // and the log says why.
         let events = if events.any() {
-            Some(EventSampler::start(events, &sampler.unwind_maps()?)?)
+            match EventSampler::start(events, &sampler.unwind_maps()?) {
+                Ok(e) => Some(e),
+                Err(e @ CollectError::LoadEvents { .. }) => {
+                    tracing::error!(
+                        "{e}\noff-CPU, wakeup and page-fault events are off; CPU sampling goes on"
+                    );
+                    None
+                }
+                Err(e) => return Err(e),
+            }
         } else {
             None
         };

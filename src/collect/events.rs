@@ -180,6 +180,7 @@ pub struct EventSampler {
     _links: Vec<Link>,
     options: EventOptions,
     drains: u64,
+    sched_switch_compat: bool,
 }
 
 impl fmt::Debug for EventSampler {
@@ -192,6 +193,60 @@ impl fmt::Debug for EventSampler {
 
 /// How often unused stack ids are collected, in drains.
 const STACK_GC_EVERY: u64 = 5;
+
+/// Opens, configures and loads `bpf/events.bpf.c` with one of the two
+/// sched_switch programs.
+fn load(
+    options: &EventOptions,
+    unwind: &UnwindMaps,
+    compat: bool,
+) -> Result<EventsSkel<'static>, CollectError> {
+    let storage = Box::leak(Box::new(MaybeUninit::uninit()));
+    let mut open = EventsSkelBuilder::default()
+        .open(storage)
+        .map_err(|source| CollectError::LoadEvents { source })?;
+    let cfg = &mut open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .expect("events.bpf.c has read-only globals")
+        .config;
+    let sched = options.offcpu || options.wakeup || options.offwake;
+    cfg.min_block_ns = options.min_block_ns;
+    cfg.max_block_ns = options.max_block_ns;
+    cfg.state_mask = options.state_mask;
+    cfg.sample_one_in = options.sample_one_in;
+    cfg.pagefault_period = options.pagefault_period;
+    cfg.sample_below_ns = options.sample_below_ns;
+    cfg.target_tgid = options.pid.map_or(0, |p| p.0);
+    // Wakeup and off-wake need the blocked-thread table that off-CPU fills.
+    cfg.offcpu = u8::from(sched);
+    cfg.wakeup = u8::from(options.wakeup);
+    cfg.offwake = u8::from(options.offwake);
+    open.maps
+        .event_stacks
+        .set_max_entries(defaults::STACK_MAP_ENTRIES.max(super::defaults::stack_map_entries()))
+        .map_err(|source| CollectError::LoadEvents { source })?;
+    let counts = defaults::COUNTS_MAP_ENTRIES.max(super::defaults::counts_map_entries());
+    for map in [&mut open.maps.event_counts0, &mut open.maps.event_counts1] {
+        map.set_max_entries(counts)
+            .map_err(|source| CollectError::LoadEvents { source })?;
+    }
+    // One copy of the tables and process mappings for both objects.
+    use std::os::fd::AsFd;
+    for (map, shared) in [
+        (&mut open.maps.unwind_rows, &unwind.rows),
+        (&mut open.maps.proc_unwind, &unwind.procs),
+        (&mut open.maps.unwind_refresh, &unwind.refresh),
+    ] {
+        map.reuse_fd(shared.as_fd())
+            .map_err(|source| CollectError::LoadEvents { source })?;
+    }
+    open.progs.handle__sched_switch.set_autoload(!compat);
+    open.progs.handle__sched_switch_compat.set_autoload(compat);
+    open.load()
+        .map_err(|source| CollectError::LoadEvents { source })
+}
 
 impl EventSampler {
     /// Loads `bpf/events.bpf.c` and attaches what `options` switches on. It
@@ -207,50 +262,26 @@ impl EventSampler {
                 "offcpu_min_block must not exceed offcpu_max_block".into(),
             ));
         }
-        let storage = Box::leak(Box::new(MaybeUninit::uninit()));
-        let mut open = EventsSkelBuilder::default()
-            .open(storage)
-            .map_err(|source| CollectError::LoadEvents { source })?;
-        let cfg = &mut open
-            .maps
-            .rodata_data
-            .as_deref_mut()
-            .expect("events.bpf.c has read-only globals")
-            .config;
         let sched = options.offcpu || options.wakeup || options.offwake;
-        cfg.min_block_ns = options.min_block_ns;
-        cfg.max_block_ns = options.max_block_ns;
-        cfg.state_mask = options.state_mask;
-        cfg.sample_one_in = options.sample_one_in;
-        cfg.pagefault_period = options.pagefault_period;
-        cfg.sample_below_ns = options.sample_below_ns;
-        cfg.target_tgid = options.pid.map_or(0, |p| p.0);
-        // Wakeup and off-wake need the blocked-thread table that off-CPU fills.
-        cfg.offcpu = u8::from(sched);
-        cfg.wakeup = u8::from(options.wakeup);
-        cfg.offwake = u8::from(options.offwake);
-        open.maps
-            .event_stacks
-            .set_max_entries(defaults::STACK_MAP_ENTRIES.max(super::defaults::stack_map_entries()))
-            .map_err(|source| CollectError::LoadEvents { source })?;
-        let counts = defaults::COUNTS_MAP_ENTRIES.max(super::defaults::counts_map_entries());
-        for map in [&mut open.maps.event_counts0, &mut open.maps.event_counts1] {
-            map.set_max_entries(counts)
-                .map_err(|source| CollectError::LoadEvents { source })?;
-        }
-        // One copy of the tables and process mappings for both objects.
-        use std::os::fd::AsFd;
-        for (map, shared) in [
-            (&mut open.maps.unwind_rows, &unwind.rows),
-            (&mut open.maps.proc_unwind, &unwind.procs),
-            (&mut open.maps.unwind_refresh, &unwind.refresh),
-        ] {
-            map.reuse_fd(shared.as_fd())
-                .map_err(|source| CollectError::LoadEvents { source })?;
-        }
-        let skel = open
-            .load()
-            .map_err(|source| CollectError::LoadEvents { source })?;
+        // sched_switch has passed prev_state since Linux 5.18; before, the
+        // verifier rejects reading it, and the compat program reads the
+        // state from the task instead. EMBERD_TEST_SCHED_SWITCH_COMPAT=1
+        // forces the compat program (tests of the fallback).
+        let force_compat = std::env::var_os("EMBERD_TEST_SCHED_SWITCH_COMPAT").is_some();
+        let (skel, compat) = if force_compat {
+            (load(&options, unwind, true)?, true)
+        } else {
+            match load(&options, unwind, false) {
+                Ok(skel) => (skel, false),
+                Err(e) if sched => {
+                    tracing::warn!(
+                        "sched_switch with prev_state did not load ({e}); using the pre-5.18 form that reads the task's state"
+                    );
+                    (load(&options, unwind, true)?, true)
+                }
+                Err(e) => return Err(e),
+            }
+        };
         assert_eq!(
             skel.maps.event_counts0.key_size() as usize,
             std::mem::size_of::<types::event_key>(),
@@ -264,7 +295,11 @@ impl EventSampler {
         ];
         if sched {
             for prog in [
-                &skel.progs.handle__sched_switch,
+                if compat {
+                    &skel.progs.handle__sched_switch_compat
+                } else {
+                    &skel.progs.handle__sched_switch
+                },
                 &skel.progs.handle__sched_waking,
                 &skel.progs.handle__sched_wakeup_new,
             ] {
@@ -291,7 +326,14 @@ impl EventSampler {
             _links: links,
             options,
             drains: 0,
+            sched_switch_compat: compat,
         })
+    }
+
+    /// Whether the pre-5.18 sched_switch program (state read from the
+    /// task) is the one attached.
+    pub fn sched_switch_compat(&self) -> bool {
+        self.sched_switch_compat
     }
 
     /// The options it runs with.

@@ -325,3 +325,46 @@ fn full_counts_map_drops_are_counted_and_stacks_do_not_fill() {
         top(&p, 5)
     );
 }
+
+/// The pre-5.18 sched_switch program (prev_state read from the task, as on
+/// Ubuntu 22.04's 5.15), forced on this kernel: off-CPU time is still
+/// charged to the sleeping function, about 1 s for 5 x 200 ms.
+#[test]
+fn offcpu_with_pre_5_18_sched_switch() {
+    require_root();
+    let bin = build_c_debian("sleepy");
+    let w = Workload::spawn(Command::new(&bin).arg("2"));
+    let pid = w.pid().to_string();
+    let path = scratch().join(format!("compat-{pid}.folded"));
+    let out = emberd()
+        .env("EMBERD_TEST_SCHED_SWITCH_COMPAT", "1")
+        .args([
+            "record", "-e", "offcpu", "-s", "5", "-p", &pid, "--group", "thread", "-o",
+        ])
+        .arg(&path)
+        .output()
+        .expect("running emberd");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p = parse_folded(&std::fs::read_to_string(&path).unwrap());
+    let main_thread = format!("sleepy-{pid}/{pid}");
+    let total = sum_where(&p, |f| {
+        f[0] != main_thread && f.contains(&"__x64_sys_clock_nanosleep_[k]")
+    });
+    let named = sum_where(&p, |f| {
+        has_seq(f, &["sleeper_thread", "sleepy"]) && reaches_root(f)
+    });
+    assert!(
+        (850_000..=1_150_000).contains(&total),
+        "about 1 s asleep expected, got {total} us:\n{}",
+        top(&p, 8)
+    );
+    assert!(
+        named * 10 >= total * 9,
+        "90% of {total} us should be under sleeper_thread;sleepy, got {named}:\n{}",
+        top(&p, 8)
+    );
+}
