@@ -19,7 +19,6 @@ use crate::collect::events::{EventKind, EventOptions};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::{DRAIN_INTERVAL, Pipeline};
-use crate::query::unix_now;
 use crate::serve::{self, AppState};
 use crate::store::{Store, StoreOptions, StoreStats};
 
@@ -316,7 +315,7 @@ fn collect_loop(
         }
         missing_total += batch.missing_stacks;
         kept_total += batch.samples.iter().map(|s| s.count).sum::<u64>();
-        let now_unix = unix_now();
+        let now_unix = crate::clock::now();
         let mut totals = StoreStats::default();
         let mut dropped_before = 0;
         let mut add = |st: &mut Store, samples: &[crate::symbolize::SymbolizedSample]| {

@@ -3,6 +3,7 @@
 
 pub mod bpf;
 pub mod check;
+pub mod clock;
 pub mod collect;
 pub mod config;
 pub mod daemon;

@@ -19,7 +19,7 @@ use axum::routing::get;
 
 use crate::collect::events::EventKind;
 use crate::metrics::Metrics;
-use crate::query::{Event, Query, QueryError, unix_now};
+use crate::query::{Event, Query, QueryError};
 use crate::render;
 use crate::store::Store;
 use crate::view::{self, Sources};
@@ -352,7 +352,12 @@ fn parse_query(raw: &str, st: &AppState) -> Result<Query, QueryError> {
     let params: Vec<(String, String)> = form_urlencoded::parse(raw.as_bytes())
         .into_owned()
         .collect();
-    Query::parse(&params, unix_now(), st.retention_secs)
+    // Windows are parsed in wall time and mapped onto the store's clock
+    // (see crate::clock), so a stepped wall clock moves no window.
+    let mut q = Query::parse(&params, crate::clock::wall_now(), st.retention_secs)?;
+    q.selection.from = crate::clock::to_store(q.selection.from);
+    q.selection.to = crate::clock::to_store(q.selection.to);
+    Ok(q)
 }
 
 /// Runs `f` with read access to the stores `q` needs. The locks are held

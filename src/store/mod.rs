@@ -115,7 +115,7 @@ pub struct Selection {
 pub struct QueryResult<'a> {
     /// Matching rows, one per thread and stack.
     pub rows: Vec<Row>,
-    /// The window actually covered: coarse slots may reach past the asked one.
+    /// The part of the window that holds data.
     pub covered: Option<(u64, u64)>,
     interner: &'a Interner,
 }
@@ -350,7 +350,10 @@ impl Store {
         }
     }
 
-    /// The rows of slots overlapping `[sel.from, sel.to)` that pass the filters.
+    /// The rows of slots overlapping `[sel.from, sel.to)` that pass the
+    /// filters. A coarse slot (10 s, 60 s) the window covers only partly
+    /// counts pro rata (rounded), so a 1 s window in old history holds about
+    /// 1 s of samples, as its title and pprof duration say, not 60.
     pub fn query(&self, sel: &Selection) -> QueryResult<'_> {
         let mut agg: HashMap<EntryKey, u64> = HashMap::new();
         let mut covered: Option<(u64, u64)> = None;
@@ -359,10 +362,15 @@ impl Store {
             if slot.start + slot.len <= sel.from || slot.start >= sel.to {
                 continue;
             }
+            let (start, end) = (
+                slot.start.max(sel.from),
+                (slot.start + slot.len).min(sel.to),
+            );
             covered = Some(match covered {
-                None => (slot.start, slot.start + slot.len),
-                Some((a, b)) => (a.min(slot.start), b.max(slot.start + slot.len)),
+                None => (start, end),
+                Some((a, b)) => (a.min(start), b.max(end)),
             });
+            let (part, len) = (end - start, slot.len.max(1));
             for (k, &v) in &slot.entries {
                 if (k.pid == 0 && !sel.idle)
                     || sel.pid.is_some_and(|p| p != k.pid)
@@ -381,7 +389,14 @@ impl Store {
                         continue;
                     }
                 }
-                *agg.entry(*k).or_insert(0) += v;
+                let v = if part >= len {
+                    v
+                } else {
+                    ((v as u128 * part as u128 + len as u128 / 2) / len as u128) as u64
+                };
+                if v > 0 {
+                    *agg.entry(*k).or_insert(0) += v;
+                }
             }
         }
         let rows = agg
@@ -446,6 +461,22 @@ mod tests {
         let n = st.stats().slots;
         assert!(n <= 300 + 150 + 30 + 20, "{n} slots");
         assert_eq!(total(&st, t0 + 3590, t0 + 3600), 30);
+        // One second of the 60 s part of the history is about one second
+        // of samples (pro rata), not the whole slot's 180.
+        let one = total(&st, t0 + 100, t0 + 101);
+        assert!(
+            (2..=4).contains(&one),
+            "1 s in a 60 s slot gave {one} samples"
+        );
+        // A window over whole coarse slots loses nothing.
+        let slot_60 = st
+            .slots
+            .iter()
+            .filter(|s| s.len == 60)
+            .nth(1)
+            .expect("60 s slots");
+        let (a, b) = (slot_60.start, slot_60.start + 60);
+        assert_eq!(total(&st, a, b), 3 * 60);
     }
 
     #[test]

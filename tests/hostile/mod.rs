@@ -368,3 +368,24 @@ fn offcpu_with_pre_5_18_sched_switch() {
         top(&p, 8)
     );
 }
+
+/// The wall clock stepped back 60 s while the daemon runs (test hook): the
+/// last 3 seconds still show the workload, because drains are stamped on
+/// the monotonic clock and windows mapped onto it at query time.
+#[test]
+fn wall_clock_step_back_keeps_recent_windows() {
+    require_root();
+    let d = Daemon::start(&[], &[("EMBERD_TEST_CLOCK_STEP", "-60@3")]);
+    let bin = build_c("cpu_70_30");
+    let _w = Workload::spawn(Command::new(&bin).arg("12"));
+    wait(8000);
+    let r = d.get("/folded?seconds=3&comm=^cpu_70_30$");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let p = parse_folded(&r.text());
+    assert!(
+        p.total() >= 150,
+        "the last 3 s after a 60 s step back should hold ~300 samples of the workload, got {}:\n{}",
+        p.total(),
+        top(&p, 5)
+    );
+}
