@@ -182,6 +182,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         store,
         metrics,
         liveness: liveness.clone(),
+        in_flight: Arc::new(tokio::sync::Semaphore::new(serve::MAX_IN_FLIGHT)),
         access: Arc::new(serve::Access {
             allowed_hosts: config.allowed_hosts.clone(),
             token: config.auth_token.clone(),

@@ -82,11 +82,10 @@ async fn cached<F>(
 where
     F: FnOnce() -> Result<Rendered, AppError> + Send + 'static,
 {
-    let generation = st
-        .store
-        .read()
-        .map_err(|_| AppError::Internal("store lock poisoned".into()))?
-        .generation();
+    // Not the store's own generation: reading it would take the store's
+    // lock on an async worker, where a drain waiting to write (the lock is
+    // writer-preferring) would park the worker and stall /healthz.
+    let generation = st.liveness.drains();
     let key = CacheKey {
         route,
         query: raw.to_owned(),
@@ -145,6 +144,8 @@ pub struct AppState {
     pub liveness: Arc<Liveness>,
     /// Who may read: allowed `Host` names and the bearer token.
     pub access: Arc<Access>,
+    /// Bounds requests being answered at once to [`MAX_IN_FLIGHT`].
+    pub in_flight: Arc<tokio::sync::Semaphore>,
     /// Sampling frequency (for pprof's period and SVG titles).
     pub frequency_hz: u64,
     /// Retention in seconds (the longest window a query may ask for).
@@ -210,6 +211,40 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
+/// Requests answered at once, all routes but `/healthz`; more get 503 at
+/// once rather than queueing without bound (each holds a rendered body).
+pub const MAX_IN_FLIGHT: usize = 64;
+
+/// A request not answered within this gets 503 (its rendering, on a
+/// blocking thread, finishes and is cached for the next one).
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Bounds requests in flight and their time.
+async fn limits(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    if req.uri().path() == "/healthz" {
+        return next.run(req).await;
+    }
+    let Ok(_permit) = st.in_flight.clone().try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(axum::http::header::RETRY_AFTER, "1")],
+            format!("too many requests in flight (more than {MAX_IN_FLIGHT}); retry\n"),
+        )
+            .into_response();
+    };
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the answer took longer than {} s; ask for a shorter window or retry (it is being cached)\n",
+                REQUEST_TIMEOUT.as_secs()
+            ),
+        )
+            .into_response(),
+    }
+}
+
 /// Refuses requests for other hosts (421) and without the token (401).
 async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let host = req
@@ -246,6 +281,8 @@ pub struct Liveness {
     origin: std::time::Instant,
     /// ms since `origin` of the last completed drain.
     last_drain_ms: std::sync::atomic::AtomicU64,
+    /// Drains completed: the stores' generation, for the response cache.
+    drains: std::sync::atomic::AtomicU64,
 }
 
 /// `/readyz` fails when no drain completed for this long (drains run every
@@ -258,6 +295,7 @@ impl Default for Liveness {
             attached: AtomicBool::new(false),
             origin: std::time::Instant::now(),
             last_drain_ms: Default::default(),
+            drains: Default::default(),
         }
     }
 }
@@ -267,6 +305,12 @@ impl Liveness {
     pub fn drained(&self) {
         let ms = self.origin.elapsed().as_millis() as u64;
         self.last_drain_ms.store(ms, Ordering::SeqCst);
+        self.drains.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Drains completed so far.
+    pub fn drains(&self) -> u64 {
+        self.drains.load(Ordering::SeqCst)
     }
 
     /// Time since the last completed drain.
@@ -320,6 +364,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), limits))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)

@@ -389,3 +389,54 @@ fn wall_clock_step_back_keeps_recent_windows() {
         top(&p, 5)
     );
 }
+
+/// Heavy queries (uncached SVGs of the whole history, four clients at once)
+/// while `/healthz` is polled every 100 ms: no health check takes longer
+/// than 200 ms (renders run on blocking threads and the async side never
+/// waits for the store's lock).
+#[test]
+fn health_answers_while_heavy_queries_run() {
+    require_root();
+    let d = Daemon::start(&[], &[]);
+    let bin = build_c("cpu_70_30");
+    let _w = Workload::spawn(Command::new(&bin).arg("30"));
+    wait(6000);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let port = d.port;
+    let clients: Vec<_> = (0..4)
+        .map(|c| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut n = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let r = http_get(
+                        port,
+                        &format!("/flamegraph.svg?seconds=3600&title=c{c}-{n}"),
+                    );
+                    assert!(matches!(r.status, 200 | 503), "heavy query: {}", r.status);
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let mut worst = Duration::ZERO;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(8) {
+        let t = Instant::now();
+        let r = http_get(port, "/healthz");
+        worst = worst.max(t.elapsed());
+        assert_eq!(r.status, 200);
+        wait(100);
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let queries: u32 = clients.into_iter().map(|c| c.join().unwrap()).sum();
+    assert!(
+        queries >= 4,
+        "the heavy queries should have run ({queries})"
+    );
+    assert!(
+        worst < Duration::from_millis(200),
+        "a /healthz took {worst:?} while {queries} heavy queries ran"
+    );
+}
