@@ -241,7 +241,7 @@ pub fn run() -> Vec<Item> {
             what: "kallsyms",
             status: Status::Degraded,
             detail: format!(
-                "addresses read as zero (kernel.kptr_restrict={}, CAP_SYSLOG {}): kernel frames show as [kernel]+0xADDR; run as root or set kernel.kptr_restrict=0",
+                "addresses read as zero (kernel.kptr_restrict={}, CAP_SYSLOG {}): kernel frames show as [kernel] (their addresses stay hidden); run as root or set kernel.kptr_restrict=0",
                 read_trim("/proc/sys/kernel/kptr_restrict").unwrap_or_else(|| "?".into()),
                 if has_cap(Cap::Syslog) { "present" } else { "missing" }
             ),

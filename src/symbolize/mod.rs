@@ -271,7 +271,7 @@ impl Symbolizer {
             Ok(false) => {
                 tracing::warn!(
                     "/proc/kallsyms shows zeroed addresses (kernel.kptr_restrict, or no CAP_SYSLOG): \
-                     kernel frames will be named [kernel]+0xADDR; run as root or set kernel.kptr_restrict=0"
+                     kernel frames will be named [kernel] (addresses stay hidden); run as root or set kernel.kptr_restrict=0"
                 );
                 false
             }
@@ -523,10 +523,15 @@ impl Symbolizer {
                 }
                 _ => {
                     self.misses.kernel_no_symbol += 1;
-                    Arc::from(vec![Frame::new(
-                        format!("[kernel]+0x{addr:x}"),
-                        FrameKind::Kernel,
-                    )])
+                    // Where kallsyms hides addresses (kptr_restrict, no
+                    // CAP_SYSLOG) emberd must not print them either: they
+                    // would give away the kernel's randomized base.
+                    let name = if self.kernel_readable {
+                        format!("[kernel]+0x{addr:x}")
+                    } else {
+                        "[kernel]".to_owned()
+                    };
+                    Arc::from(vec![Frame::new(name, FrameKind::Kernel)])
                 }
             };
             self.kernel_cache.insert(addr, frames);
@@ -595,7 +600,10 @@ impl Symbolizer {
                         }
                         None => {
                             self.misses.anon_no_perf_map += 1;
-                            out.insert(addr, single(format!("{name}+0x{addr:x}"), FrameKind::User));
+                            // Relative to the mapping: an absolute address
+                            // would give away the process's layout (ASLR).
+                            let off = addr - m.start;
+                            out.insert(addr, single(format!("{name}+0x{off:x}"), FrameKind::User));
                         }
                     }
                 }

@@ -440,3 +440,36 @@ fn health_answers_while_heavy_queries_run() {
         "a /healthz took {worst:?} while {queries} heavy queries ran"
     );
 }
+
+/// With `kernel.kptr_restrict=2` kallsyms hides kernel addresses from
+/// everyone, and so does emberd: unnamed kernel frames read `[kernel]`,
+/// never `[kernel]+0xffff...` (the randomized base).
+#[test]
+fn hidden_kernel_addresses_stay_hidden() {
+    require_root();
+    let bin = build_c("syscall_loop");
+    let w = Workload::spawn(Command::new(&bin).arg("6"));
+    wait(300);
+    // Set last and restored before any assertion: later tests need it back.
+    let old = std::fs::read_to_string("/proc/sys/kernel/kptr_restrict").unwrap();
+    std::fs::write("/proc/sys/kernel/kptr_restrict", "2").expect("setting kptr_restrict");
+    let path = scratch().join("kptr.folded");
+    let out = run_record(&path, &["-s", "3", "-p", &w.pid().to_string()]);
+    std::fs::write("/proc/sys/kernel/kptr_restrict", old.trim()).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("[kernel]_[k]"),
+        "kernel frames should be there, unnamed:\n{}",
+        &text[..text.len().min(2000)]
+    );
+    assert!(
+        !text.contains("[kernel]+0x"),
+        "a kernel address was printed:\n{}",
+        &text[..text.len().min(2000)]
+    );
+}
