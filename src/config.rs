@@ -47,6 +47,11 @@ pub struct RawConfig {
     /// `counts_map_entries = 10240`: entries of each BPF counts map
     /// (default: 10240, or 128 per CPU on hosts with more than 80).
     pub counts_map_entries: Option<u32>,
+    /// `perf_map_max_mib = 64`: larger perf maps are not read.
+    pub perf_map_max_mib: Option<u64>,
+    /// `perf_map_budget_mib = 64`: bytes of parsed perf maps kept, all
+    /// processes together.
+    pub perf_map_budget_mib: Option<u64>,
     /// `unwind_table_budget_mib = 16`: bytes of unwind rows the BPF
     /// unwinder holds (kernel memory, allocated at start).
     pub unwind_table_budget_mib: Option<u64>,
@@ -88,6 +93,8 @@ impl RawConfig {
             memory_budget_mib: other.memory_budget_mib.or(self.memory_budget_mib),
             stack_map_entries: other.stack_map_entries.or(self.stack_map_entries),
             counts_map_entries: other.counts_map_entries.or(self.counts_map_entries),
+            perf_map_max_mib: other.perf_map_max_mib.or(self.perf_map_max_mib),
+            perf_map_budget_mib: other.perf_map_budget_mib.or(self.perf_map_budget_mib),
             unwind_table_budget_mib: other
                 .unwind_table_budget_mib
                 .or(self.unwind_table_budget_mib),
@@ -126,6 +133,8 @@ pub struct Config {
     pub counts_map_entries: u32,
     /// Rows of the BPF unwind-table array (budget bytes / 8).
     pub unwind_rows: u32,
+    /// Symbolizer bounds (perf maps).
+    pub symbolizer: crate::symbolize::SymbolizerOptions,
     /// Off-CPU, wakeup, off-wake and page-fault recording.
     pub events: crate::collect::events::EventOptions,
 }
@@ -269,6 +278,16 @@ impl Config {
                 .counts_map_entries
                 .unwrap_or_else(crate::collect::defaults::counts_map_entries),
             unwind_rows: unwind_rows(raw.unwind_table_budget_mib)?,
+            symbolizer: {
+                let mut o = crate::symbolize::SymbolizerOptions::default();
+                if let Some(m) = raw.perf_map_max_mib {
+                    o.perf_map_max_file_bytes = m.clamp(1, 4096) << 20;
+                }
+                if let Some(m) = raw.perf_map_budget_mib {
+                    o.perf_map_budget_bytes = (m.clamp(1, 65536) << 20) as usize;
+                }
+                o
+            },
         })
     }
 }

@@ -109,6 +109,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         ..Default::default()
     };
     let events_opts = config.events.clone();
+    let symbolizer = config.symbolizer.clone();
     let event_stores: Arc<HashMap<EventKind, Arc<RwLock<Store>>>> = Arc::new(
         [
             (EventKind::OffCpu, events_opts.offcpu),
@@ -131,8 +132,11 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
                 let stop2 = stop.clone();
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     collect_loop(
-                        sampler,
-                        events_opts,
+                        Setup {
+                            sampler,
+                            events: events_opts,
+                            symbolizer,
+                        },
                         store,
                         event_stores,
                         metrics,
@@ -261,11 +265,17 @@ fn test_fault() -> Option<(String, u64)> {
     Some((what, after))
 }
 
+/// What the collector starts with.
+struct Setup {
+    sampler: SamplerOptions,
+    events: EventOptions,
+    symbolizer: crate::symbolize::SymbolizerOptions,
+}
+
 /// The collector thread: drain, name, store, once a second, until `stop`.
 #[allow(clippy::too_many_arguments)]
 fn collect_loop(
-    options: SamplerOptions,
-    events: EventOptions,
+    setup: Setup,
     store: Arc<RwLock<Store>>,
     event_stores: Arc<HashMap<EventKind, Arc<RwLock<Store>>>>,
     metrics: Arc<Metrics>,
@@ -275,7 +285,8 @@ fn collect_loop(
 ) -> anyhow::Result<()> {
     let fault = test_fault();
     let mut drains = 0u64;
-    let mut pipeline = match Pipeline::start(options.clone(), events) {
+    let options = setup.sampler.clone();
+    let mut pipeline = match Pipeline::start_with(setup.sampler, setup.events, setup.symbolizer) {
         Ok(p) => {
             let _ = started.send(Ok(p.sampler().cpus().to_vec()));
             p
@@ -360,6 +371,14 @@ fn collect_loop(
                 pipeline.events_drain_failures(),
             );
         }
+        let (perf_maps, symbols, snapshots) = pipeline.cache_bytes();
+        metrics.observe_memory(&[
+            ("store", totals.bytes),
+            ("perf_maps", perf_maps),
+            ("symbol_caches", symbols),
+            ("process_snapshots", snapshots),
+            ("unwind_rows", pipeline.unwind_stats().bytes as usize),
+        ]);
         if let Ok((cpu, events)) = pipeline.unwind_counters() {
             metrics.observe_unwind(&cpu, events.as_ref(), &pipeline.unwind_stats());
         }

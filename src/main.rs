@@ -64,6 +64,12 @@ struct DaemonArgs {
     /// Bytes of unwind tables (.eh_frame rows) the BPF unwinder holds, MiB [default: 16].
     #[arg(long)]
     unwind_table_budget_mib: Option<u64>,
+    /// Larger perf maps are not read, MiB [default: 64].
+    #[arg(long)]
+    perf_map_max_mib: Option<u64>,
+    /// Parsed perf maps kept, all processes, MiB [default: 64].
+    #[arg(long)]
+    perf_map_budget_mib: Option<u64>,
     /// Record off-CPU time [default: true].
     #[arg(long)]
     offcpu: Option<bool>,
@@ -229,6 +235,8 @@ fn run_daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         stack_map_entries: args.stack_map_entries,
         counts_map_entries: args.counts_map_entries,
         unwind_table_budget_mib: args.unwind_table_budget_mib,
+        perf_map_max_mib: args.perf_map_max_mib,
+        perf_map_budget_mib: args.perf_map_budget_mib,
         offcpu: args.offcpu,
         wakeup: args.wakeup,
         offwake: args.offwake,

@@ -117,6 +117,7 @@ pub struct Metrics {
     user_stacks: Family<WalkLabel, Counter>,
     perf_map_refused: Family<MissLabel, Counter>,
     collector_faults: Family<MissLabel, Counter>,
+    memory: Family<MapLabel, Gauge>,
     last_faults: Mutex<[u64; 3]>,
     unwind_frames: Family<MethodLabel, Counter>,
     unwind_gauges: Family<MapLabel, Gauge>,
@@ -257,7 +258,14 @@ impl Metrics {
             "Collector trouble that loses no sample but delays or degrades it: new-process notices dropped (maps read late), events drains failed (retried next drain)",
             collector_faults.clone(),
         );
+        let memory = Family::<MapLabel, Gauge>::default();
+        registry.register(
+            "memory_bytes",
+            "Bytes held by each bounded part of emberd (map=store|perf_maps|symbol_caches|process_snapshots|unwind_rows), estimated",
+            memory.clone(),
+        );
         Self {
+            memory,
             collector_faults,
             last_faults: Mutex::new([0; 3]),
             perf_map_refused,
@@ -418,6 +426,17 @@ impl Metrics {
                 .inc_by(now.saturating_sub(prev));
         }
         *last = *c;
+    }
+
+    /// Sets the memory gauges (bytes of each bounded part).
+    pub fn observe_memory(&self, parts: &[(&str, usize)]) {
+        for (what, bytes) in parts {
+            self.memory
+                .get_or_create(&MapLabel {
+                    map: (*what).into(),
+                })
+                .set(i64::try_from(*bytes).unwrap_or(i64::MAX));
+        }
     }
 
     /// Updates the collector-fault counters (arguments are cumulative).

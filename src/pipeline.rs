@@ -50,7 +50,16 @@ impl Pipeline {
     /// Loads and attaches the CPU sampler, and the events programs if any
     /// event is switched on.
     pub fn start(options: SamplerOptions, events: EventOptions) -> Result<Self, CollectError> {
-        let symbolizer = Symbolizer::new(SymbolizerOptions::default());
+        Self::start_with(options, events, SymbolizerOptions::default())
+    }
+
+    /// [`Pipeline::start`] with symbolizer options (perf-map bounds).
+    pub fn start_with(
+        options: SamplerOptions,
+        events: EventOptions,
+        symbolizer: SymbolizerOptions,
+    ) -> Result<Self, CollectError> {
+        let symbolizer = Symbolizer::new(symbolizer);
         let sampler = CpuSampler::start(options)?;
         // A kernel without what the events need (BTF tracepoints, task
         // storage) still gets CPU profiles: the events are switched off,
@@ -162,6 +171,11 @@ impl Pipeline {
     /// Events drains that failed (their aggregates are drained next time).
     pub fn events_drain_failures(&self) -> u64 {
         self.events_drain_failures
+    }
+
+    /// Bytes of the symbolizer's caches: (perf maps, symbols, snapshots).
+    pub fn cache_bytes(&self) -> (usize, usize, usize) {
+        self.symbolizer.cache_bytes()
     }
 
     /// Figures of the unwind tables.

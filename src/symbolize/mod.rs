@@ -33,7 +33,9 @@ use procmaps::{FileId, MappingKind, ProcessMaps};
 
 /// Cache entries kept before a cache is emptied and refilled; bounds memory
 /// whatever the host runs (a few hundred bytes an entry).
-const MAX_CACHED_ADDRS: usize = 200_000;
+pub const MAX_CACHED_ADDRS: usize = 200_000;
+/// Bytes a cached named address costs, about (key, Arc'd frames, name).
+pub const CACHED_FRAME_BYTES: usize = 160;
 /// ELF files and perf maps unused for this long are dropped from the caches.
 const IDLE_EVICT: Duration = Duration::from_secs(120);
 
@@ -209,7 +211,7 @@ struct MapsSnapshot {
 }
 
 /// Processes whose mappings are remembered; beyond this the oldest half goes.
-const MAX_SNAPSHOTS: usize = 8192;
+pub const MAX_SNAPSHOTS: usize = 8192;
 /// How long a new process's mappings keep being re-read.
 pub const RECENT_REFRESH: Duration = Duration::from_secs(2);
 /// New processes tracked for refresh at once.
@@ -310,6 +312,20 @@ impl Symbolizer {
     /// Whether kernel addresses can be named.
     pub fn kernel_readable(&self) -> bool {
         self.kernel_readable
+    }
+
+    /// Bytes the symbolizer's caches hold, roughly: (perf maps, symbol
+    /// caches, process snapshots). The symbol caches are bounded by entries
+    /// ([`MAX_CACHED_ADDRS`] each, emptied when full) and counted at
+    /// [`CACHED_FRAME_BYTES`] an entry; snapshots by [`MAX_SNAPSHOTS`].
+    pub fn cache_bytes(&self) -> (usize, usize, usize) {
+        let symbols = (self.kernel_cache.len() + self.file_cache.len()) * CACHED_FRAME_BYTES;
+        let snapshots: usize = self
+            .snapshots
+            .values()
+            .map(|s| 64 + s.maps.mappings().len() * 96)
+            .sum();
+        (self.perf_map_bytes, symbols, snapshots)
     }
 
     /// Addresses that could not be named so far, by reason.
