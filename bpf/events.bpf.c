@@ -583,3 +583,38 @@ int handle__page_fault(struct bpf_perf_event_data *ctx)
 	add(k, config.pagefault_period);
 	return 0;
 }
+
+struct bpf_iter_meta;
+
+struct bpf_iter__task {
+	struct bpf_iter_meta *meta;
+	struct task_struct *task;
+} __attribute__((preserve_access_index));
+
+/*
+ * Run by the agent before it collects unused stacks: stamps the stacks
+ * blocked threads still hold (the user stack they blocked in, their
+ * waker's), so collection can drop every other stack a few seconds after
+ * its last use instead of waiting out the longest block (10 s), which let
+ * the map fill on hosts that start hundreds of processes a second.
+ */
+SEC("iter/task")
+int refresh_held_stacks(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct blocked *b;
+	__u64 now;
+
+	if (!task)
+		return 0;
+	b = bpf_task_storage_get(&blocked_threads, task, 0, 0);
+	if (!b || !b->ts)
+		return 0;
+	now = bpf_ktime_get_ns();
+	stamp(b->ustack, now);
+	if (b->has_waker) {
+		stamp(b->waker_kstack, now);
+		stamp(b->waker_ustack, now);
+	}
+	return 0;
+}

@@ -327,7 +327,8 @@ static long unwind_step(__u32 index, void *ctx)
 		/* Frame pointers: anonymous (JIT) code, files without CFI, and
 		 * processes whose tables are not ready. */
 		if (st->bp == 0)
-			return unwind_stop(st, STACK_END_ROOT);
+			return unwind_stop(st, kind == UNWIND_MAP_FP ? STACK_END_ROOT
+								      : fp_failure(kind + 1, STACK_END_ERR_CFA));
 		if (st->bp < st->sp)
 			return unwind_stop(st, fp_failure(kind + 1, STACK_END_ERR_CFA));
 		if (read_user_u64(st->bp + 8, &ra) || read_user_u64(st->bp, &bp))
@@ -433,9 +434,9 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 	bpf_loop(EMBERD_MAX_STACK_DEPTH + 1, unwind_step, 0, 0);
 	s->nr = st->nr;
 	s->end = st->end;
-	/* Without tables, a frame-pointer walk that did not reach rbp = 0 ended in
-	 * whatever the frame chain held: say so rather than call it complete. */
-	if (!st->have_proc && s->end != STACK_END_ROOT && s->end != STACK_END_TRUNCATED)
+	/* Without tables a frame-pointer walk proves nothing: rbp = 0 is no root
+	 * in code built without frame pointers. Say so, whatever it reached. */
+	if (!st->have_proc && s->end != STACK_END_TRUNCATED)
 		s->end = STACK_END_NOT_READY;
 	ucount(UCOUNTER_WALKS);
 	ucount(UCOUNTER_END_BASE + (s->end < STACK_END_MAX ? s->end : 0));

@@ -181,6 +181,10 @@ pub struct EventSampler {
     options: EventOptions,
     drains: u64,
     sched_switch_compat: bool,
+    /// The task iterator that stamps held stacks (None where iterators or
+    /// task storage in them are not available: collection then waits out
+    /// the longest block).
+    held_stacks: Option<Link>,
 }
 
 impl fmt::Debug for EventSampler {
@@ -191,8 +195,12 @@ impl fmt::Debug for EventSampler {
     }
 }
 
-/// How often unused stack ids are collected, in drains.
-const STACK_GC_EVERY: u64 = 5;
+/// How often unused stacks are collected, in drains.
+const STACK_GC_EVERY: u64 = 2;
+
+/// With held stacks stamped by the task iterator, stacks unused this long
+/// are collected: longer than a drain and the flip that precedes it.
+const HELD_STACK_HORIZON_NS: u64 = 4_000_000_000;
 
 /// Opens, configures and loads `bpf/events.bpf.c` with one of the two
 /// sched_switch programs.
@@ -321,12 +329,26 @@ impl EventSampler {
                 links.push(link);
             }
         }
+        let held_stacks = if sched {
+            skel.progs
+                .refresh_held_stacks
+                .attach()
+                .map_err(|e| {
+                    tracing::debug!(
+                        "task iterator unavailable ({e}); stacks kept for the longest block"
+                    )
+                })
+                .ok()
+        } else {
+            None
+        };
         Ok(Self {
             skel,
             _links: links,
             options,
             drains: 0,
             sched_switch_compat: compat,
+            held_stacks,
         })
     }
 
@@ -435,7 +457,23 @@ impl EventSampler {
     /// one was drained long before.
     fn collect_stacks(&mut self) -> Result<(), CollectError> {
         let stacks = &self.skel.maps.event_stacks;
-        let horizon = ktime_ns().saturating_sub(self.options.max_block_ns + 2_000_000_000);
+        let refreshed = self.held_stacks.as_ref().is_some_and(|link| {
+            use std::io::Read;
+            libbpf_rs::Iter::new(link)
+                .and_then(|mut it| {
+                    let mut sink = Vec::new();
+                    it.read_to_end(&mut sink).map_err(libbpf_rs::Error::from)
+                })
+                .is_ok()
+        });
+        // Held stacks were just stamped: everything else unused for a few
+        // drains is no longer referred to (counts are drained every second).
+        let keep = if refreshed {
+            HELD_STACK_HORIZON_NS
+        } else {
+            self.options.max_block_ns + 2_000_000_000
+        };
+        let horizon = ktime_ns().saturating_sub(keep);
         let batch = stacks
             .lookup_batch(stacks.max_entries().min(1024), MapFlags::ANY, MapFlags::ANY)
             .map_err(|source| CollectError::Drain {

@@ -473,3 +473,38 @@ fn hidden_kernel_addresses_stay_hidden() {
         &text[..text.len().min(2000)]
     );
 }
+
+/// A block longer than the stack collection horizon (Debian's python3 in
+/// `time.sleep(6)`):
+/// the stack it blocked in is kept while it sleeps (the task iterator
+/// stamps held stacks), so its 6 s are charged to a named stack, not
+/// `[lost]`.
+#[test]
+fn long_block_keeps_its_stack() {
+    require_root();
+    // Debian's python3 runs a moment (its tables get built), then sleeps 6 s.
+    let w = Workload::spawn(Command::new("/usr/bin/python3").args([
+        "-c",
+        "import time\nend = time.time() + 1.5\nwhile time.time() < end: pass\ntime.sleep(6)",
+    ]));
+    let path = scratch().join("long_block.folded");
+    let out = run_record(
+        &path,
+        &["-e", "offcpu", "-s", "9", "-p", &w.pid().to_string()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p = parse_folded(&std::fs::read_to_string(&path).unwrap());
+    let lost = sum_where(&p, |f| f.contains(&"[lost]"));
+    let named = sum_where(&p, |f| {
+        f.iter().any(|x| x.contains("nanosleep")) && reaches_root(f)
+    });
+    assert!(
+        named >= 5_000_000 && lost == 0,
+        "time.sleep(6) should be ~6 s under a named, complete stack ({named} us), none [lost] ({lost} us):\n{}",
+        top(&p, 5)
+    );
+}
