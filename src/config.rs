@@ -28,6 +28,9 @@ pub struct RawConfig {
     pub listen: Option<String>,
     /// `allow_remote = false`: required to listen on a non-loopback address.
     pub allow_remote: Option<bool>,
+    /// `unix_socket = "/run/emberd/emberd.sock"`: serve HTTP on this Unix
+    /// socket (mode 0660: emberd's user and group) instead of TCP.
+    pub unix_socket: Option<std::path::PathBuf>,
     /// `allowed_hosts = ["profiler.example"]`: host names (besides IP
     /// literals and `localhost`) the `Host` header may carry; others get 421,
     /// so a DNS-rebinding page in a browser on this host reads nothing.
@@ -87,6 +90,7 @@ impl RawConfig {
             listen: other.listen.or(self.listen),
             allow_remote: other.allow_remote.or(self.allow_remote),
             allowed_hosts: other.allowed_hosts.or(self.allowed_hosts),
+            unix_socket: other.unix_socket.or(self.unix_socket),
             auth_token_file: other.auth_token_file.or(self.auth_token_file),
             frequency_hz: other.frequency_hz.or(self.frequency_hz),
             retention_seconds: other.retention_seconds.or(self.retention_seconds),
@@ -119,6 +123,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Host names the `Host` header may carry besides IP literals and `localhost`.
     pub allowed_hosts: Vec<String>,
+    /// Serve on this Unix socket instead of TCP.
+    pub unix_socket: Option<std::path::PathBuf>,
     /// The bearer token every route but `/healthz` needs, if configured.
     pub auth_token: Option<String>,
     /// Sampling frequency per CPU.
@@ -266,6 +272,7 @@ impl Config {
                 .map(|h| h.to_ascii_lowercase())
                 .collect(),
             auth_token,
+            unix_socket: raw.unix_socket.clone(),
             frequency_hz: raw
                 .frequency_hz
                 .unwrap_or(crate::collect::defaults::FREQUENCY_HZ),

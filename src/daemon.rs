@@ -69,15 +69,46 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     result
 }
 
+/// Where HTTP is served: TCP, or a Unix socket whose file permissions say
+/// who may read profiles.
+enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+async fn bind(config: &Config) -> anyhow::Result<Listener> {
+    let Some(path) = &config.unix_socket else {
+        let l = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot listen on {} (set listen = or --listen)",
+                    config.listen
+                )
+            })?;
+        return Ok(Listener::Tcp(l));
+    };
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    // A socket left by an earlier run is replaced; anything else is not ours.
+    if let Ok(md) = std::fs::symlink_metadata(path) {
+        anyhow::ensure!(
+            md.file_type().is_socket(),
+            "unix_socket = {}: a file that is not a socket is in the way",
+            path.display()
+        );
+        std::fs::remove_file(path)
+            .with_context(|| format!("removing the old socket {}", path.display()))?;
+    }
+    let l = tokio::net::UnixListener::bind(path)
+        .with_context(|| format!("cannot listen on unix_socket = {}", path.display()))?;
+    // Owner and group only: add readers to emberd's group.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+        .with_context(|| format!("setting the mode of {}", path.display()))?;
+    Ok(Listener::Unix(l))
+}
+
 async fn run_async(config: Config) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot listen on {} (set listen = or --listen)",
-                config.listen
-            )
-        })?;
+    let listener = bind(&config).await?;
     // One budget for all stores: split evenly between CPU and the events on.
     let events_on = [
         config.events.offcpu,
@@ -165,9 +196,12 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
     };
     match started_rx.recv() {
         Ok(Ok(cpus)) => tracing::info!(
-            "sampling cpu-clock at {} Hz on CPUs {cpus:?}; serving http://{}",
+            "sampling cpu-clock at {} Hz on CPUs {cpus:?}; serving {}",
             config.frequency_hz,
-            config.listen
+            match &config.unix_socket {
+                Some(p) => format!("on the Unix socket {}", p.display()),
+                None => format!("http://{}", config.listen),
+            }
         ),
         Ok(Err(e)) => {
             let _ = collector.join();
@@ -209,11 +243,19 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
             signaled.notify_one();
         }
     };
-    let server = tokio::spawn(
-        axum::serve(listener, serve::router(state))
-            .with_graceful_shutdown(shutdown)
-            .into_future(),
-    );
+    let router = serve::router(state);
+    let server = match listener {
+        Listener::Tcp(l) => tokio::spawn(
+            axum::serve(l, router)
+                .with_graceful_shutdown(shutdown)
+                .into_future(),
+        ),
+        Listener::Unix(l) => tokio::spawn(
+            axum::serve(l, router)
+                .with_graceful_shutdown(shutdown)
+                .into_future(),
+        ),
+    };
     // Shutdown takes at most SHUTDOWN_GRACE for requests in flight, and as
     // long again for the collector, whatever either is doing.
     tokio::select! {

@@ -46,6 +46,9 @@ struct DaemonArgs {
     /// File whose first line is the bearer token every route but /healthz needs.
     #[arg(long)]
     auth_token_file: Option<PathBuf>,
+    /// Serve HTTP on this Unix socket (mode 0660) instead of TCP.
+    #[arg(long)]
+    unix_socket: Option<PathBuf>,
     /// Samples per second per CPU [default: 99].
     #[arg(long, short = 'F')]
     frequency_hz: Option<u64>,
@@ -229,6 +232,7 @@ fn run_daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         allow_remote: args.allow_remote.then_some(true),
         allowed_hosts: (!args.allowed_hosts.is_empty()).then_some(args.allowed_hosts),
         auth_token_file: args.auth_token_file,
+        unix_socket: args.unix_socket,
         frequency_hz: args.frequency_hz,
         retention_seconds: args.retention_seconds,
         memory_budget_mib: args.memory_budget_mib,

@@ -508,3 +508,44 @@ fn long_block_keeps_its_stack() {
         top(&p, 5)
     );
 }
+
+/// `--unix-socket`: HTTP is served on a Unix socket of mode 0660 (who may
+/// read profiles is a matter of file permissions), not on TCP.
+#[test]
+fn unix_socket_serves_with_file_permissions() {
+    require_root();
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let sock = scratch().join(format!("emberd-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&sock);
+    let mut child = emberd()
+        .arg("--unix-socket")
+        .arg(&sock)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starting emberd");
+    let get = |path: &str| -> Option<HttpResponse> {
+        let mut s = std::os::unix::net::UnixStream::connect(&sock).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).ok()?;
+        Some(parse_response(&raw))
+    };
+    let t0 = Instant::now();
+    while get("/readyz").is_none_or(|r| r.status != 200) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "not ready on the socket within 20 s"
+        );
+        wait(200);
+    }
+    wait(2000);
+    let r = get("/folded?seconds=5").expect("a response on the socket");
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(mode, 0o660, "socket mode {mode:o}");
+}
