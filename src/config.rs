@@ -55,6 +55,9 @@ pub struct RawConfig {
     /// `perf_map_budget_mib = 64`: bytes of parsed perf maps kept, all
     /// processes together.
     pub perf_map_budget_mib: Option<u64>,
+    /// `symbol_cache_mib = 64`: bytes of named addresses cached (kernel and
+    /// files together; a full cache is emptied).
+    pub symbol_cache_mib: Option<u64>,
     /// `unwind_table_budget_mib = 16`: bytes of unwind rows the BPF
     /// unwinder holds (kernel memory, allocated at start).
     pub unwind_table_budget_mib: Option<u64>,
@@ -99,6 +102,7 @@ impl RawConfig {
             counts_map_entries: other.counts_map_entries.or(self.counts_map_entries),
             perf_map_max_mib: other.perf_map_max_mib.or(self.perf_map_max_mib),
             perf_map_budget_mib: other.perf_map_budget_mib.or(self.perf_map_budget_mib),
+            symbol_cache_mib: other.symbol_cache_mib.or(self.symbol_cache_mib),
             unwind_table_budget_mib: other
                 .unwind_table_budget_mib
                 .or(self.unwind_table_budget_mib),
@@ -292,6 +296,9 @@ impl Config {
                 }
                 if let Some(m) = raw.perf_map_budget_mib {
                     o.perf_map_budget_bytes = (m.clamp(1, 65536) << 20) as usize;
+                }
+                if let Some(m) = raw.symbol_cache_mib {
+                    o.symbol_cache_bytes = (m.clamp(1, 65536) << 20) as usize;
                 }
                 o
             },

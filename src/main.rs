@@ -73,6 +73,9 @@ struct DaemonArgs {
     /// Parsed perf maps kept, all processes, MiB [default: 64].
     #[arg(long)]
     perf_map_budget_mib: Option<u64>,
+    /// Named addresses cached (kernel and files), MiB [default: 64].
+    #[arg(long)]
+    symbol_cache_mib: Option<u64>,
     /// Record off-CPU time [default: true].
     #[arg(long)]
     offcpu: Option<bool>,
@@ -241,6 +244,7 @@ fn run_daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         unwind_table_budget_mib: args.unwind_table_budget_mib,
         perf_map_max_mib: args.perf_map_max_mib,
         perf_map_budget_mib: args.perf_map_budget_mib,
+        symbol_cache_mib: args.symbol_cache_mib,
         offcpu: args.offcpu,
         wakeup: args.wakeup,
         offwake: args.offwake,

@@ -34,6 +34,14 @@ use procmaps::{FileId, MappingKind, ProcessMaps};
 /// Cache entries kept before a cache is emptied and refilled; bounds memory
 /// whatever the host runs (a few hundred bytes an entry).
 pub const MAX_CACHED_ADDRS: usize = 200_000;
+
+impl SymbolizerOptions {
+    /// Entries each symbol cache (kernel, file offsets) may hold: its byte
+    /// budget over [`CACHED_FRAME_BYTES`].
+    fn cache_entries(&self) -> usize {
+        (self.symbol_cache_bytes / 2 / CACHED_FRAME_BYTES).max(1024)
+    }
+}
 /// Bytes a cached named address costs, about (key, Arc'd frames, name).
 pub const CACHED_FRAME_BYTES: usize = 160;
 /// ELF files and perf maps unused for this long are dropped from the caches.
@@ -164,6 +172,10 @@ pub struct SymbolizerOptions {
     /// Bytes all cached perf maps may hold (default
     /// [`defaults::PERF_MAP_BUDGET_BYTES`]).
     pub perf_map_budget_bytes: usize,
+    /// Bytes the two symbol caches (kernel addresses, file offsets) may
+    /// hold, estimated at [`CACHED_FRAME_BYTES`] an entry (default
+    /// [`defaults::SYMBOL_CACHE_BYTES`]); a full cache is emptied.
+    pub symbol_cache_bytes: usize,
 }
 
 /// Defaults of [`SymbolizerOptions`].
@@ -173,6 +185,8 @@ pub mod defaults {
     pub const PERF_MAP_MAX_FILE_BYTES: u64 = 64 << 20;
     /// Bytes of parsed perf maps kept, all processes together.
     pub const PERF_MAP_BUDGET_BYTES: usize = 64 << 20;
+    /// Bytes of the symbol caches, both together.
+    pub const SYMBOL_CACHE_BYTES: usize = 64 << 20;
 }
 
 impl Default for SymbolizerOptions {
@@ -181,6 +195,7 @@ impl Default for SymbolizerOptions {
             perf_map_dir: PathBuf::from("/tmp"),
             perf_map_max_file_bytes: defaults::PERF_MAP_MAX_FILE_BYTES,
             perf_map_budget_bytes: defaults::PERF_MAP_BUDGET_BYTES,
+            symbol_cache_bytes: defaults::SYMBOL_CACHE_BYTES,
         }
     }
 }
@@ -316,7 +331,7 @@ impl Symbolizer {
 
     /// Bytes the symbolizer's caches hold, roughly: (perf maps, symbol
     /// caches, process snapshots). The symbol caches are bounded by entries
-    /// ([`MAX_CACHED_ADDRS`] each, emptied when full) and counted at
+    /// (half of `symbol_cache_bytes` each, emptied when full) and counted at
     /// [`CACHED_FRAME_BYTES`] an entry; snapshots by [`MAX_SNAPSHOTS`].
     pub fn cache_bytes(&self) -> (usize, usize, usize) {
         let symbols = (self.kernel_cache.len() + self.file_cache.len()) * CACHED_FRAME_BYTES;
@@ -521,7 +536,7 @@ impl Symbolizer {
         if wanted.is_empty() {
             return;
         }
-        if self.kernel_cache.len() + wanted.len() > MAX_CACHED_ADDRS {
+        if self.kernel_cache.len() + wanted.len() > self.options.cache_entries() {
             self.kernel_cache.clear();
         }
         let results = if self.kernel_readable {
@@ -576,7 +591,7 @@ impl Symbolizer {
                 return out;
             }
         };
-        if self.file_cache.len() + addrs.len() > MAX_CACHED_ADDRS {
+        if self.file_cache.len() + addrs.len() > self.options.cache_entries() {
             self.file_cache.clear();
         }
         // File-backed addresses not yet cached, grouped by file.
