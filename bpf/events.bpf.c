@@ -91,13 +91,6 @@ struct {
 	__type(value, struct stored_stack);
 } event_stacks SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, UCOUNTER_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} unwind_counters SEC(".maps");
-
 /*
  * Per-thread off-CPU state, in task storage: no hash of thread ids to look
  * up, fill or clean (it goes with the thread), and bounded by the threads
@@ -151,14 +144,6 @@ struct {
 static __always_inline void ecount(__u32 which)
 {
 	__u64 *v = bpf_map_lookup_elem(&event_counters, &which);
-
-	if (v)
-		*v += 1;
-}
-
-static __always_inline void ucount(__u32 which)
-{
-	__u64 *v = bpf_map_lookup_elem(&unwind_counters, &which);
 
 	if (v)
 		*v += 1;

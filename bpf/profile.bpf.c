@@ -52,21 +52,6 @@ static __always_inline void count(__u32 which)
 		*v += 1;
 }
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, UCOUNTER_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} unwind_counters SEC(".maps");
-
-static __always_inline void ucount(__u32 which)
-{
-	__u64 *v = bpf_map_lookup_elem(&unwind_counters, &which);
-
-	if (v)
-		*v += 1;
-}
-
 #include "new_process.h"
 #include "unwind.h"
 

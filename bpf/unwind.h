@@ -22,8 +22,8 @@
  * whose first hash names another stack's entry is a collision, counted and
  * shown as [lost], never merged.
  *
- * The including object defines, before including this file:
- *   ucount(idx) to bump its unwind counter idx (enum unwind_counter).
+ * Each including object gets its own `unwind_counters` (enum
+ * unwind_counter), read by the agent per object.
  */
 #ifndef EMBERD_UNWIND_H
 #define EMBERD_UNWIND_H
@@ -100,7 +100,20 @@ struct {
 	__type(value, struct stored_stack);
 } stack_scratch SEC(".maps");
 
-static __always_inline void ucount(__u32 which);
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, UCOUNTER_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} unwind_counters SEC(".maps");
+
+static __always_inline void ucount(__u32 which)
+{
+	__u64 *v = bpf_map_lookup_elem(&unwind_counters, &which);
+
+	if (v)
+		*v += 1;
+}
 
 static __always_inline struct stored_stack *scratch_stack(void)
 {

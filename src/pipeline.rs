@@ -78,8 +78,7 @@ impl Pipeline {
         } else {
             None
         };
-        let mut unwinder = Unwinder::new(sampler.unwind_maps()?)
-            .map_err(|e| CollectError::Options(e.to_string()))?;
+        let mut unwinder = Unwinder::new(sampler.unwind_maps()?);
         if sampler.options().unwind_tables && sampler.options().pid.is_none() {
             unwinder.note_all();
         }

@@ -580,15 +580,7 @@ mod tests {
     use super::*;
 
     fn q(s: &str) -> Result<Query, QueryError> {
-        let params: Vec<(String, String)> = s
-            .split('&')
-            .filter(|p| !p.is_empty())
-            .map(|p| {
-                let (k, v) = p.split_once('=').unwrap_or((p, ""));
-                (k.to_owned(), v.to_owned())
-            })
-            .collect();
-        Query::parse(&params, 1_000_000, 3600)
+        q_at(s, 1_000_000, 3600)
     }
 
     #[test]

@@ -280,8 +280,8 @@ impl RowArray {
 use std::os::fd::AsFd;
 
 impl Unwinder {
-    /// Maps the row array and starts the builder thread.
-    pub fn new(maps: UnwindMaps) -> Result<Self, UnwindError> {
+    /// Takes the row array and starts the builder thread.
+    pub fn new(maps: UnwindMaps) -> Self {
         let rows = RowArray::new(maps.rows);
         let mut free = BTreeMap::new();
         free.insert(0, rows.len);
@@ -295,7 +295,7 @@ impl Unwinder {
             budget_bytes: rows.len as u64 * 8,
             ..Default::default()
         };
-        Ok(Self {
+        Self {
             rows,
             free,
             max_processes: maps.procs.max_entries() as usize,
@@ -310,7 +310,7 @@ impl Unwinder {
             done,
             last_exit_scan: Instant::now(),
             stats,
-        })
+        }
     }
 
     /// Figures for `/metrics`.
