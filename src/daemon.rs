@@ -245,21 +245,13 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
     };
     let router = serve::router(state);
     let server = match listener {
-        Listener::Tcp(l) => tokio::spawn(
-            axum::serve(l, router)
-                .with_graceful_shutdown(shutdown)
-                .into_future(),
-        ),
-        Listener::Unix(l) => tokio::spawn(
-            axum::serve(l, router)
-                .with_graceful_shutdown(shutdown)
-                .into_future(),
-        ),
+        Listener::Tcp(l) => tokio::spawn(serve::conn::serve(l, router, shutdown)),
+        Listener::Unix(l) => tokio::spawn(serve::conn::serve(l, router, shutdown)),
     };
     // Shutdown takes at most SHUTDOWN_GRACE for requests in flight, and as
     // long again for the collector, whatever either is doing.
     tokio::select! {
-        r = server => r.context("the HTTP server task")?.context("serving HTTP")?,
+        r = server => r.context("the HTTP server task")?,
         _ = async { signaled.notified().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
             tracing::warn!("requests still in flight after {SHUTDOWN_GRACE:?}: closing them");
         }

@@ -332,7 +332,7 @@ impl Query {
     pub fn fold_into(
         &self,
         profile: &mut Profile,
-        result: &QueryResult<'_>,
+        result: &QueryResult,
         scale: impl Fn(u64) -> u64,
         suffix: &str,
     ) {

@@ -2,6 +2,7 @@
 //! or an SVG flame graph. The same stages as the daemon, run once.
 
 use std::path::PathBuf;
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -217,7 +218,12 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
     ];
     let query = Query::parse(&params, unix_now(), u64::MAX / 4)
         .map_err(|e| anyhow::anyhow!("internal query: {e}"))?;
-    let empty = Store::new(store_options);
+    let empty = RwLock::new(Store::new(store_options));
+    let cpu = RwLock::new(cpu);
+    let events: HashMap<EventKind, RwLock<Store>> = events
+        .into_iter()
+        .map(|(k, s)| (k, RwLock::new(s)))
+        .collect();
     let offcpu = events.get(&EventKind::OffCpu).unwrap_or(&empty);
     let sources = Sources {
         cpu: Some(&cpu),

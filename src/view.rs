@@ -6,22 +6,32 @@ use crate::profile::Profile;
 use crate::query::{Event, Query};
 use crate::render::flamegraph::SvgOptions;
 use crate::render::pprof;
-use crate::store::Store;
+use crate::store::{QueryResult, Selection, Store};
+use std::sync::RwLock;
 
 /// Suffix of off-CPU frames in hot/cold graphs, drawn in blue.
 pub const COLD_SUFFIX: &str = "_[o]";
 
-/// The stores a view may read.
+/// The stores a view may read. Each is locked only while a query copies its
+/// rows out ([`select`]), never while they are folded or rendered.
 #[derive(Debug, Clone, Copy)]
 pub struct Sources<'a> {
     /// CPU samples.
-    pub cpu: Option<&'a Store>,
+    pub cpu: Option<&'a RwLock<Store>>,
     /// The store of the queried event (off-CPU, wakeup, off-wake, page faults).
-    pub event: Option<&'a Store>,
+    pub event: Option<&'a RwLock<Store>>,
     /// Off-CPU time, for hot/cold.
-    pub offcpu: Option<&'a Store>,
+    pub offcpu: Option<&'a RwLock<Store>>,
     /// Nanoseconds per CPU sample (1e9 / frequency).
     pub cpu_period_ns: u64,
+}
+
+/// The rows of `sel` in `store`, copied out under a short read lock.
+pub fn select(store: &RwLock<Store>, sel: &Selection) -> QueryResult {
+    // A poisoned lock means the collector panicked, which ends the process
+    // (see serve::Liveness); the data itself is still consistent per insert.
+    let store = store.read().unwrap_or_else(|e| e.into_inner());
+    store.query(sel)
 }
 
 fn ns_to_us(v: u64) -> u64 {
@@ -35,15 +45,15 @@ pub fn fold(q: &Query, src: Sources<'_>) -> Result<Profile, Event> {
     match q.event {
         Event::Cpu => {
             let cpu = src.cpu.ok_or(Event::Cpu)?;
-            q.fold_into(&mut profile, &cpu.query(&q.selection), |v| v, "");
+            q.fold_into(&mut profile, &select(cpu, &q.selection), |v| v, "");
         }
         Event::PageFault => {
             let st = src.event.ok_or(q.event)?;
-            q.fold_into(&mut profile, &st.query(&q.selection), |v| v, "");
+            q.fold_into(&mut profile, &select(st, &q.selection), |v| v, "");
         }
         Event::OffCpu | Event::Wakeup | Event::OffWake => {
             let st = src.event.ok_or(q.event)?;
-            q.fold_into(&mut profile, &st.query(&q.selection), ns_to_us, "");
+            q.fold_into(&mut profile, &select(st, &q.selection), ns_to_us, "");
         }
         Event::HotCold => {
             let cpu = src.cpu.ok_or(Event::Cpu)?;
@@ -51,13 +61,13 @@ pub fn fold(q: &Query, src: Sources<'_>) -> Result<Profile, Event> {
             let period = src.cpu_period_ns;
             q.fold_into(
                 &mut profile,
-                &cpu.query(&q.selection),
+                &select(cpu, &q.selection),
                 |v| ns_to_us(v * period),
                 "",
             );
             q.fold_into(
                 &mut profile,
-                &off.query(&q.selection),
+                &select(off, &q.selection),
                 ns_to_us,
                 COLD_SUFFIX,
             );
@@ -115,7 +125,7 @@ pub fn pprof(
             let cpu = src.cpu.ok_or(Event::Cpu)?;
             Ok(pprof::cpu_profile(
                 q,
-                &cpu.query(&q.selection),
+                &select(cpu, &q.selection),
                 frequency_hz,
             ))
         }
@@ -128,7 +138,7 @@ pub fn pprof(
                 Event::OffWake => ("offwake", "nanoseconds"),
                 _ => ("offcpu", "nanoseconds"),
             };
-            Ok(pprof::event_profile(q, &st.query(&q.selection), ty, unit))
+            Ok(pprof::event_profile(q, &select(st, &q.selection), ty, unit))
         }
     }
 }

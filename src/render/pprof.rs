@@ -245,7 +245,7 @@ impl Builder {
 /// Builds the pprof profile of a CPU query: values `samples/count` and
 /// `cpu/nanoseconds` (samples x period), labels `pid`, `comm` and, when
 /// grouped by thread, `tid`. Frame regexes apply as in folded output.
-pub fn cpu_profile(query: &Query, result: &QueryResult<'_>, frequency_hz: u64) -> proto::Profile {
+pub fn cpu_profile(query: &Query, result: &QueryResult, frequency_hz: u64) -> proto::Profile {
     let mut b = Builder::new();
     let period = 1_000_000_000 / frequency_hz.max(1) as i64;
     let samples = b.s("samples");
@@ -275,12 +275,7 @@ pub fn cpu_profile(query: &Query, result: &QueryResult<'_>, frequency_hz: u64) -
 
 /// Builds the pprof profile of a stored event: one sample type (`ty`/`unit`,
 /// e.g. `offcpu`/`nanoseconds`), labels as for CPU.
-pub fn event_profile(
-    query: &Query,
-    result: &QueryResult<'_>,
-    ty: &str,
-    unit: &str,
-) -> proto::Profile {
+pub fn event_profile(query: &Query, result: &QueryResult, ty: &str, unit: &str) -> proto::Profile {
     let mut b = Builder::new();
     let (t, u) = (b.s(ty), b.s(unit));
     b.p.sample_type = vec![proto::ValueType { r#type: t, unit: u }];
@@ -294,7 +289,7 @@ pub fn event_profile(
 fn fill_samples(
     b: &mut Builder,
     query: &Query,
-    result: &QueryResult<'_>,
+    result: &QueryResult,
     values: impl Fn(u64) -> Vec<i64>,
 ) {
     let (from, to) = (query.selection.from, query.selection.to);

@@ -84,6 +84,11 @@ impl Interner {
         &self.stacks[id.0 as usize]
     }
 
+    /// The frame ids of a stack, shared (for copies that outlive a lock).
+    pub fn get_stack_arc(&self, id: StackId) -> Arc<[FrameId]> {
+        self.stacks[id.0 as usize].clone()
+    }
+
     /// The name of an id.
     pub fn get_name(&self, id: NameId) -> &Arc<str> {
         &self.names[id.0 as usize]

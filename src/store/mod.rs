@@ -110,23 +110,29 @@ pub struct Selection {
     pub idle: bool,
 }
 
-/// Rows of a query, with the interner to read their stacks.
-#[derive(Debug)]
-pub struct QueryResult<'a> {
+/// Rows of a query, with copies of the stacks and frames they name.
+///
+/// It owns what it needs, so the store's lock is held only while the slots
+/// are scanned and copied, not while the rows are folded, rendered or encoded
+/// (a slow query delays neither the drain nor other queries).
+#[derive(Debug, Default)]
+pub struct QueryResult {
     /// Matching rows, one per thread and stack.
     pub rows: Vec<Row>,
     /// The part of the window that holds data.
     pub covered: Option<(u64, u64)>,
-    interner: &'a Interner,
+    stacks: HashMap<StackId, Arc<[FrameId]>>,
+    frames: HashMap<FrameId, Frame>,
 }
 
-impl QueryResult<'_> {
+impl QueryResult {
     /// The frames of a stack, root first.
     pub fn frames(&self, stack: StackId) -> impl Iterator<Item = &Frame> {
-        self.interner
-            .get_stack(stack)
-            .iter()
-            .map(|&f| self.interner.get_frame(f))
+        self.stacks
+            .get(&stack)
+            .into_iter()
+            .flat_map(|ids| ids.iter())
+            .filter_map(|f| self.frames.get(f))
     }
 }
 
@@ -354,7 +360,7 @@ impl Store {
     /// filters. A coarse slot (10 s, 60 s) the window covers only partly
     /// counts pro rata (rounded), so a 1 s window in old history holds about
     /// 1 s of samples, as its title and pprof duration say, not 60.
-    pub fn query(&self, sel: &Selection) -> QueryResult<'_> {
+    pub fn query(&self, sel: &Selection) -> QueryResult {
         let mut agg: HashMap<EntryKey, u64> = HashMap::new();
         let mut covered: Option<(u64, u64)> = None;
         let mut comm_ok: HashMap<(NameId, NameId), bool> = HashMap::new();
@@ -399,6 +405,19 @@ impl Store {
                 }
             }
         }
+        let mut stacks: HashMap<StackId, Arc<[FrameId]>> = HashMap::new();
+        let mut frames: HashMap<FrameId, Frame> = HashMap::new();
+        for k in agg.keys() {
+            stacks.entry(k.stack).or_insert_with(|| {
+                let ids = self.interner.get_stack_arc(k.stack);
+                for &f in ids.iter() {
+                    frames
+                        .entry(f)
+                        .or_insert_with(|| self.interner.get_frame(f).clone());
+                }
+                ids
+            });
+        }
         let rows = agg
             .into_iter()
             .map(|(k, value)| Row {
@@ -413,7 +432,8 @@ impl Store {
         QueryResult {
             rows,
             covered,
-            interner: &self.interner,
+            stacks,
+            frames,
         }
     }
 }

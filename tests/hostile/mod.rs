@@ -427,6 +427,12 @@ fn health_answers_while_heavy_queries_run() {
         let r = http_get(port, "/healthz");
         worst = worst.max(t.elapsed());
         assert_eq!(r.status, 200);
+        // Queries copy rows out under short read locks: drains go on.
+        assert_eq!(
+            http_get(port, "/readyz").status,
+            200,
+            "no drain completed for 5 s while heavy queries ran"
+        );
         wait(100);
     }
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -438,6 +444,53 @@ fn health_answers_while_heavy_queries_run() {
     assert!(
         worst < Duration::from_millis(200),
         "a /healthz took {worst:?} while {queries} heavy queries ran"
+    );
+}
+
+/// Slowloris: 200 connections that send half a request head and stall hold
+/// nothing up (`/healthz` answers at once) and are closed by the daemon
+/// within its 5 s header timeout, so they cannot pile up.
+#[test]
+fn stalled_connections_are_closed() {
+    use std::io::Read;
+    require_root();
+    let d = Daemon::start(&[], &[]);
+    let mut stalled: Vec<std::net::TcpStream> = (0..200)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", d.port)).unwrap();
+            s.write_all(b"GET /folded HTTP/1.1\r\nHost: 127.0").unwrap();
+            s
+        })
+        .collect();
+    // Idle keep-alive connections that never send anything count too.
+    stalled.extend((0..50).map(|_| std::net::TcpStream::connect(("127.0.0.1", d.port)).unwrap()));
+    let t = Instant::now();
+    assert_eq!(d.get("/healthz").status, 200);
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "/healthz took {:?} beside 250 stalled connections",
+        t.elapsed()
+    );
+    let t0 = Instant::now();
+    for (i, s) in stalled.iter_mut().enumerate() {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = [0u8; 512];
+        // The daemon closes the connection (EOF or reset), possibly after
+        // a 408 response.
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) if t0.elapsed() < Duration::from_secs(9) => break,
+                Ok(0) | Err(_) => {
+                    panic!("stalled connection {i} still open after {:?}", t0.elapsed())
+                }
+                Ok(_) => continue,
+            }
+        }
+    }
+    assert!(
+        t0.elapsed() < Duration::from_secs(8),
+        "stalled connections closed only after {:?} (header timeout 5 s)",
+        t0.elapsed()
     );
 }
 

@@ -1,8 +1,11 @@
 //! Serve: the HTTP API (axum). Routes and parameters follow DESIGN.md.
 //!
-//! Queries take the store's read lock only to select and fold rows; SVG
-//! rendering and compression happen after it is released, on a blocking
-//! thread, so a large query never holds up the drain.
+//! Queries take a store's read lock only to copy the selected rows out;
+//! folding, rendering and compression happen after it is released, on a
+//! blocking thread, so a large query never holds up the drain. Connection
+//! limits (header timeout, connection cap) live in [`conn`].
+
+pub mod conn;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -405,28 +408,21 @@ fn parse_query(raw: &str, st: &AppState) -> Result<Query, QueryError> {
     Ok(q)
 }
 
-/// Runs `f` with read access to the stores `q` needs. The locks are held
-/// only while `f` selects and folds.
+/// Runs `f` with the stores `q` needs; each is read-locked only while a
+/// query copies its rows out (see [`view::select`]).
 fn with_sources<R>(
     st: &AppState,
     q: &Query,
     f: impl FnOnce(Sources<'_>) -> R,
 ) -> Result<R, AppError> {
-    let poisoned = |_| AppError::Internal("store lock poisoned".into());
-    let cpu = st.store.read().map_err(poisoned)?;
-    let event_store = q.event.kind().and_then(|k| st.events.get(&k));
-    let event = event_store
-        .map(|s| s.read())
-        .transpose()
-        .map_err(poisoned)?;
-    let off_store = (q.event == Event::HotCold)
+    let event = q.event.kind().and_then(|k| st.events.get(&k));
+    let offcpu = (q.event == Event::HotCold)
         .then(|| st.events.get(&EventKind::OffCpu))
         .flatten();
-    let offcpu = off_store.map(|s| s.read()).transpose().map_err(poisoned)?;
     Ok(f(Sources {
-        cpu: Some(&cpu),
-        event: event.as_deref(),
-        offcpu: offcpu.as_deref(),
+        cpu: Some(&st.store),
+        event: event.map(|s| &**s),
+        offcpu: offcpu.map(|s| &**s),
         cpu_period_ns: 1_000_000_000 / st.frequency_hz.max(1),
     }))
 }
@@ -442,7 +438,7 @@ fn switched_off(e: Event) -> AppError {
     })
 }
 
-/// Selects and folds under the read locks.
+/// Selects (under short read locks) and folds.
 fn folded_profile(st: &AppState, q: &Query) -> Result<crate::profile::Profile, AppError> {
     with_sources(st, q, |src| view::fold(q, src))?.map_err(switched_off)
 }
