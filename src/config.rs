@@ -58,6 +58,9 @@ pub struct RawConfig {
     /// `symbol_cache_mib = 64`: bytes of named addresses cached (kernel and
     /// files together; a full cache is emptied).
     pub symbol_cache_mib: Option<u64>,
+    /// `process_snapshot_mib = 16`: bytes of process mappings remembered
+    /// (so samples of exited processes are named); oldest dropped first.
+    pub process_snapshot_mib: Option<u64>,
     /// `unwind_table_budget_mib = 16`: bytes of unwind rows the BPF
     /// unwinder holds (kernel memory, allocated at start).
     pub unwind_table_budget_mib: Option<u64>,
@@ -103,6 +106,7 @@ impl RawConfig {
             perf_map_max_mib: other.perf_map_max_mib.or(self.perf_map_max_mib),
             perf_map_budget_mib: other.perf_map_budget_mib.or(self.perf_map_budget_mib),
             symbol_cache_mib: other.symbol_cache_mib.or(self.symbol_cache_mib),
+            process_snapshot_mib: other.process_snapshot_mib.or(self.process_snapshot_mib),
             unwind_table_budget_mib: other
                 .unwind_table_budget_mib
                 .or(self.unwind_table_budget_mib),
@@ -299,6 +303,9 @@ impl Config {
                 }
                 if let Some(m) = raw.symbol_cache_mib {
                     o.symbol_cache_bytes = (m.clamp(1, 65536) << 20) as usize;
+                }
+                if let Some(m) = raw.process_snapshot_mib {
+                    o.snapshot_budget_bytes = (m.clamp(1, 65536) << 20) as usize;
                 }
                 o
             },

@@ -76,6 +76,9 @@ struct DaemonArgs {
     /// Named addresses cached (kernel and files), MiB [default: 64].
     #[arg(long)]
     symbol_cache_mib: Option<u64>,
+    /// Process mappings remembered (to name samples of exited processes), MiB [default: 16].
+    #[arg(long)]
+    process_snapshot_mib: Option<u64>,
     /// Record off-CPU time [default: true].
     #[arg(long)]
     offcpu: Option<bool>,
@@ -245,6 +248,7 @@ fn run_daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         perf_map_max_mib: args.perf_map_max_mib,
         perf_map_budget_mib: args.perf_map_budget_mib,
         symbol_cache_mib: args.symbol_cache_mib,
+        process_snapshot_mib: args.process_snapshot_mib,
         offcpu: args.offcpu,
         wakeup: args.wakeup,
         offwake: args.offwake,

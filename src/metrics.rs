@@ -255,7 +255,7 @@ impl Metrics {
         let collector_faults = Family::<MissLabel, Counter>::default();
         registry.register(
             "collector_faults",
-            "Collector trouble that loses no sample but delays or degrades it: new-process notices dropped (maps read late), events drains failed (retried next drain)",
+            "Collector trouble that loses no sample but delays or degrades it: new-process notices dropped (maps read late), events drains failed (retried next drain), process snapshots halved for their byte budget",
             collector_faults.clone(),
         );
         let memory = Family::<MapLabel, Gauge>::default();
@@ -345,6 +345,7 @@ impl Metrics {
                 prev_m.anon_no_perf_map,
             ),
             ("elf_error", misses.elf_error, prev_m.elf_error),
+            ("elf_timeout", misses.elf_timeout, prev_m.elf_timeout),
             ("no_symbol", misses.no_symbol, prev_m.no_symbol),
             (
                 "kernel_no_symbol",
@@ -379,6 +380,15 @@ impl Metrics {
                 misses
                     .perf_maps_evicted
                     .saturating_sub(prev_m.perf_maps_evicted),
+            );
+        self.collector_faults
+            .get_or_create(&MissLabel {
+                reason: "process_snapshots_halved".into(),
+            })
+            .inc_by(
+                misses
+                    .snapshots_evicted
+                    .saturating_sub(prev_m.snapshots_evicted),
             );
         *last = (*counters, misses.clone(), missing_stacks_total, kept);
     }

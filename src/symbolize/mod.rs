@@ -12,6 +12,7 @@
 //! frames by (device, inode, file offset). A restarted binary, an exec or a
 //! reused pid therefore cannot inherit another program's names.
 
+mod elf_worker;
 pub mod perfmap;
 mod procmaps;
 pub mod untrusted;
@@ -24,8 +25,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use blazesym::MaybeDefault;
-use blazesym::symbolize::source::{Elf, Kernel, Source};
+use blazesym::symbolize::source::{Kernel, Source};
 use blazesym::symbolize::{Input, Symbolized};
+use elf_worker::Reply;
 
 use crate::collect::{Pid, RawSample, RawStack, StackEnd, Tid};
 use perfmap::PerfMap;
@@ -147,6 +149,9 @@ pub struct Misses {
     pub anon_no_perf_map: u64,
     /// The ELF file could not be read or parsed.
     pub elf_error: u64,
+    /// Reading the ELF file took longer than its deadline (a stalled
+    /// filesystem); see `elf_worker`.
+    pub elf_timeout: u64,
     /// The ELF file has no symbol for the address.
     pub no_symbol: u64,
     /// kallsyms has no symbol for the address (or is unreadable).
@@ -157,6 +162,8 @@ pub struct Misses {
     pub perf_map_refused: std::collections::BTreeMap<untrusted::Refusal, u64>,
     /// Perf maps dropped from the cache to stay within its byte budget.
     pub perf_maps_evicted: u64,
+    /// Times the process snapshots were halved to stay within their budget.
+    pub snapshots_evicted: u64,
 }
 
 /// Options of the [`Symbolizer`].
@@ -176,6 +183,9 @@ pub struct SymbolizerOptions {
     /// hold, estimated at [`CACHED_FRAME_BYTES`] an entry (default
     /// [`defaults::SYMBOL_CACHE_BYTES`]); a full cache is emptied.
     pub symbol_cache_bytes: usize,
+    /// Bytes of process-mapping snapshots kept (default
+    /// [`defaults::SNAPSHOT_BUDGET_BYTES`]); the oldest half goes when full.
+    pub snapshot_budget_bytes: usize,
 }
 
 /// Defaults of [`SymbolizerOptions`].
@@ -187,6 +197,9 @@ pub mod defaults {
     pub const PERF_MAP_BUDGET_BYTES: usize = 64 << 20;
     /// Bytes of the symbol caches, both together.
     pub const SYMBOL_CACHE_BYTES: usize = 64 << 20;
+    /// Bytes of process-mapping snapshots: 16 MiB is about 20 000
+    /// processes of 10 mappings.
+    pub const SNAPSHOT_BUDGET_BYTES: usize = 16 << 20;
 }
 
 impl Default for SymbolizerOptions {
@@ -196,6 +209,7 @@ impl Default for SymbolizerOptions {
             perf_map_max_file_bytes: defaults::PERF_MAP_MAX_FILE_BYTES,
             perf_map_budget_bytes: defaults::PERF_MAP_BUDGET_BYTES,
             symbol_cache_bytes: defaults::SYMBOL_CACHE_BYTES,
+            snapshot_budget_bytes: defaults::SNAPSHOT_BUDGET_BYTES,
         }
     }
 }
@@ -223,10 +237,9 @@ struct MapsSnapshot {
     maps: Arc<ProcessMaps>,
     comm: Option<Arc<str>>,
     taken: Instant,
+    /// Estimated heap bytes ([`ProcessMaps::approx_bytes`] and the name).
+    bytes: usize,
 }
-
-/// Processes whose mappings are remembered; beyond this the oldest half goes.
-pub const MAX_SNAPSHOTS: usize = 8192;
 /// How long a new process's mappings keep being re-read.
 pub const RECENT_REFRESH: Duration = Duration::from_secs(2);
 /// New processes tracked for refresh at once.
@@ -243,6 +256,9 @@ pub struct Symbolizer {
     kernel_cache: HashMap<u64, Arc<[Frame]>>,
     file_cache: HashMap<(FileId, u64), Arc<[Frame]>>,
     elf_last_used: HashMap<PathBuf, Instant>,
+    elf: elf_worker::ElfWorker,
+    /// Estimated bytes of `snapshots`.
+    snapshot_bytes: usize,
     perf_maps: HashMap<Pid, CachedPerfMap>,
     /// Bytes the cached perf maps hold.
     perf_map_bytes: usize,
@@ -305,6 +321,7 @@ impl Symbolizer {
         };
         Self {
             snapshots: HashMap::new(),
+            snapshot_bytes: 0,
             recent: Vec::new(),
             modules: HashMap::new(),
             blaze: blazesym::symbolize::Symbolizer::builder()
@@ -317,6 +334,7 @@ impl Symbolizer {
             kernel_cache: HashMap::new(),
             file_cache: HashMap::new(),
             elf_last_used: HashMap::new(),
+            elf: elf_worker::ElfWorker::new(),
             perf_maps: HashMap::new(),
             perf_map_bytes: 0,
             options,
@@ -332,15 +350,11 @@ impl Symbolizer {
     /// Bytes the symbolizer's caches hold, roughly: (perf maps, symbol
     /// caches, process snapshots). The symbol caches are bounded by entries
     /// (half of `symbol_cache_bytes` each, emptied when full) and counted at
-    /// [`CACHED_FRAME_BYTES`] an entry; snapshots by [`MAX_SNAPSHOTS`].
+    /// [`CACHED_FRAME_BYTES`] an entry; snapshots by
+    /// [`SymbolizerOptions::snapshot_budget_bytes`].
     pub fn cache_bytes(&self) -> (usize, usize, usize) {
         let symbols = (self.kernel_cache.len() + self.file_cache.len()) * CACHED_FRAME_BYTES;
-        let snapshots: usize = self
-            .snapshots
-            .values()
-            .map(|s| 64 + s.maps.mappings().len() * 96)
-            .sum();
-        (self.perf_map_bytes, symbols, snapshots)
+        (self.perf_map_bytes, symbols, self.snapshot_bytes)
     }
 
     /// Addresses that could not be named so far, by reason.
@@ -381,18 +395,32 @@ impl Symbolizer {
             return None;
         }
         let maps = Arc::new(maps);
-        if self.snapshots.len() >= MAX_SNAPSHOTS {
+        let comm = read_process_comm(pid);
+        // Key, value, map slot, and the name.
+        let bytes = maps.approx_bytes() + 96 + comm.as_ref().map_or(0, |c| c.len());
+        if let Some(old) = self.snapshots.remove(&pid) {
+            self.snapshot_bytes -= old.bytes;
+        }
+        if self.snapshot_bytes + bytes > self.options.snapshot_budget_bytes
+            && !self.snapshots.is_empty()
+        {
+            // The oldest half goes: the processes least likely to have
+            // samples still to name.
             let mut ages: Vec<Instant> = self.snapshots.values().map(|s| s.taken).collect();
             ages.sort_unstable();
             let cutoff = ages[ages.len() / 2];
             self.snapshots.retain(|_, s| s.taken > cutoff);
+            self.snapshot_bytes = self.snapshots.values().map(|s| s.bytes).sum();
+            self.misses.snapshots_evicted += 1;
         }
+        self.snapshot_bytes += bytes;
         self.snapshots.insert(
             pid,
             MapsSnapshot {
                 maps: maps.clone(),
-                comm: read_process_comm(pid),
+                comm,
                 taken: now,
+                bytes,
             },
         );
         Some(maps)
@@ -642,72 +670,71 @@ impl Symbolizer {
         }
         for (id, (idx, items)) in per_file {
             let m = &maps.mappings()[idx];
-            let (path, scratch) = maps.elf_path(pid, m);
             let module = m.module_name();
-            let module_info = self.module_info(id, m, &path);
-            let offsets: Vec<u64> = items.iter().map(|&(_, off)| off).collect();
-            let src = Source::Elf(Elf::new(path.clone()));
-            let results = self.blaze.symbolize(&src, Input::FileOffset(&offsets));
+            let shown: Arc<str> = match &m.kind {
+                MappingKind::File { path, .. } => Arc::from(path.display().to_string()),
+                _ => Arc::from(module.as_str()),
+            };
+            let request = elf_worker::Request {
+                pid,
+                mapping: m.clone(),
+                shown,
+                offsets: items.iter().map(|&(_, off)| off).collect(),
+                module: self.modules.get(&id).cloned(),
+            };
+            // Off this thread and under a deadline: the file may be on a
+            // filesystem that never answers (see elf_worker).
+            let reply = self.elf.symbolize(id, request);
+            if let Ok(r) = &reply {
+                if self.modules.len() >= MAX_CACHED_ADDRS {
+                    self.modules.clear();
+                }
+                self.modules.insert(id, r.module.clone());
+            }
             for (i, &(addr, offset)) in items.iter().enumerate() {
-                let frames = match &results {
-                    Ok(r) => match r.get(i) {
-                        Some(Symbolized::Sym(sym)) => frames_of_sym(sym, &module_info),
-                        _ => {
-                            self.misses.no_symbol += 1;
+                let frames = match &reply {
+                    Ok(r) => match &r.frames {
+                        Ok(f) => match f.get(i) {
+                            Some(Some(frames)) => frames.clone(),
+                            _ => {
+                                self.misses.no_symbol += 1;
+                                single(format!("{module}+0x{offset:x}"), FrameKind::User)
+                            }
+                        },
+                        Err(_) => {
+                            self.misses.elf_error += 1;
                             single(format!("{module}+0x{offset:x}"), FrameKind::User)
                         }
                     },
                     Err(_) => {
-                        self.misses.elf_error += 1;
+                        self.misses.elf_timeout += 1;
                         single(format!("{module}+0x{offset:x}"), FrameKind::User)
                     }
                 };
-                self.file_cache.insert((id, offset), frames.clone());
+                // Names of a slow file are not cached: they are cheap to
+                // make again, and the file stays marked slow.
+                if reply.is_ok() {
+                    self.file_cache.insert((id, offset), frames.clone());
+                }
                 out.insert(addr, frames);
             }
-            if let Err(e) = &results {
-                tracing::debug!("symbolizing {} of pid {pid} failed: {e}", path.display());
-            }
-            if scratch {
-                // A /proc/PID/map_files path is good only while this process
-                // lives: don't let blazesym's cache keep it.
-                let _ = self.blaze.evict(&blazesym::symbolize::evict::Evict::Elf(
-                    blazesym::symbolize::evict::Elf::new(path),
-                ));
-            } else {
-                self.elf_last_used.insert(path, now);
+            match reply {
+                Ok(Reply {
+                    frames: Err(e),
+                    path,
+                    ..
+                }) => tracing::debug!("symbolizing {} of pid {pid} failed: {e}", path.display()),
+                Ok(Reply {
+                    path,
+                    scratch: false,
+                    ..
+                }) => {
+                    self.elf_last_used.insert(path, now);
+                }
+                _ => {}
             }
         }
         out
-    }
-
-    /// Path and build id of a mapped file, cached by file identity.
-    fn module_info(
-        &mut self,
-        id: FileId,
-        m: &procmaps::Mapping,
-        path: &std::path::Path,
-    ) -> Arc<Module> {
-        if let Some(mi) = self.modules.get(&id) {
-            return mi.clone();
-        }
-        let build_id = blazesym::helper::read_elf_build_id(&path)
-            .ok()
-            .flatten()
-            .map(|b| Arc::from(b.iter().map(|x| format!("{x:02x}")).collect::<String>()));
-        let shown = match &m.kind {
-            MappingKind::File { path, .. } => path.display().to_string(),
-            _ => m.module_name(),
-        };
-        let mi = Arc::new(Module {
-            path: Arc::from(shown),
-            build_id,
-        });
-        if self.modules.len() >= MAX_CACHED_ADDRS {
-            self.modules.clear();
-        }
-        self.modules.insert(id, mi.clone());
-        mi
     }
 
     /// The perf map of `pid`, read safely (see [`untrusted`]): parsed
@@ -808,6 +835,7 @@ impl Symbolizer {
     fn evict_idle(&mut self, now: Instant) {
         self.snapshots
             .retain(|_, s| now.duration_since(s.taken) < IDLE_EVICT);
+        self.snapshot_bytes = self.snapshots.values().map(|s| s.bytes).sum();
         self.perf_maps
             .retain(|_, c| now.duration_since(c.last_used) < IDLE_EVICT);
         let idle: Vec<PathBuf> = self
@@ -818,9 +846,7 @@ impl Symbolizer {
             .collect();
         for path in idle {
             self.elf_last_used.remove(&path);
-            let _ = self.blaze.evict(&blazesym::symbolize::evict::Evict::Elf(
-                blazesym::symbolize::evict::Elf::new(path),
-            ));
+            self.elf.evict(path);
         }
     }
 }

@@ -86,6 +86,20 @@ impl ProcessMaps {
         Ok(Self { mappings })
     }
 
+    /// Estimated heap bytes.
+    pub(crate) fn approx_bytes(&self) -> usize {
+        self.mappings
+            .iter()
+            .map(|m| {
+                std::mem::size_of::<Mapping>()
+                    + match &m.kind {
+                        MappingKind::File { path, .. } => path.as_os_str().len(),
+                        MappingKind::Special(s) | MappingKind::Anon(s) => s.len(),
+                    }
+            })
+            .sum()
+    }
+
     pub(crate) fn mappings(&self) -> &[Mapping] {
         &self.mappings
     }
@@ -99,26 +113,26 @@ impl ProcessMaps {
         let m = &self.mappings[idx];
         (addr < m.end).then_some((idx, m))
     }
+}
 
-    /// A path blazesym can open for a file mapping, and whether it is a
-    /// per-process scratch path. The host path is used when it is the very
-    /// file mapped (same device and inode), so blazesym's parse of libc is
-    /// shared by every process; otherwise (another mount namespace, a
-    /// deleted or replaced file) `/proc/PID/map_files/`, valid while the
-    /// process lives.
-    pub(crate) fn elf_path(&self, pid: Pid, m: &Mapping) -> (PathBuf, bool) {
-        if let MappingKind::File { id, path } = &m.kind
-            && let Ok(md) = std::fs::metadata(path)
-            && md.dev() == id.dev
-            && md.ino() == id.ino
-        {
-            return (path.clone(), false);
-        }
-        (
-            Path::new(&format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)).to_path_buf(),
-            true,
-        )
+/// A path blazesym can open for a file mapping, and whether it is a
+/// per-process scratch path. The host path is used when it is the very
+/// file mapped (same device and inode), so blazesym's parse of libc is
+/// shared by every process; otherwise (another mount namespace, a
+/// deleted or replaced file) `/proc/PID/map_files/`, valid while the
+/// process lives.
+pub(crate) fn elf_path(pid: Pid, m: &Mapping) -> (PathBuf, bool) {
+    if let MappingKind::File { id, path } = &m.kind
+        && let Ok(md) = std::fs::metadata(path)
+        && md.dev() == id.dev
+        && md.ino() == id.ino
+    {
+        return (path.clone(), false);
     }
+    (
+        Path::new(&format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)).to_path_buf(),
+        true,
+    )
 }
 
 /// The process's pid inside its own pid namespace (last `NSpid` value).

@@ -133,6 +133,58 @@ fn hostile_perf_maps_do_not_stall_sampling() {
     }
 }
 
+/// A binary whose reads never return (a FUSE daemon that does not answer;
+/// test hook `EMBERD_TEST_STALL_ELF`): its frames stay `module+0xoffset`,
+/// counted as `elf_timeout`, while other processes' frames are named, drains
+/// go on, and SIGTERM still ends the daemon within 5 s.
+#[test]
+fn stalled_binary_does_not_stall_the_collector() {
+    require_root();
+    let bin = build_c_with("cpu_70_30", "stalled-fs", DEBIAN_CFLAGS);
+    let mut d = Daemon::start(&[], &[("EMBERD_TEST_STALL_ELF", "/stalled-fs/")]);
+    let other = build_c("cpu_70_30");
+    let _stalled = Workload::spawn(Command::new(&bin).arg("12"));
+    let _named = Workload::spawn(Command::new(&other).arg("12"));
+    wait(7000);
+    assert_eq!(d.get("/readyz").status, 200, "drains stopped");
+    let text = d.get("/folded?seconds=4&group=pid").text();
+    let p = parse_folded(&text);
+    let (w_stalled, w_named) = (_stalled.pid().to_string(), _named.pid().to_string());
+    let of = |pid: &str, pred: &dyn Fn(&[&str]) -> bool| {
+        sum_where(&p, |f| {
+            f.first().is_some_and(|r| r.ends_with(&format!("-{pid}"))) && pred(f)
+        })
+    };
+    assert!(
+        of(&w_named, &|f| f.contains(&"hot_a")) > 100,
+        "the other process's frames should be named:\n{}",
+        top(&p, 8)
+    );
+    assert!(
+        of(&w_stalled, &|f| f
+            .iter()
+            .any(|x| x.starts_with("cpu_70_30+0x")))
+            > 100,
+        "the stalled binary's frames should read cpu_70_30+0x...:\n{}",
+        top(&p, 8)
+    );
+    assert_eq!(of(&w_stalled, &|f| f.contains(&"hot_a")), 0);
+    let m = d.get("/metrics").text();
+    assert!(
+        metric(&m, "emberd_symbolize_misses_total{reason=\"elf_timeout\"}") > 0.0,
+        "elf_timeout not counted"
+    );
+    let t0 = Instant::now();
+    d.terminate();
+    while d.child.try_wait().unwrap().is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "SIGTERM took over 5 s"
+        );
+        wait(50);
+    }
+}
+
 /// A collector that hangs (test hook): `/readyz` turns 503 within 5 s while
 /// `/healthz` still answers, and SIGTERM still ends the daemon within 5 s.
 #[test]
