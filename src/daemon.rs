@@ -387,6 +387,9 @@ fn collect_loop(
             add(&mut st.write().unwrap_or_else(|e| e.into_inner()), &samples);
         }
         metrics.observe_store(&totals, dropped_before);
+        if let Some(t) = batch.started {
+            metrics.observe_drain_time(t.elapsed());
+        }
         // Large renderings free big buffers; hand the memory back to the
         // system instead of keeping the peak resident.
         #[cfg(target_env = "gnu")]

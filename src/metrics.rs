@@ -108,6 +108,7 @@ pub struct Metrics {
     store_dropped: Counter,
     requests: Family<RouteCode, Counter>,
     latency: Family<RouteLabel, Histogram>,
+    drain: Histogram,
     rss: Gauge,
     cpu_seconds: Gauge<f64, AtomicU64>,
     hook_runs: Family<HookLabel, Counter>,
@@ -193,6 +194,12 @@ impl Metrics {
         let latency = Family::<RouteLabel, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.001, 2.0, 14))
         });
+        let drain = Histogram::new(exponential_buckets(0.001, 2.0, 14));
+        registry.register(
+            "drain_duration_seconds",
+            "Time of one drain: reading and clearing the BPF maps, naming the stacks, adding them to the stores",
+            drain.clone(),
+        );
         registry.register(
             "http_request_duration_seconds",
             "HTTP request latency per route",
@@ -288,6 +295,7 @@ impl Metrics {
             store_dropped,
             requests,
             latency,
+            drain,
             rss,
             cpu_seconds,
             last: Mutex::new(Default::default()),
@@ -565,6 +573,11 @@ impl Metrics {
         self.observe_store_gauges(stats);
         self.store_dropped
             .inc_by(stats.dropped_for_budget.saturating_sub(dropped_before));
+    }
+
+    /// Records how long one drain took.
+    pub fn observe_drain_time(&self, took: std::time::Duration) {
+        self.drain.observe(took.as_secs_f64());
     }
 
     /// Updates the store gauges only.

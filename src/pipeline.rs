@@ -34,6 +34,8 @@ pub struct Batch {
     pub keys: usize,
     /// Named off-CPU, wakeup, off-wake and page-fault aggregates.
     pub events: Vec<(EventKind, SymbolizedSample)>,
+    /// When the drain started (after the wait for new processes).
+    pub started: Option<Instant>,
 }
 
 /// The sampler and the symbolizer, stepped together.
@@ -128,6 +130,7 @@ impl Pipeline {
             }
             std::thread::sleep(NEW_PROCESS_POLL.min(until - now));
         }
+        let started = Instant::now();
         let drain = self.sampler.drain()?;
         // The CPU batch is already out of the maps: a failed events drain
         // must not take it down too. Its own aggregates stay in their
@@ -147,6 +150,7 @@ impl Pipeline {
             missing_stacks: drain.missing_stacks,
             keys,
             events: self.symbolizer.symbolize_events(raw_events),
+            started: Some(started),
         })
     }
 
