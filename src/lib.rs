@@ -5,6 +5,7 @@ pub mod bpf;
 pub mod check;
 pub mod clock;
 pub mod collect;
+pub mod compare;
 pub mod config;
 pub mod daemon;
 pub mod metrics;

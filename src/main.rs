@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use emberd::check::{self, Status};
@@ -127,6 +128,59 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Differential flame graph of two folded files (from perf +
+    /// stackcollapse, another host, a nightly run), as difffolded.pl +
+    /// flamegraph.pl draw it, plus the before graph with vanished paths.
+    Diff(DiffArgs),
+    /// Flame graph animation of folded files, one phase each, in order.
+    Animate(AnimateArgs),
+}
+
+/// Options both comparisons take.
+#[derive(Debug, clap::Args)]
+struct CompareArgs {
+    /// Output: .svg for the graph, .folded (or .txt, or - for stdout) for
+    /// the columns (`stack v1 v2 ...`).
+    #[arg(long, short = 'o', required = true)]
+    output: PathBuf,
+    /// Turn 0x... literals into 0x... so unnamed addresses of two builds
+    /// match (difffolded.pl -x).
+    #[arg(long)]
+    strip_hex: bool,
+    /// Turn every number into N, for lambdas and JIT names with counters.
+    #[arg(long)]
+    strip_numbers: bool,
+    /// SVG title.
+    #[arg(long)]
+    title: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+struct DiffArgs {
+    /// The before profile (folded).
+    before: PathBuf,
+    /// The after profile (folded).
+    after: PathBuf,
+    #[command(flatten)]
+    common: CompareArgs,
+    /// Scale before to after's total (difffolded.pl -n).
+    #[arg(long, short = 'n')]
+    normalize: bool,
+    /// Swap the colours: blue for growth (flamegraph.pl --negate).
+    #[arg(long)]
+    negate: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct AnimateArgs {
+    /// Folded files, one per phase, in order.
+    #[arg(required = true, num_args = 1..=60)]
+    phases: Vec<PathBuf>,
+    #[command(flatten)]
+    common: CompareArgs,
+    /// Size each phase relative to its own total (else to the largest).
+    #[arg(long)]
+    relative: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -192,6 +246,8 @@ fn main() -> ExitCode {
         Some(Command::Record(args)) => run_record(args),
         Some(Command::Check) => run_check(),
         Some(Command::UnwindTables { files }) => run_unwind_tables(&files),
+        Some(Command::Diff(args)) => run_diff(args),
+        Some(Command::Animate(args)) => run_animate(args),
         None => run_daemon(cli.daemon),
     };
     match result {
@@ -305,6 +361,126 @@ fn run_unwind_tables(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Reads a folded file as flamegraph.pl does, telling stderr what it skipped.
+fn read_folded_file(path: &std::path::Path) -> anyhow::Result<emberd::profile::Profile> {
+    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let (profile, skipped) = emberd::render::folded::read_lenient(std::io::BufReader::new(f))
+        .with_context(|| format!("{}: not a folded profile", path.display()))?;
+    if skipped.malformed > 0 {
+        let first: Vec<String> = skipped.first.iter().map(ToString::to_string).collect();
+        eprintln!(
+            "emberd: {}: skipped {} malformed line(s) ({})",
+            path.display(),
+            skipped.malformed,
+            first.join("; ")
+        );
+    }
+    Ok(profile)
+}
+
+/// Whether `output` asks for SVG (else folded columns); an unknown extension
+/// is an error rather than a guess.
+fn wants_svg(output: &std::path::Path) -> anyhow::Result<bool> {
+    match output.extension().and_then(|e| e.to_str()) {
+        Some("svg") => Ok(true),
+        Some("folded" | "txt") => Ok(false),
+        _ if output.as_os_str() == "-" => Ok(false),
+        _ => anyhow::bail!(
+            "{}: the output must end in .svg (graph) or .folded (columns), or be - for stdout",
+            output.display()
+        ),
+    }
+}
+
+fn write_output(output: &std::path::Path, body: &[u8]) -> anyhow::Result<()> {
+    if output.as_os_str() == "-" {
+        use std::io::Write;
+        std::io::stdout().write_all(body)?;
+        return Ok(());
+    }
+    std::fs::write(output, body).with_context(|| format!("writing {}", output.display()))
+}
+
+fn rewrite_of(c: &CompareArgs) -> emberd::compare::Rewrite {
+    emberd::compare::Rewrite {
+        strip_hex: c.strip_hex,
+        strip_numbers: c.strip_numbers,
+    }
+}
+
+fn run_diff(args: DiffArgs) -> anyhow::Result<ExitCode> {
+    let svg = wants_svg(&args.common.output)?;
+    let before = read_folded_file(&args.before)?;
+    let after = read_folded_file(&args.after)?;
+    // Files: difffolded.pl's default (no normalization) unless -n.
+    let diff = emberd::compare::Diff::new(
+        &before,
+        &after,
+        rewrite_of(&args.common),
+        Some(args.normalize),
+        false,
+    );
+    let mut out = Vec::new();
+    if svg {
+        let name = |p: &std::path::Path| p.display().to_string();
+        let mut opts = emberd::render::diff::DiffSvgOptions::new(
+            args.common.title.clone().unwrap_or_else(|| {
+                format!(
+                    "Differential Flame Graph: {} vs {}",
+                    name(&args.before),
+                    name(&args.after)
+                )
+            }),
+            "samples",
+        );
+        opts.notes = diff.notes("samples", |v| v.to_string());
+        opts.negate = args.negate;
+        opts.before = name(&args.before);
+        opts.after = name(&args.after);
+        emberd::render::diff::write(&diff.series, &opts, &mut out)?;
+    } else {
+        diff.series.write_folded(&mut out)?;
+    }
+    write_output(&args.common.output, &out)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_animate(args: AnimateArgs) -> anyhow::Result<ExitCode> {
+    let svg = wants_svg(&args.common.output)?;
+    let profiles = args
+        .phases
+        .iter()
+        .map(|p| read_folded_file(p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let series = emberd::compare::Series::from_profiles(&profiles, rewrite_of(&args.common));
+    let mut out = Vec::new();
+    if svg {
+        let labels: Vec<String> = args
+            .phases
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        let mut opts = emberd::render::animation::AnimationOptions::new(
+            args.common
+                .title
+                .clone()
+                .unwrap_or_else(|| "Flame Graph Animation".to_owned()),
+            labels,
+            "samples",
+        );
+        opts.subtitle = Some(format!(
+            "{} phases; outlined red: growing into the next phase, blue: shrinking",
+            args.phases.len()
+        ));
+        opts.relative = args.relative;
+        emberd::render::animation::write(&series, &opts, &mut out)?;
+    } else {
+        series.write_folded(&mut out)?;
+    }
+    write_output(&args.common.output, &out)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_check() -> anyhow::Result<ExitCode> {

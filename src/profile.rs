@@ -165,3 +165,13 @@ impl Profile {
         v
     }
 }
+
+/// A profile from `(folded stack, value)` pairs, for unit tests.
+#[cfg(test)]
+pub(crate) fn test_profile(lines: &[(&str, u64)]) -> Profile {
+    let mut p = Profile::new();
+    for (s, v) in lines {
+        p.add(FoldedStack::from_frames(s.split(';')), *v);
+    }
+    p
+}

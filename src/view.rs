@@ -76,6 +76,16 @@ pub fn fold(q: &Query, src: Sources<'_>) -> Result<Profile, Event> {
     Ok(profile)
 }
 
+/// How an event's folded values are shown: the unit's name and the factor
+/// from folded units (microseconds for time events, shown as ms).
+pub fn display_unit(event: Event) -> (&'static str, f64) {
+    match event {
+        Event::Cpu => ("samples", 1.0),
+        Event::PageFault => ("pages", 1.0),
+        _ => ("ms", 0.001),
+    }
+}
+
 /// SVG options for `q` over `profile`: title naming event, unit, host and
 /// window, the event's palette, and flamegraph.pl's options from the query.
 pub fn svg_options(q: &Query, profile: &Profile, host: &str, frequency_hz: u64) -> SvgOptions {
@@ -87,11 +97,7 @@ pub fn svg_options(q: &Query, profile: &Profile, host: &str, frequency_hz: u64) 
         };
         format!("{}: {host}, {} s{freq}", q.event.title(), q.seconds)
     });
-    let count_name = match q.event {
-        Event::Cpu => "samples",
-        Event::PageFault => "pages",
-        _ => "ms",
-    };
+    let (count_name, factor) = display_unit(q.event);
     let mut opts = SvgOptions::new(title, count_name);
     opts.subtitle = Some(if profile.is_empty() {
         "no samples in this window".to_owned()
@@ -100,10 +106,7 @@ pub fn svg_options(q: &Query, profile: &Profile, host: &str, frequency_hz: u64) 
     } else {
         format!("{} stacks, grouped by {}", profile.len(), q.group)
     });
-    if q.event.is_time() {
-        // Folded values are microseconds; show milliseconds.
-        opts.factor = 0.001;
-    }
+    opts.factor = factor;
     opts.palette = Some(q.svg.colors.unwrap_or_else(|| q.event.palette()));
     opts.cold_suffix = (q.event == Event::HotCold).then_some(COLD_SUFFIX);
     opts.hash = q.svg.hash;

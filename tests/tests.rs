@@ -8,6 +8,9 @@ mod common;
 
 /// The command line: errors a user would hit, `check`, SVG output.
 mod cli;
+/// Change over time: differential flame graphs and animations, from the
+/// history and from files, in a real browser.
+mod compare;
 /// CPU profiles of native code: proportions, kernel frames, short-lived processes.
 mod cpu;
 /// The daemon: HTTP API, real clients (go tool pprof, Prometheus), signals.

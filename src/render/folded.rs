@@ -23,7 +23,7 @@ pub fn write<W: Write>(profile: &Profile, mut w: W) -> io::Result<()> {
 }
 
 /// A folded line that does not parse.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[error("line {line}: {reason}")]
 pub struct ParseError {
     /// 1-based line number.
@@ -68,6 +68,124 @@ pub fn read<R: BufRead>(mut r: R) -> Result<Profile, Box<dyn std::error::Error +
         profile.add(stack, value);
     }
     Ok(profile)
+}
+
+/// What [`read_lenient`] skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Skipped {
+    /// Lines that are not `stack value` (counted, not fatal).
+    pub malformed: usize,
+    /// The first few of them, with why.
+    pub first: Vec<ParseError>,
+    /// Comment (`#`) and blank lines.
+    pub comments: usize,
+}
+
+/// Why a file is not folded text at all.
+#[derive(Debug, thiserror::Error)]
+pub enum NotFolded {
+    /// Reading failed.
+    #[error("reading: {0}")]
+    Io(#[from] io::Error),
+    /// Bytes that are no text (NUL bytes or invalid UTF-8 early on).
+    #[error(
+        "this is binary data, not folded text (perf.data? run `perf script | inferno-collapse-perf` first)"
+    )]
+    Binary,
+    /// Lines, none of which is folded.
+    #[error("no line is folded text (`frame;frame;... COUNT`): {0}")]
+    NoFoldedLine(ParseError),
+}
+
+/// Reads folded text as flamegraph.pl does: blank and `#` lines skipped,
+/// malformed lines counted and skipped (not fatal), values of repeated
+/// stacks added (saturating). Only a file that is not folded text at all
+/// (binary data, or lines none of which parses) is an error. Values may
+/// carry a fraction (`12.0`), rounded, as difffolded.pl accepts them.
+pub fn read_lenient<R: BufRead>(mut r: R) -> Result<(Profile, Skipped), NotFolded> {
+    const KEPT_ERRORS: usize = 5;
+    let mut sums: HashMap<FoldedStack, u64> = HashMap::new();
+    let mut skipped = Skipped::default();
+    let mut buf = Vec::new();
+    let (mut number, mut good) = (0usize, 0usize);
+    loop {
+        buf.clear();
+        if r.read_until(b'\n', &mut buf)? == 0 {
+            break;
+        }
+        number += 1;
+        let Ok(line) = std::str::from_utf8(&buf) else {
+            if good == 0 && number <= 4 {
+                return Err(NotFolded::Binary);
+            }
+            skipped.malformed += 1;
+            if skipped.first.len() < KEPT_ERRORS {
+                skipped.first.push(ParseError {
+                    line: number,
+                    reason: "not UTF-8",
+                });
+            }
+            continue;
+        };
+        if line.contains('\0') && good == 0 {
+            return Err(NotFolded::Binary);
+        }
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            skipped.comments += 1;
+            continue;
+        }
+        match parse_lenient_line(line) {
+            Ok((stack, value)) => {
+                good += 1;
+                let sum = sums
+                    .entry(FoldedStack::from_frames(stack.split(';')))
+                    .or_insert(0);
+                *sum = sum.saturating_add(value);
+            }
+            Err(reason) => {
+                skipped.malformed += 1;
+                if skipped.first.len() < KEPT_ERRORS {
+                    skipped.first.push(ParseError {
+                        line: number,
+                        reason,
+                    });
+                }
+            }
+        }
+    }
+    if good == 0 && skipped.malformed > 0 {
+        return Err(NotFolded::NoFoldedLine(skipped.first[0].clone()));
+    }
+    let mut profile = Profile::new();
+    for (stack, value) in sums {
+        profile.add(stack, value);
+    }
+    Ok((profile, skipped))
+}
+
+/// `stack value` split at the last run of blanks (space or tab); the value
+/// a whole number or one with a fraction.
+fn parse_lenient_line(line: &str) -> Result<(&str, u64), &'static str> {
+    let cut = line.rfind([' ', '\t']).ok_or("no value after the stack")?;
+    let (stack, value) = (line[..cut].trim_end(), &line[cut + 1..]);
+    if stack.is_empty() {
+        return Err("empty stack");
+    }
+    let v = match value.parse::<u64>() {
+        Ok(v) => v,
+        Err(_) => match value.parse::<f64>() {
+            Ok(f)
+                if f.is_finite()
+                    && f >= 0.0
+                    && value.bytes().all(|b| b.is_ascii_digit() || b == b'.') =>
+            {
+                f.round().min(u64::MAX as f64) as u64
+            }
+            _ => return Err("the value is not a number"),
+        },
+    };
+    Ok((stack, v))
 }
 
 fn parse_line(line: &str) -> Result<(&str, u64), &'static str> {
@@ -121,6 +239,27 @@ mod tests {
         assert_eq!(err.to_string(), "line 2: no value after the stack");
         let err = read("a;b x\n".as_bytes()).unwrap_err();
         assert_eq!(err.to_string(), "line 1: the value is not a whole number");
+    }
+
+    #[test]
+    fn lenient_reading_skips_and_counts() {
+        let text = "# comment\n\nmain;a 3\nmain;b\t2\ngarbage\nmain;a 1.0\n;; x\n";
+        let (p, skipped) = read_lenient(text.as_bytes()).unwrap();
+        assert_eq!(p.total(), 6);
+        assert_eq!(p.len(), 2);
+        assert_eq!(skipped.malformed, 2);
+        assert_eq!(skipped.comments, 2);
+        assert_eq!(skipped.first[0].line, 5);
+        assert!(matches!(
+            read_lenient("hello world\nfoo bar\n".as_bytes()),
+            Err(NotFolded::NoFoldedLine(_))
+        ));
+        assert!(matches!(
+            read_lenient(&b"PERFILE2\0\0\x01\xff\n"[..]),
+            Err(NotFolded::Binary)
+        ));
+        let (empty, _) = read_lenient(&b""[..]).unwrap();
+        assert!(empty.is_empty());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! blocking thread, so a large query never holds up the drain. Connection
 //! limits (header timeout, connection cap) live in [`conn`].
 
+mod compare;
 pub mod conn;
 
 use std::collections::HashMap;
@@ -68,18 +69,35 @@ impl Rendered {
     fn response(&self) -> Response {
         let mut resp = Response::new(Body::from(self.body.clone()));
         for (k, v) in &self.headers {
-            resp.headers_mut().insert(k.clone(), v.clone());
+            // Append: a route may send several notes.
+            resp.headers_mut().append(k.clone(), v.clone());
         }
         resp
     }
 }
 
-/// Answers from the cache, rendering with `render` on a miss.
+/// Renders on a blocking thread, at most [`MAX_CONCURRENT_RENDERS`] at once.
+async fn render_now<F>(st: &AppState, render: F) -> Result<Rendered, AppError>
+where
+    F: FnOnce() -> Result<Rendered, AppError> + Send + 'static,
+{
+    let _permit = st
+        .renders
+        .acquire()
+        .await
+        .map_err(|e| AppError::Internal(e.to_string()))?;
+    tokio::task::spawn_blocking(render)
+        .await
+        .map_err(|e| AppError::Internal(e.to_string()))?
+}
+
+/// Answers from the cache, rendering with `render` on a miss. `span` is the
+/// time the query covers (relative times in `raw` move with the clock).
 async fn cached<F>(
     st: &AppState,
     route: &'static str,
     raw: &str,
-    q: &Query,
+    span: (u64, u64),
     render: F,
 ) -> Result<Response, AppError>
 where
@@ -92,8 +110,8 @@ where
     let key = CacheKey {
         route,
         query: raw.to_owned(),
-        from: q.selection.from,
-        to: q.selection.to,
+        from: span.0,
+        to: span.1,
     };
     let cell = {
         let mut cache = st.cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -107,18 +125,7 @@ where
         }
         cache.entries.entry(key.clone()).or_default().clone()
     };
-    let rendered = cell
-        .get_or_try_init(|| async {
-            let _permit = st
-                .renders
-                .acquire()
-                .await
-                .map_err(|e| AppError::Internal(e.to_string()))?;
-            tokio::task::spawn_blocking(render)
-                .await
-                .map_err(|e| AppError::Internal(e.to_string()))?
-        })
-        .await?;
+    let rendered = cell.get_or_try_init(|| render_now(st, render)).await?;
     let resp = rendered.response();
     let size = rendered.body.len();
     let mut cache = st.cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -361,6 +368,24 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/flamegraph.svg", get(flamegraph))
         .route("/folded", get(folded))
+        .route(
+            "/diff.svg",
+            get(compare::diff_svg)
+                .post(compare::diff_svg_baseline)
+                .layer(axum::extract::DefaultBodyLimit::max(
+                    compare::MAX_BASELINE_BYTES,
+                )),
+        )
+        .route(
+            "/diff.folded",
+            get(compare::diff_folded)
+                .post(compare::diff_folded_baseline)
+                .layer(axum::extract::DefaultBodyLimit::max(
+                    compare::MAX_BASELINE_BYTES,
+                )),
+        )
+        .route("/animation.svg", get(compare::animation_svg))
+        .route("/animation.folded", get(compare::animation_folded))
         .route("/debug/pprof/profile", get(pprof_profile))
         .route("/debug/pprof/{event}", get(pprof_event))
         .route("/metrics", get(metrics))
@@ -391,7 +416,7 @@ async fn observe(State(st): State<AppState>, req: Request, next: Next) -> Respon
 async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
-        "no such route; emberd serves /flamegraph.svg, /folded, /debug/pprof/profile, /metrics, /healthz, /readyz\n",
+        "no such route; emberd serves /flamegraph.svg, /folded, /diff.svg, /diff.folded, /animation.svg, /animation.folded, /debug/pprof/profile, /metrics, /healthz, /readyz\n",
     )
         .into_response()
 }
@@ -454,7 +479,8 @@ async fn answer(
     let raw = raw.unwrap_or_default();
     let q = parse_query(&raw, &st)?;
     let (st2, q2) = (st.clone(), q.clone());
-    cached(&st, route, &raw, &q, move || render(&st2, &q2)).await
+    let span = (q.selection.from, q.selection.to);
+    cached(&st, route, &raw, span, move || render(&st2, &q2)).await
 }
 
 async fn folded(State(st): State<AppState>, RawQuery(raw): RawQuery) -> Result<Response, AppError> {

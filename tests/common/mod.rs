@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use emberd::profile::Profile;
 
+pub mod browser;
+
 /// Fails the test with a clear message unless it can load BPF programs.
 pub fn require_root() {
     let euid = nix::unistd::geteuid();

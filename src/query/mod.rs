@@ -12,6 +12,8 @@ use regex::{Regex, RegexBuilder};
 use crate::profile::{FoldedStack, Grouping, Profile};
 use crate::store::{QueryResult, Selection};
 
+pub mod compare;
+
 /// Longest regex accepted, in bytes.
 pub const MAX_REGEX_LEN: usize = 1024;
 /// Compiled-size limit of a regex, so that no query can stall the server.
@@ -32,7 +34,7 @@ pub struct QueryError {
     pub reason: String,
 }
 
-fn bad(param: &str, reason: impl Into<String>) -> QueryError {
+pub(crate) fn bad(param: &str, reason: impl Into<String>) -> QueryError {
     QueryError {
         param: param.to_owned(),
         reason: reason.into(),
@@ -373,7 +375,7 @@ impl Query {
     }
 }
 
-fn parse_u64(param: &str, v: &str) -> Result<u64, QueryError> {
+pub(crate) fn parse_u64(param: &str, v: &str) -> Result<u64, QueryError> {
     v.parse()
         .map_err(|_| bad(param, format!("{v:?} is not a whole number")))
 }
@@ -383,7 +385,7 @@ fn parse_u32(param: &str, v: &str) -> Result<u32, QueryError> {
         .map_err(|_| bad(param, format!("{v:?} is not a process or thread id")))
 }
 
-fn parse_bool(param: &str, v: &str) -> Result<bool, QueryError> {
+pub(crate) fn parse_bool(param: &str, v: &str) -> Result<bool, QueryError> {
     match v {
         "1" | "true" | "yes" | "" => Ok(true),
         "0" | "false" | "no" => Ok(false),
@@ -407,7 +409,7 @@ fn parse_regex(param: &str, v: &str) -> Result<Regex, QueryError> {
 
 /// The exclusive end of a window ending now: `now + 1`, within
 /// [`MAX_UNIX_SECONDS`].
-fn window_end(param: &str, now: u64) -> Result<u64, QueryError> {
+pub(crate) fn window_end(param: &str, now: u64) -> Result<u64, QueryError> {
     now.checked_add(1)
         .filter(|&t| t <= MAX_UNIX_SECONDS)
         .ok_or_else(|| {
@@ -421,7 +423,7 @@ fn window_end(param: &str, now: u64) -> Result<u64, QueryError> {
 /// Unix seconds, RFC 3339, `now`, or relative to now (`-5m`, `-30s`, `-1h`,
 /// `-2d`), within `0..=`[`MAX_UNIX_SECONDS`]. All arithmetic is checked: a time that
 /// does not fit is an error, never a wrapped or clamped value.
-fn parse_time(param: &str, v: &str, now: u64) -> Result<u64, QueryError> {
+pub(crate) fn parse_time(param: &str, v: &str, now: u64) -> Result<u64, QueryError> {
     let t = if v == "now" {
         now
     } else if let Some(rel) = v.strip_prefix('-') {
@@ -473,6 +475,27 @@ fn parse_time(param: &str, v: &str, now: u64) -> Result<u64, QueryError> {
         ));
     }
     Ok(t)
+}
+
+/// `t` as `YYYY-MM-DDTHH:MM:SSZ`, by the inverse algorithm (civil
+/// from days, Howard Hinnant's).
+pub fn format_rfc3339(t: u64) -> String {
+    let (days, secs) = ((t / 86400) as i64, t % 86400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
 }
 
 /// The number in `v[r]`: ASCII digits only (no sign, no spaces).
@@ -815,26 +838,7 @@ mod tests {
             ]
         }
 
-        /// `t` as `YYYY-MM-DDTHH:MM:SSZ`, by the inverse algorithm (civil
-        /// from days, Howard Hinnant's).
-        fn format_rfc3339(t: u64) -> String {
-            let (days, secs) = ((t / 86400) as i64, t % 86400);
-            let z = days + 719_468;
-            let era = z.div_euclid(146_097);
-            let doe = z - era * 146_097;
-            let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-            let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-            let mp = (5 * doy + 2) / 153;
-            let d = doy - (153 * mp + 2) / 5 + 1;
-            let m = if mp < 10 { mp + 3 } else { mp - 9 };
-            let y = yoe + era * 400 + i64::from(m <= 2);
-            format!(
-                "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-                secs / 3600,
-                secs / 60 % 60,
-                secs % 60
-            )
-        }
+        use super::super::format_rfc3339;
 
         /// Times a client would send, around a clock of 2026.
         fn plausible_time() -> impl Strategy<Value = String> {

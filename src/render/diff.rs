@@ -1,0 +1,343 @@
+//! Differential flame graphs: two windows in one SVG, both directions.
+//!
+//! The upper graph is flamegraph.pl's diff2: widths are the *after* window,
+//! colour is what changed since *before* (red grew, blue shrank, saturation
+//! by the frame's own change, as difffolded.pl + flamegraph.pl colour).
+//! Frames new in after are outlined. The lower graph is diff1: widths are
+//! the *before* window, coloured the same way, so code paths that vanished
+//! are there, hatched. That answers the ACM article's complaint about red/blue
+//! graphs (a path that is gone has nothing to colour) in the default view,
+//! in the spirit of its white/black differential: what is missing after is
+//! its own visible region, under the graph of what is there now.
+//!
+//! Hovering a frame shows before, after, the delta and the delta as a share
+//! of the total, and highlights the same frame in the other graph.
+
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+use super::tree::{FRAME_H, FrameTree, PAD, escape, fit_label};
+use crate::compare::Series;
+
+/// What a differential SVG says and how it is drawn.
+#[derive(Debug, Clone)]
+pub struct DiffSvgOptions {
+    /// Title (names the event and both windows).
+    pub title: String,
+    /// Lines under the title (normalization, notes).
+    pub notes: Vec<String>,
+    /// What values count ("samples", "ms").
+    pub count_name: String,
+    /// Multiplies values for display (0.001: us shown as ms).
+    pub factor: f64,
+    /// Image width in pixels (default 1200).
+    pub width: f64,
+    /// Frames narrower than this in both graphs are left out (default 0.1).
+    pub min_width: f64,
+    /// Swap the colours: blue for growth, red for reduction.
+    pub negate: bool,
+    /// Label of the before window.
+    pub before: String,
+    /// Label of the after window.
+    pub after: String,
+}
+
+impl DiffSvgOptions {
+    /// Defaults with a title and unit.
+    pub fn new(title: impl Into<String>, count_name: impl Into<String>) -> Self {
+        Self {
+            title: title.into(),
+            notes: Vec::new(),
+            count_name: count_name.into(),
+            factor: 1.0,
+            width: 1200.0,
+            min_width: 0.1,
+            negate: false,
+            before: "before".into(),
+            after: "after".into(),
+        }
+    }
+}
+
+/// flamegraph.pl's red/blue scale: white at 0, full red (or blue) at `max`.
+fn delta_color(delta: i128, max: i128, negate: bool) -> String {
+    if delta == 0 || max == 0 {
+        return "rgb(250,250,250)".into();
+    }
+    let d = if negate { -delta } else { delta };
+    let fade = (210.0 * (max - d.abs()) as f64 / max as f64).clamp(0.0, 210.0) as u8;
+    if d > 0 {
+        format!("rgb(255,{fade},{fade})")
+    } else {
+        format!("rgb({fade},{fade},255)")
+    }
+}
+
+fn fmt_value(v: f64) -> String {
+    if v.fract().abs() < 1e-9 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// Writes the differential SVG of a two-column series (before, after; the
+/// before column already normalized if it is to be).
+pub fn write<W: Write>(series: &Series, opts: &DiffSvgOptions, mut w: W) -> io::Result<()> {
+    assert_eq!(series.columns(), 2, "a differential has two columns");
+    let tree = FrameTree::build(series);
+    let totals = tree.nodes[0].total.clone();
+    let (tb, ta) = (totals[0], totals[1]);
+    let inner = opts.width - 2.0 * PAD;
+    let px = |t: u64| if t == 0 { 0.0 } else { inner / t as f64 };
+    let scale = [px(tb), px(ta)];
+    let visible = tree.visible(&scale, opts.min_width);
+    let depth = tree
+        .nodes
+        .iter()
+        .zip(&visible)
+        .filter(|(_, v)| **v)
+        .map(|(n, _)| n.depth)
+        .max()
+        .unwrap_or(0);
+    let graph_h = (depth + 1) as f64 * FRAME_H;
+    let max_delta = tree
+        .nodes
+        .iter()
+        .map(|n| (n.own[1] as i128 - n.own[0] as i128).abs())
+        .max()
+        .unwrap_or(0);
+    let header_h = 34.0 + 16.0 * opts.notes.len() as f64 + 22.0;
+    let after_top = header_h + 20.0;
+    let before_top = after_top + graph_h + 40.0;
+    let height = before_top + graph_h + 36.0;
+
+    let mut s = String::with_capacity(4096 + tree.nodes.len() * 300);
+    let _ = write!(
+        s,
+        r#"<?xml version="1.0" standalone="no"?>
+<svg version="1.1" width="{w}" height="{height}" viewBox="0 0 {w} {height}" xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">
+<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="1.5" height="6" fill="rgba(0,0,40,0.5)"/></pattern></defs>
+<style type="text/css">
+text {{ font-family: Verdana, sans-serif; font-size: 12px; fill: rgb(0,0,0); }}
+.title {{ font-size: 17px; text-anchor: middle; }}
+.note {{ text-anchor: middle; fill: rgb(80,80,80); }}
+.head {{ font-weight: bold; }}
+g.f rect.b {{ stroke: rgb(200,200,200); stroke-width: 0.5; }}
+g.f.new rect.b {{ stroke: rgb(60,0,0); stroke-width: 1.5; }}
+g.f:hover rect.b, g.f.hl rect.b {{ stroke: rgb(0,0,0); stroke-width: 1.5; }}
+g.f text {{ pointer-events: none; }}
+g.f text.inv {{ fill: rgb(255,255,255); }}
+</style>
+<rect x="0" y="0" width="{w}" height="{height}" fill="rgb(248,248,248)"/>
+<text class="title" x="{cx}" y="24">{title}</text>
+"#,
+        w = opts.width,
+        cx = opts.width / 2.0,
+        title = escape(&opts.title)
+    );
+    for (i, note) in opts.notes.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            r#"<text class="note" x="{}" y="{}">{}</text>"#,
+            opts.width / 2.0,
+            44.0 + 16.0 * i as f64,
+            escape(note)
+        );
+    }
+    let (grow, shrink) = if opts.negate {
+        ("blue", "red")
+    } else {
+        ("red", "blue")
+    };
+    let _ = writeln!(
+        s,
+        r#"<text class="note" x="{}" y="{}">{grow}: grew, {shrink}: shrank (by the frame's own {unit}); outlined: new in after; hatched: gone in after</text>"#,
+        opts.width / 2.0,
+        header_h - 4.0,
+        unit = escape(&opts.count_name)
+    );
+    let unit = &opts.count_name;
+    let f = opts.factor;
+    for (col, top, label) in [
+        (
+            1usize,
+            after_top,
+            format!(
+                "after ({}): widths are after, colour is the change since before",
+                opts.after
+            ),
+        ),
+        (
+            0usize,
+            before_top,
+            format!(
+                "before ({}): widths are before, colour is the change to come; hatched paths are gone after",
+                opts.before
+            ),
+        ),
+    ] {
+        let _ = writeln!(
+            s,
+            r#"<text class="head" x="{PAD}" y="{}">{}</text>"#,
+            top - 6.0,
+            escape(&label)
+        );
+        let total = totals[col];
+        if total == 0 {
+            let _ = writeln!(
+                s,
+                r#"<text x="{PAD}" y="{}">no {} in this window: nothing to draw</text>"#,
+                top + FRAME_H,
+                escape(unit)
+            );
+            continue;
+        }
+        let starts = tree.starts(col);
+        let bottom = top + graph_h;
+        let _ = writeln!(s, r#"<g class="graph" data-col="{col}">"#);
+        for (i, n) in tree.nodes.iter().enumerate() {
+            if !visible[i] || n.total[col] == 0 {
+                continue;
+            }
+            let x = PAD + starts[i] as f64 * scale[col];
+            let wd = n.total[col] as f64 * scale[col];
+            if wd < opts.min_width {
+                continue;
+            }
+            let y = bottom - (n.depth + 1) as f64 * FRAME_H;
+            let (b, a) = (n.total[0], n.total[1]);
+            let delta = a as i128 - b as i128;
+            let own_delta = n.own[1] as i128 - n.own[0] as i128;
+            let fill = delta_color(own_delta, max_delta, opts.negate);
+            let class = if col == 1 && b == 0 && i != 0 {
+                "f new"
+            } else if col == 0 && a == 0 {
+                "f gone"
+            } else {
+                "f"
+            };
+            let pct = |v: u64, t: u64| {
+                if t == 0 {
+                    0.0
+                } else {
+                    100.0 * v as f64 / t as f64
+                }
+            };
+            let share = if ta == 0 {
+                0.0
+            } else {
+                100.0 * delta as f64 / ta as f64
+            };
+            let _ = write!(
+                s,
+                r#"<g class="{class}" data-n="{i}"><title>{name}
+before: {bv} {u} ({bp:.2}%)
+after: {av} {u} ({ap:.2}%)
+delta: {sign}{dv} {u} ({sign}{share:.2}% of the total)</title><rect class="b" x="{x:.1}" y="{y:.1}" width="{wd:.1}" height="{h}" fill="{fill}"/>"#,
+                name = escape(&n.name),
+                bv = fmt_value(b as f64 * f),
+                av = fmt_value(a as f64 * f),
+                bp = pct(b, tb),
+                ap = pct(a, ta),
+                sign = if delta >= 0 { "+" } else { "" },
+                dv = fmt_value(delta as f64 * f),
+                u = escape(unit),
+                h = FRAME_H - 1.0,
+            );
+            if class == "f gone" {
+                let _ = write!(
+                    s,
+                    r#"<rect x="{x:.1}" y="{y:.1}" width="{wd:.1}" height="{h}" fill="url(#hatch)" pointer-events="none"/>"#,
+                    h = FRAME_H - 1.0
+                );
+            }
+            let label = fit_label(&n.name, wd);
+            // Dark fills (strong changes) get white labels.
+            let strong = max_delta > 0 && own_delta.abs() * 2 > max_delta;
+            if !label.is_empty() {
+                let _ = write!(
+                    s,
+                    r#"<text{} x="{:.1}" y="{:.1}">{}</text>"#,
+                    if strong { r#" class="inv""# } else { "" },
+                    x + 3.0,
+                    y + 11.5,
+                    escape(&label)
+                );
+            }
+            s.push_str("</g>\n");
+        }
+        s.push_str("</g>\n");
+    }
+    let _ = write!(
+        s,
+        r#"<text id="details" x="{PAD}" y="{}"> </text>
+<script type="text/ecmascript"><![CDATA[
+(function () {{
+  var details = document.getElementById("details");
+  function group(e) {{ var t = e.target; while (t && !(t.classList && t.classList.contains("f"))) t = t.parentNode; return t; }}
+  function mark(n, on) {{
+    var all = document.querySelectorAll('g.f[data-n="' + n + '"]');
+    for (var i = 0; i < all.length; i++) all[i].classList.toggle("hl", on);
+  }}
+  document.addEventListener("mouseover", function (e) {{
+    var g = group(e); if (!g) return;
+    var t = g.querySelector("title").textContent.split("\n");
+    details.textContent = t[0] + ": " + t.slice(1).join(", ");
+    mark(g.getAttribute("data-n"), true);
+  }});
+  document.addEventListener("mouseout", function (e) {{
+    var g = group(e); if (!g) return;
+    details.textContent = " ";
+    mark(g.getAttribute("data-n"), false);
+  }});
+}})();
+]]></script>
+</svg>
+"#,
+        height - 12.0
+    );
+    w.write_all(s.as_bytes())?;
+    w.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::Rewrite;
+    use crate::profile::{Profile, test_profile as profile};
+
+
+    #[test]
+    fn both_graphs_new_and_gone_frames() {
+        let s = Series::from_profiles(
+            &[
+                profile(&[("main;phase_one", 90), ("main;common", 10)]),
+                profile(&[("main;phase_two", 90), ("main;common", 10)]),
+            ],
+            Rewrite::default(),
+        );
+        let mut out = Vec::new();
+        write(&s, &DiffSvgOptions::new("t", "samples"), &mut out).unwrap();
+        let svg = String::from_utf8(out).unwrap();
+        // phase_two: new in after, red; phase_one: gone, in the before graph, blue and hatched.
+        let two = svg.find("<g class=\"f new\" data-n=").expect("a new frame");
+        assert!(svg[two..].starts_with("<g class=\"f new\""));
+        assert!(svg[two..two + 400].contains("phase_two"));
+        assert!(svg[two..two + 400].contains("fill=\"rgb(255,0,0)\""));
+        let one = svg.find("<g class=\"f gone\"").expect("a gone frame");
+        assert!(svg[one..one + 400].contains("phase_one"));
+        assert!(svg[one..one + 400].contains("fill=\"rgb(0,0,255)\""));
+        assert!(svg[one..one + 600].contains("url(#hatch)"));
+        assert!(svg.contains("delta: -90 samples (-90.00% of the total)"));
+    }
+
+    #[test]
+    fn empty_side_is_a_note() {
+        let s = Series::from_profiles(&[Profile::new(), profile(&[("a", 1)])], Rewrite::default());
+        let mut out = Vec::new();
+        write(&s, &DiffSvgOptions::new("t", "samples"), &mut out).unwrap();
+        let svg = String::from_utf8(out).unwrap();
+        assert!(svg.contains("no samples in this window"));
+    }
+}
