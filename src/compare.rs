@@ -241,7 +241,6 @@ mod tests {
     use super::*;
     use crate::profile::test_profile as profile;
 
-
     #[test]
     fn columns_line_up_and_absent_is_zero() {
         let a = profile(&[("m;a", 3), ("m;b", 1)]);

@@ -379,7 +379,6 @@ mod tests {
     use crate::compare::Rewrite;
     use crate::profile::{FoldedStack, test_profile as profile};
 
-
     #[test]
     fn frames_carry_every_phase_and_thin_ones_go() {
         let mut phases = vec![

@@ -307,7 +307,6 @@ mod tests {
     use crate::compare::Rewrite;
     use crate::profile::{Profile, test_profile as profile};
 
-
     #[test]
     fn both_graphs_new_and_gone_frames() {
         let s = Series::from_profiles(

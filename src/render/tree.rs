@@ -203,7 +203,6 @@ mod tests {
     use crate::compare::Rewrite;
     use crate::profile::test_profile as profile;
 
-
     #[test]
     fn totals_starts_and_order() {
         let s = Series::from_profiles(

@@ -117,7 +117,11 @@ fn render_diff(
         Format::Svg => {
             let mut opts = render::diff::DiffSvgOptions::new(
                 q.svg.title.clone().unwrap_or_else(|| {
-                    format!("{}, differential: before vs after", q.event.title())
+                    format!(
+                        "{}, differential: {before_label} vs {}",
+                        q.event.title(),
+                        after_w.label()
+                    )
                 }),
                 unit,
             );
