@@ -66,29 +66,51 @@ impl Rewrite {
     }
 }
 
+/// Most columns a series holds (presence is a 64-bit mask).
+pub const MAX_COLUMNS: usize = 64;
+
+/// One stack's values, and in which columns it was recorded at all (bit
+/// `c`), which normalization's truncation to 0 does not change: a path
+/// present before stays "present", never "new".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Row {
+    values: Vec<u64>,
+    present: u64,
+}
+
 /// Stacks with one value per window (column), sorted by stack.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Series {
     columns: usize,
-    rows: BTreeMap<FoldedStack, Vec<u64>>,
+    rows: BTreeMap<FoldedStack, Row>,
 }
 
 impl Series {
     /// One column per profile, stacks rewritten by `rewrite` (stacks that
     /// become equal are added together); a stack absent from a profile is 0
-    /// in its column.
-    pub fn from_profiles(profiles: &[Profile], rewrite: Rewrite) -> Self {
+    /// in its column. At most [`MAX_COLUMNS`] profiles (more are ignored).
+    pub fn from_profiles<P: std::borrow::Borrow<Profile>>(
+        profiles: &[P],
+        rewrite: Rewrite,
+    ) -> Self {
+        let profiles = &profiles[..profiles.len().min(MAX_COLUMNS)];
         let columns = profiles.len();
-        let mut rows: BTreeMap<FoldedStack, Vec<u64>> = BTreeMap::new();
+        let mut rows: BTreeMap<FoldedStack, Row> = BTreeMap::new();
         for (c, p) in profiles.iter().enumerate() {
-            for (stack, v) in p.sorted() {
+            for (stack, v) in p.borrow().sorted() {
                 let key = if rewrite.is_identity() {
                     stack.clone()
                 } else {
                     FoldedStack::from_frames(rewrite.apply(stack.as_str()).split(';'))
                 };
-                let row = rows.entry(key).or_insert_with(|| vec![0; columns]);
-                row[c] = row[c].saturating_add(v);
+                let row = rows.entry(key).or_insert_with(|| Row {
+                    values: vec![0; columns],
+                    present: 0,
+                });
+                row.values[c] = row.values[c].saturating_add(v);
+                if v > 0 {
+                    row.present |= 1 << c;
+                }
             }
         }
         Self { columns, rows }
@@ -111,14 +133,21 @@ impl Series {
 
     /// Stacks and their values, sorted by stack.
     pub fn rows(&self) -> impl Iterator<Item = (&FoldedStack, &[u64])> {
-        self.rows.iter().map(|(k, v)| (k, v.as_slice()))
+        self.rows.iter().map(|(k, r)| (k, r.values.as_slice()))
+    }
+
+    /// Stacks, values, and the columns each was recorded in (bit `c`).
+    pub fn rows_with_presence(&self) -> impl Iterator<Item = (&FoldedStack, &[u64], u64)> {
+        self.rows
+            .iter()
+            .map(|(k, r)| (k, r.values.as_slice(), r.present))
     }
 
     /// The sum of each column.
     pub fn totals(&self) -> Vec<u64> {
         let mut t = vec![0u64; self.columns];
-        for v in self.rows.values() {
-            for (t, v) in t.iter_mut().zip(v) {
+        for r in self.rows.values() {
+            for (t, v) in t.iter_mut().zip(&r.values) {
                 *t = t.saturating_add(*v);
             }
         }
@@ -134,17 +163,17 @@ impl Series {
         if tf == tt || tf == 0 || tt == 0 {
             return None;
         }
-        for v in self.rows.values_mut() {
-            v[from] = (v[from] as u128 * tt as u128 / tf as u128) as u64;
+        // Rows that truncate to 0 stay, as difffolded.pl prints them.
+        for r in self.rows.values_mut() {
+            r.values[from] = (r.values[from] as u128 * tt as u128 / tf as u128) as u64;
         }
-        self.rows.retain(|_, v| v.iter().any(|&x| x > 0));
         Some(tt as f64 / tf as f64)
     }
 
     /// Writes `stack v1 v2 ...` lines: difffolded.pl's three columns for
     /// two windows, the animated folded format for more.
     pub fn write_folded<W: Write>(&self, mut w: W) -> io::Result<()> {
-        for (stack, values) in &self.rows {
+        for (stack, Row { values, .. }) in &self.rows {
             let stack = match stack.as_str() {
                 "" => crate::render::folded::EMPTY_STACK,
                 s => s,
@@ -165,6 +194,10 @@ impl Series {
 pub struct Diff {
     /// Columns: before (normalized if `factor` is set), after.
     pub series: Series,
+    /// The same before normalization, if it was normalized: the before
+    /// graph is drawn from it, so paths whose scaled values truncate to 0
+    /// still show.
+    pub raw: Option<Series>,
     /// Total of before as recorded.
     pub before_total: u64,
     /// Total of after.
@@ -186,11 +219,13 @@ impl Diff {
         normalize: Option<bool>,
         lengths_differ: bool,
     ) -> Self {
-        let mut series = Series::from_profiles(&[before.clone(), after.clone()], rewrite);
+        let mut series = Series::from_profiles(&[before, after], rewrite);
         let (before_total, after_total) = (before.total(), after.total());
         let on = normalize.unwrap_or(lengths_differ || before_total != after_total);
+        let raw = on.then(|| series.clone());
         let factor = if on { series.normalize(0, 1) } else { None };
         Self {
+            raw: raw.filter(|_| factor.is_some()),
             series,
             before_total,
             after_total,

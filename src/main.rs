@@ -439,7 +439,7 @@ fn run_diff(args: DiffArgs) -> anyhow::Result<ExitCode> {
         opts.negate = args.negate;
         opts.before = name(&args.before);
         opts.after = name(&args.after);
-        emberd::render::diff::write(&diff.series, &opts, &mut out)?;
+        emberd::render::diff::write(&diff, &opts, &mut out)?;
     } else {
         diff.series.write_folded(&mut out)?;
     }

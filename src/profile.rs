@@ -144,7 +144,8 @@ impl Profile {
 
     /// Sum of all values.
     pub fn total(&self) -> u64 {
-        self.stacks.values().sum()
+        // Saturating: a posted profile may carry values near 2^64.
+        self.stacks.values().fold(0u64, |a, &v| a.saturating_add(v))
     }
 
     /// Number of distinct stacks.

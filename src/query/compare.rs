@@ -195,8 +195,20 @@ impl CompareQuery {
                     ),
                 ));
             }
-            if w.from > now {
-                return Err(bad(param, format!("{} is in the future", w.label())));
+            if w.from > now || w.to > now.saturating_add(1) {
+                return Err(bad(
+                    param,
+                    format!("{} reaches into the future: end it at now", w.label()),
+                ));
+            }
+            if w.seconds() > retention {
+                return Err(bad(
+                    param,
+                    format!(
+                        "{} is longer than the history kept ({retention} s)",
+                        w.label()
+                    ),
+                ));
             }
         }
         Ok(Self {
@@ -291,9 +303,9 @@ fn diff_windows(
                 ));
             }
             let to = window_end("seconds", now)?;
-            let mid = to - secs;
-            let from = mid
+            let (mid, from) = to
                 .checked_sub(secs)
+                .and_then(|mid| Some((mid, mid.checked_sub(secs)?)))
                 .ok_or_else(|| bad("seconds", format!("2 x {secs} s before now is before 1970")))?;
             Ok(vec![Window { from, to: mid }, Window { from: mid, to }])
         }
@@ -424,6 +436,8 @@ mod tests {
             ("after=-5m,now", "before"),
             ("before=-3h,-2h&after=-5m,now", "before"),
             ("before=-5m,-4m&after=+5m,now", "after"),
+            ("before=-5m,-4m&after=-1m,1800000100", "after"),
+            ("before=-7d,-5m&after=-1m,now", "before"),
             ("before=-5m;-4m&after=-1m,now", "before"),
             ("seconds=2000", "seconds"),
             ("seconds=10&before=-1m,now", "seconds"),

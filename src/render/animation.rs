@@ -205,11 +205,32 @@ g.f text {{ pointer-events: none; }}
         cy + 40.0,
         escape(opts.phases.first().map_or("", String::as_str))
     );
+    // What elided frames take up before each kept sibling, per phase: the
+    // script adds it, so kept frames sit where the full layout puts them.
+    let mut gaps: Vec<Option<Vec<u64>>> = vec![None; tree.nodes.len()];
+    for n in &tree.nodes {
+        let mut pending = vec![0u64; k];
+        for &c in &n.children {
+            if visible[c] {
+                if pending.iter().any(|&g| g > 0) {
+                    gaps[c] = Some(std::mem::replace(&mut pending, vec![0; k]));
+                }
+            } else {
+                for (p, v) in pending.iter_mut().zip(&tree.nodes[c].total) {
+                    *p = p.saturating_add(*v);
+                }
+            }
+        }
+    }
     s.push_str("<g id=\"frames\">\n");
     for (i, n) in tree.nodes.iter().enumerate() {
         if !visible[i] {
             continue;
         }
+        let gap = gaps[i].as_ref().map_or(String::new(), |g| {
+            let g: Vec<String> = g.iter().map(u64::to_string).collect();
+            format!(r#" data-g="{}""#, g.join(","))
+        });
         let x = PAD + starts[i] as f64 * first;
         let wd = n.total[0] as f64 * first;
         let y = bottom - (n.depth + 1) as f64 * FRAME_H;
@@ -222,7 +243,7 @@ g.f text {{ pointer-events: none; }}
         let hidden = if wd < 0.05 { r#" display="none""# } else { "" };
         let _ = writeln!(
             s,
-            r#"<g class="f" data-d="{}" data-v="{}"{hidden}><title>{}</title><rect x="{x:.1}" y="{y:.1}" width="{wd:.1}" height="{}" fill="rgb({r},{g},{b})"/><text x="{:.1}" y="{:.1}">{}</text></g>"#,
+            r#"<g class="f" data-d="{}" data-v="{}"{gap}{hidden}><title>{}</title><rect x="{x:.1}" y="{y:.1}" width="{wd:.1}" height="{}" fill="rgb({r},{g},{b})"/><text x="{:.1}" y="{:.1}">{}</text></g>"#,
             n.depth,
             values.join(","),
             escape(&n.name),
@@ -245,19 +266,22 @@ g.f text {{ pointer-events: none; }}
   var TRACK_X = {track_x}, TRACK_W = {track_w}, SECONDS_PER_PHASE = 1.5;
   var root = document.documentElement;
   var gs = document.querySelectorAll("#frames g.f");
-  var n = gs.length, depth = [], vals = [], parent = [], rects = [], texts = [], names = [], shown = [];
+  var n = gs.length, depth = [], vals = [], gaps = [], parent = [], rects = [], texts = [], names = [], shown = [];
+  if (n === 0) return;
   var stack = [];
   for (var i = 0; i < n; i++) {{
     var g = gs[i];
     depth.push(+g.getAttribute("data-d"));
     vals.push(g.getAttribute("data-v").split(",").map(Number));
+    var gap = g.getAttribute("data-g");
+    gaps.push(gap ? gap.split(",").map(Number) : null);
     while (stack.length && depth[stack[stack.length - 1]] >= depth[i]) stack.pop();
     parent.push(stack.length ? stack[stack.length - 1] : -1);
     stack.push(i);
     rects.push(g.querySelector("rect"));
     texts.push(g.querySelector("text"));
     names.push(g.querySelector("title").textContent);
-    shown.push(-1);
+    shown.push(g.hasAttribute("display") ? -2 : -1);
   }}
   var X, W, relative = root.getAttribute("data-relative") === "1";
   function layout() {{
@@ -269,6 +293,7 @@ g.f text {{ pointer-events: none; }}
       var scale = total > 0 ? INNER / total : 0;
       var next = new Float64Array(n);
       for (var i = 0; i < n; i++) {{
+        if (parent[i] >= 0 && gaps[i]) next[parent[i]] += gaps[i][p] * scale;
         var x = parent[i] < 0 ? PAD : next[parent[i]];
         var w = vals[i][p] * scale;
         X[i * K + p] = x; W[i * K + p] = w;
@@ -300,8 +325,13 @@ g.f text {{ pointer-events: none; }}
       texts[i].setAttribute("x", (x + 3).toFixed(1));
       var c = Math.floor((w - 6) / 7.08);
       if (c !== shown[i]) {{ texts[i].textContent = fit(names[i], w); shown[i] = c; }}
-      var from = f > 0 ? vals[i][i0] : (i0 > 0 ? vals[i][i0 - 1] : vals[i][i0]);
-      var to = f > 0 ? vals[i][i1] : vals[i][i0];
+      var pa = f > 0 ? i0 : Math.max(0, i0 - 1), pb = f > 0 ? i1 : i0;
+      var from = vals[i][pa], to = vals[i][pb];
+      if (relative) {{
+        // Sizes are shares of each phase: so is growth.
+        from = vals[0][pa] > 0 ? from / vals[0][pa] * 1000 : 0;
+        to = vals[0][pb] > 0 ? to / vals[0][pb] * 1000 : 0;
+      }}
       var cls = to > from * 1.1 && to - from > 1 ? "f grow" : (to * 1.1 < from && from - to > 1 ? "f shrink" : "f");
       if (g.getAttribute("class") !== cls) g.setAttribute("class", cls);
     }}
@@ -314,8 +344,10 @@ g.f text {{ pointer-events: none; }}
   }}
   function label(id, text) {{ document.querySelector("#" + id + " text").textContent = text; }}
   function setPlaying(on) {{
+    var was = playing;
     playing = on; label("play", on ? "pause" : "play");
-    if (on) {{ last = null; requestAnimationFrame(tick); }}
+    // One animation loop at a time.
+    if (on && !was) {{ last = null; requestAnimationFrame(tick); }}
     draw();
   }}
   function tick(ts) {{

@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use super::tree::{FRAME_H, FrameTree, PAD, escape, fit_label};
-use crate::compare::Series;
+use crate::compare::Diff;
 
 /// What a differential SVG says and how it is drawn.
 #[derive(Debug, Clone)]
@@ -81,17 +81,32 @@ fn fmt_value(v: f64) -> String {
     }
 }
 
-/// Writes the differential SVG of a two-column series (before, after; the
-/// before column already normalized if it is to be).
-pub fn write<W: Write>(series: &Series, opts: &DiffSvgOptions, mut w: W) -> io::Result<()> {
+/// Writes the differential SVG of `diff`: colours and deltas from its
+/// (normalized) series, the before graph's widths from the values recorded.
+pub fn write<W: Write>(diff: &Diff, opts: &DiffSvgOptions, mut w: W) -> io::Result<()> {
+    let series = &diff.series;
     assert_eq!(series.columns(), 2, "a differential has two columns");
     let tree = FrameTree::build(series);
-    let totals = tree.nodes[0].total.clone();
-    let (tb, ta) = (totals[0], totals[1]);
+    // Normalization keeps every row, so both trees have the same nodes in
+    // the same order.
+    let raw_tree = diff
+        .raw
+        .as_ref()
+        .map(FrameTree::build)
+        .filter(|r| r.nodes.len() == tree.nodes.len());
+    let before_geo = raw_tree.as_ref().unwrap_or(&tree);
+    let ta = tree.nodes[0].total[1];
+    let tb_raw = before_geo.nodes[0].total[0];
     let inner = opts.width - 2.0 * PAD;
     let px = |t: u64| if t == 0 { 0.0 } else { inner / t as f64 };
-    let scale = [px(tb), px(ta)];
-    let visible = tree.visible(&scale, opts.min_width);
+    let scale = [px(tb_raw), px(ta)];
+    let keep_before = before_geo.visible(&[scale[0], 0.0], opts.min_width);
+    let keep_after = tree.visible(&[0.0, scale[1]], opts.min_width);
+    let visible: Vec<bool> = keep_before
+        .iter()
+        .zip(&keep_after)
+        .map(|(a, b)| *a || *b)
+        .collect();
     let depth = tree
         .nodes
         .iter()
@@ -183,8 +198,8 @@ g.f text.inv {{ fill: rgb(255,255,255); }}
             top - 6.0,
             escape(&label)
         );
-        let total = totals[col];
-        if total == 0 {
+        let geo = if col == 0 { before_geo } else { &tree };
+        if geo.nodes[0].total[col] == 0 {
             let _ = writeln!(
                 s,
                 r#"<text x="{PAD}" y="{}">no {} in this window: nothing to draw</text>"#,
@@ -193,15 +208,16 @@ g.f text.inv {{ fill: rgb(255,255,255); }}
             );
             continue;
         }
-        let starts = tree.starts(col);
+        let starts = geo.starts(col);
         let bottom = top + graph_h;
         let _ = writeln!(s, r#"<g class="graph" data-col="{col}">"#);
         for (i, n) in tree.nodes.iter().enumerate() {
-            if !visible[i] || n.total[col] == 0 {
+            let width_units = geo.nodes[i].total[col];
+            if !visible[i] || width_units == 0 {
                 continue;
             }
             let x = PAD + starts[i] as f64 * scale[col];
-            let wd = n.total[col] as f64 * scale[col];
+            let wd = width_units as f64 * scale[col];
             if wd < opts.min_width {
                 continue;
             }
@@ -210,9 +226,11 @@ g.f text.inv {{ fill: rgb(255,255,255); }}
             let delta = a as i128 - b as i128;
             let own_delta = n.own[1] as i128 - n.own[0] as i128;
             let fill = delta_color(own_delta, max_delta, opts.negate);
-            let class = if col == 1 && b == 0 && i != 0 {
+            // From what was recorded, not from normalized values: a path
+            // whose before values truncate to 0 is not new.
+            let class = if col == 1 && n.present & 1 == 0 && i != 0 {
                 "f new"
-            } else if col == 0 && a == 0 {
+            } else if col == 0 && n.present & 2 == 0 {
                 "f gone"
             } else {
                 "f"
@@ -232,13 +250,18 @@ g.f text.inv {{ fill: rgb(255,255,255); }}
             let _ = write!(
                 s,
                 r#"<g class="{class}" data-n="{i}"><title>{name}
-before: {bv} {u} ({bp:.2}%)
+before: {bv} {u} ({bp:.2}%){norm}
 after: {av} {u} ({ap:.2}%)
 delta: {sign}{dv} {u} ({sign}{share:.2}% of the total)</title><rect class="b" x="{x:.1}" y="{y:.1}" width="{wd:.1}" height="{h}" fill="{fill}"/>"#,
                 name = escape(&n.name),
-                bv = fmt_value(b as f64 * f),
+                bv = fmt_value(before_geo.nodes[i].total[0] as f64 * f),
+                norm = if raw_tree.is_some() {
+                    format!(", normalized {}", fmt_value(b as f64 * f))
+                } else {
+                    String::new()
+                },
                 av = fmt_value(a as f64 * f),
-                bp = pct(b, tb),
+                bp = pct(before_geo.nodes[i].total[0], tb_raw),
                 ap = pct(a, ta),
                 sign = if delta >= 0 { "+" } else { "" },
                 dv = fmt_value(delta as f64 * f),
@@ -307,21 +330,22 @@ mod tests {
     use crate::compare::Rewrite;
     use crate::profile::{Profile, test_profile as profile};
 
+    fn svg_of(before: &Profile, after: &Profile, normalize: bool) -> String {
+        let d = Diff::new(before, after, Rewrite::default(), Some(normalize), false);
+        let mut out = Vec::new();
+        write(&d, &DiffSvgOptions::new("t", "samples"), &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
     fn both_graphs_new_and_gone_frames() {
-        let s = Series::from_profiles(
-            &[
-                profile(&[("main;phase_one", 90), ("main;common", 10)]),
-                profile(&[("main;phase_two", 90), ("main;common", 10)]),
-            ],
-            Rewrite::default(),
+        let svg = svg_of(
+            &profile(&[("main;phase_one", 90), ("main;common", 10)]),
+            &profile(&[("main;phase_two", 90), ("main;common", 10)]),
+            false,
         );
-        let mut out = Vec::new();
-        write(&s, &DiffSvgOptions::new("t", "samples"), &mut out).unwrap();
-        let svg = String::from_utf8(out).unwrap();
         // phase_two: new in after, red; phase_one: gone, in the before graph, blue and hatched.
         let two = svg.find("<g class=\"f new\" data-n=").expect("a new frame");
-        assert!(svg[two..].starts_with("<g class=\"f new\""));
         assert!(svg[two..two + 400].contains("phase_two"));
         assert!(svg[two..two + 400].contains("fill=\"rgb(255,0,0)\""));
         let one = svg.find("<g class=\"f gone\"").expect("a gone frame");
@@ -332,11 +356,29 @@ mod tests {
     }
 
     #[test]
+    fn normalization_hides_no_vanished_path() {
+        // Before is 100 times after: scaled, `rare` truncates to 0, yet it
+        // was recorded before and is gone after: drawn, hatched, from the
+        // values recorded; `kept` is not "new" in after.
+        let svg = svg_of(
+            &profile(&[("main;busy", 9_900), ("main;rare", 60), ("main;kept", 40)]),
+            &profile(&[("main;busy", 99), ("main;kept", 1)]),
+            true,
+        );
+        let rare = svg
+            .find("<title>rare\n")
+            .expect("the vanished path is drawn");
+        let g = svg[..rare].rfind("<g class=").unwrap();
+        assert!(svg[g..rare].contains("f gone"), "{}", &svg[g..rare + 200]);
+        assert!(svg[rare..rare + 200].contains("before: 60 samples (0.60%), normalized 0"));
+        let kept = svg.find("<title>kept\n").unwrap();
+        let g = svg[..kept].rfind("<g class=").unwrap();
+        assert!(!svg[g..kept].contains("new"), "{}", &svg[g..kept + 200]);
+    }
+
+    #[test]
     fn empty_side_is_a_note() {
-        let s = Series::from_profiles(&[Profile::new(), profile(&[("a", 1)])], Rewrite::default());
-        let mut out = Vec::new();
-        write(&s, &DiffSvgOptions::new("t", "samples"), &mut out).unwrap();
-        let svg = String::from_utf8(out).unwrap();
+        let svg = svg_of(&Profile::new(), &profile(&[("a", 1)]), false);
         assert!(svg.contains("no samples in this window"));
     }
 }

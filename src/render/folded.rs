@@ -172,6 +172,15 @@ fn parse_lenient_line(line: &str) -> Result<(&str, u64), &'static str> {
     if stack.is_empty() {
         return Err("empty stack");
     }
+    // `stack 3 5`: two value columns (diff or animation output), not one
+    // profile; reading it would make "leaf 3" a frame.
+    let leaf = stack.rsplit(';').next().unwrap_or(stack);
+    if leaf
+        .rsplit_once([' ', '\t'])
+        .is_some_and(|(_, t)| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err("more than one value column (diff or animation output?): give one profile");
+    }
     let v = match value.parse::<u64>() {
         Ok(v) => v,
         Err(_) => match value.parse::<f64>() {
@@ -243,11 +252,11 @@ mod tests {
 
     #[test]
     fn lenient_reading_skips_and_counts() {
-        let text = "# comment\n\nmain;a 3\nmain;b\t2\ngarbage\nmain;a 1.0\n;; x\n";
+        let text = "# comment\n\nmain;a 3\nmain;b\t2\ngarbage\nmain;a 1.0\n;; x\nmain;c 3 4\n";
         let (p, skipped) = read_lenient(text.as_bytes()).unwrap();
         assert_eq!(p.total(), 6);
         assert_eq!(p.len(), 2);
-        assert_eq!(skipped.malformed, 2);
+        assert_eq!(skipped.malformed, 3);
         assert_eq!(skipped.comments, 2);
         assert_eq!(skipped.first[0].line, 5);
         assert!(matches!(

@@ -23,6 +23,9 @@ pub struct TreeNode {
     pub total: Vec<u64>,
     /// Value of stacks ending here, per column.
     pub own: Vec<u64>,
+    /// Columns some stack through this frame was recorded in (bit `c`),
+    /// whatever normalization made of the values.
+    pub present: u64,
     /// Children, sorted by name.
     pub children: Vec<usize>,
     /// Parent (the root is its own parent).
@@ -46,14 +49,16 @@ impl FrameTree {
             depth,
             total: vec![0; k],
             own: vec![0; k],
+            present: 0,
             children: Vec::new(),
             parent,
         };
         let mut nodes = vec![new("all", 0, 0)];
         let mut index: HashMap<(usize, String), usize> = HashMap::new();
-        for (stack, values) in series.rows() {
+        for (stack, values, present) in series.rows_with_presence() {
             let mut at = 0;
             add(&mut nodes[0].total, values);
+            nodes[0].present |= present;
             let frames = stack.as_str();
             if !frames.is_empty() {
                 for f in frames.split(';') {
@@ -69,6 +74,7 @@ impl FrameTree {
                         }
                     };
                     add(&mut nodes[next].total, values);
+                    nodes[next].present |= present;
                     at = next;
                 }
             }
@@ -118,7 +124,7 @@ impl FrameTree {
             let mut x = start[i];
             for &ch in &n.children {
                 start[ch] = x;
-                x += self.nodes[ch].total[c];
+                x = x.saturating_add(self.nodes[ch].total[c]);
             }
         }
         start
@@ -126,12 +132,16 @@ impl FrameTree {
 
     /// Which nodes are at least `min_px` wide in some column, given the
     /// pixels per value unit of each column. A node's children are never
-    /// wider than it, so a hidden node hides its subtree.
+    /// wider than it, so a hidden node hides its subtree. The root is always
+    /// kept (an empty graph still has one).
     pub fn visible(&self, px_per_unit: &[f64], min_px: f64) -> Vec<bool> {
         let mut keep = vec![false; self.nodes.len()];
         for (i, n) in self.nodes.iter().enumerate() {
-            let parent_ok = i == 0 || keep[n.parent];
-            keep[i] = parent_ok
+            if i == 0 {
+                keep[0] = true;
+                continue;
+            }
+            keep[i] = keep[n.parent]
                 && n.total
                     .iter()
                     .zip(px_per_unit)
@@ -159,6 +169,7 @@ pub fn escape(s: &str) -> String {
             '\'' => out.push_str("&#39;"),
             // Not allowed in XML 1.0 at all.
             c if (c as u32) < 0x20 && c != '\t' => out.push(' '),
+            '\u{fffe}' | '\u{ffff}' => out.push('\u{fffd}'),
             c => out.push(c),
         }
     }
@@ -224,6 +235,8 @@ mod tests {
         // a at 0 (3 wide), b at 3, c at 5 (0 wide in column 0).
         assert_eq!((st[2], st[4], st[5]), (0, 3, 5));
         assert_eq!(t.starts(1)[5], 0);
+        assert_eq!(t.nodes[5].present, 0b10, "c only after");
+        assert_eq!(t.nodes[1].present, 0b11);
         let vis = t.visible(&[1.0, 1.0], 2.5);
         assert_eq!(vis, [true, true, true, true, false, true]);
     }
@@ -234,5 +247,6 @@ mod tests {
         assert_eq!(fit_label("phase_two", 50.0), "phas..");
         assert_eq!(fit_label("phase_two", 10.0), "");
         assert_eq!(escape("a<b>&\"c\u{1}"), "a&lt;b&gt;&amp;&quot;c ");
+        assert_eq!(escape("x\u{ffff}"), "x\u{fffd}");
     }
 }

@@ -136,7 +136,7 @@ fn render_diff(
             if let Some(m) = q.svg.minwidth {
                 opts.min_width = m;
             }
-            render::diff::write(&diff.series, &opts, &mut out)
+            render::diff::write(&diff, &opts, &mut out)
         }
     }
     .map_err(|e| AppError::Internal(e.to_string()))?;
@@ -210,29 +210,34 @@ async fn diff_baseline(
 ) -> Result<Response, AppError> {
     let raw = raw.unwrap_or_default();
     let cq = parse(&raw, &st, CompareKind::Baseline)?;
-    let (baseline, skipped) = render::folded::read_lenient(&body[..]).map_err(|e| QueryError {
-        param: "body".into(),
-        reason: format!("the posted baseline: {e}"),
-    })?;
     let st2 = st.clone();
-    let mut resp = render_now(&st, move || render_diff(&st2, &cq, Some(baseline), fmt))
-        .await?
-        .response();
-    if skipped.malformed > 0 {
-        let first = skipped
-            .first
-            .first()
-            .map(|e| format!(" (first: {e})"))
-            .unwrap_or_default();
-        if let Ok(v) = HeaderValue::from_str(&format!(
-            "skipped {} malformed lines of the baseline{first}",
-            skipped.malformed
-        )) {
-            resp.headers_mut()
-                .append(header::HeaderName::from_static("x-emberd-note"), v);
+    // Parsing up to 16 MiB is render work: on a blocking thread, within the
+    // render limit.
+    let rendered = render_now(&st, move || {
+        let (baseline, skipped) =
+            render::folded::read_lenient(&body[..]).map_err(|e| QueryError {
+                param: "body".into(),
+                reason: format!("the posted baseline: {e}"),
+            })?;
+        let mut r = render_diff(&st2, &cq, Some(baseline), fmt)?;
+        if skipped.malformed > 0 {
+            let first = skipped
+                .first
+                .first()
+                .map(|e| format!(" (first: {e})"))
+                .unwrap_or_default();
+            if let Ok(v) = HeaderValue::from_str(&format!(
+                "skipped {} malformed lines of the baseline{first}",
+                skipped.malformed
+            )) {
+                r.headers
+                    .push((header::HeaderName::from_static("x-emberd-note"), v));
+            }
         }
-    }
-    Ok(resp)
+        Ok(r)
+    })
+    .await?;
+    Ok(rendered.response())
 }
 
 async fn animation(
