@@ -92,14 +92,7 @@ pub fn write<W: Write>(series: &Series, opts: &AnimationOptions, mut w: W) -> io
         .map(|&t| if t == 0 { 0.0 } else { inner / t as f64 })
         .collect();
     let visible = tree.visible(&rel_scale, opts.min_width);
-    let depth = tree
-        .nodes
-        .iter()
-        .zip(&visible)
-        .filter(|(_, v)| **v)
-        .map(|(n, _)| n.depth)
-        .max()
-        .unwrap_or(0);
+    let depth = tree.max_depth(&visible);
     let top = 96.0 + if opts.subtitle.is_some() { 16.0 } else { 0.0 };
     let bottom = top + (depth + 1) as f64 * FRAME_H;
     let height = bottom + 30.0;

@@ -107,14 +107,7 @@ pub fn write<W: Write>(diff: &Diff, opts: &DiffSvgOptions, mut w: W) -> io::Resu
         .zip(&keep_after)
         .map(|(a, b)| *a || *b)
         .collect();
-    let depth = tree
-        .nodes
-        .iter()
-        .zip(&visible)
-        .filter(|(_, v)| **v)
-        .map(|(n, _)| n.depth)
-        .max()
-        .unwrap_or(0);
+    let depth = tree.max_depth(&visible);
     let graph_h = (depth + 1) as f64 * FRAME_H;
     let max_delta = tree
         .nodes

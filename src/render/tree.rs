@@ -130,6 +130,17 @@ impl FrameTree {
         start
     }
 
+    /// The deepest node `visible` keeps (0: only the root).
+    pub fn max_depth(&self, visible: &[bool]) -> usize {
+        self.nodes
+            .iter()
+            .zip(visible)
+            .filter(|(_, v)| **v)
+            .map(|(n, _)| n.depth)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Which nodes are at least `min_px` wide in some column, given the
     /// pixels per value unit of each column. A node's children are never
     /// wider than it, so a hidden node hides its subtree. The root is always
