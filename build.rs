@@ -29,5 +29,7 @@ fn main() {
         println!("cargo:rerun-if-changed={src}");
     }
     println!("cargo:rerun-if-changed=bpf/emberd.h");
-    println!("cargo:rerun-if-changed=bpf/new_process.h");
+    for header in ["new_process.h", "unwind.h", "memory.h", "blockio.h"] {
+        println!("cargo:rerun-if-changed=bpf/{header}");
+    }
 }

@@ -161,7 +161,16 @@ enum emberd_event {
 	EVENT_WAKEUP = 2,   /* value: ns the woken thread had blocked, charged to the waker's stack */
 	EVENT_OFFWAKE = 3,  /* value: ns blocked, blocked stack and waker stack */
 	EVENT_PAGEFAULT = 4, /* value: page faults (sampled count x period) */
+	EVENT_BRK = 5,      /* value: bytes the break grew by, charged to the brk() caller */
+	EVENT_MMAP = 6,     /* value: bytes mapped; label "anon" or "file" */
+	EVENT_MUNMAP = 7,   /* value: bytes unmapped */
+	EVENT_BLOCKIO = 8,  /* value: ns from the request's start to its completion; label: device */
+	EVENT_MALLOC = 9,   /* value: bytes allocated (sampled by bytes, weighed) */
+	EVENT_MALLOC_OBJECTS = 10, /* value: objects allocated (sampled, weighed) */
 };
+
+/* Length of an event's label (device name, mapping kind). */
+#define EMBERD_LABEL_LEN 16
 
 /* One aggregation key for every event; waker fields are zero unless used. */
 struct event_key {
@@ -177,6 +186,7 @@ struct event_key {
 	__u64 waker_ustack;
 	char comm[EMBERD_COMM_LEN];
 	char waker_comm[EMBERD_COMM_LEN];
+	char label[EMBERD_LABEL_LEN]; /* drawn as a leaf frame "[label]"; empty: none */
 };
 
 /*
@@ -219,6 +229,19 @@ enum emberd_event_counter {
 	ECOUNTER_NEW_PROCESS_DROPPED, /* new_tgids full: a process's maps are read late */
 	ECOUNTER_SHORT_OFFCPU_SAMPLED_OUT, /* short off-CPU periods not recorded (sample_below_ns) */
 	ECOUNTER_SHORT_WAKEUP_SAMPLED_OUT, /* wakeups ending short blocks not recorded */
+	ECOUNTER_BRK,              /* brk() calls that grew the heap, recorded */
+	ECOUNTER_MMAP,             /* mmap() calls recorded */
+	ECOUNTER_MUNMAP,           /* munmap() calls recorded */
+	ECOUNTER_SYSCALL_STATE_FULL, /* a syscall's entry state could not be kept: call lost */
+	ECOUNTER_BLOCKIO,          /* block I/O requests completed and recorded */
+	ECOUNTER_BLOCKIO_UNMATCHED, /* completions without a recorded start (started before load, or table full) */
+	ECOUNTER_BLOCKIO_FULL,     /* in-flight request table full: a request is lost */
+	ECOUNTER_MALLOC_CALLS,     /* allocation calls seen in chosen processes */
+	ECOUNTER_MALLOC_SAMPLED,   /* allocations sampled (recorded with their stack) */
+	ECOUNTER_FREE_CALLS,       /* free() calls seen */
+	ECOUNTER_FREE_TRACKED,     /* frees of sampled allocations (in-use view) */
+	ECOUNTER_MALLOC_LIVE_FULL, /* live-allocation table full: a sample counts as allocated only */
+	ECOUNTER_HEAP_RING_FULL,   /* heap ring buffer full: an alloc or free record lost */
 	ECOUNTER_MAX,
 };
 
@@ -234,7 +257,40 @@ struct events_config {
 	__u8 offcpu;             /* record off-CPU (and wakeup/offwake need it) */
 	__u8 wakeup;
 	__u8 offwake;
-	__u8 _pad;
+	__u8 brk;                /* record brk() growth */
+	__u8 mmap;               /* record mmap() bytes */
+	__u8 munmap;             /* record munmap() bytes */
+	__u8 blockio;            /* record block I/O latency */
+	__u8 _pad2[5];
+	__u64 malloc_sample_bytes; /* mean bytes between malloc samples (0: every allocation) */
+};
+
+/* A record of the heap ring buffer (events.bpf.c's malloc probes): a sampled
+ * allocation that is tracked live, or the free of one. */
+enum heap_record_kind {
+	HEAP_ALLOC = 1,
+	HEAP_FREE = 2,
+};
+
+struct heap_record {
+	__u32 kind;            /* enum heap_record_kind */
+	__u32 tgid;
+	__u32 pid;
+	__u32 _pad;
+	__u64 addr;
+	__u64 ustack;          /* event_stacks key (alloc) */
+	__u64 bytes;           /* weighed bytes (alloc) */
+	__u64 objects;         /* weighed objects (alloc) */
+	char comm[EMBERD_COMM_LEN];
+};
+
+/* Which allocation function a malloc probe is attached to (its cookie). */
+enum alloc_fn {
+	ALLOC_MALLOC = 0,
+	ALLOC_CALLOC = 1,
+	ALLOC_REALLOC = 2,
+	ALLOC_POSIX_MEMALIGN = 3,
+	ALLOC_ALIGNED_ALLOC = 4,
 };
 
 #endif /* EMBERD_H */

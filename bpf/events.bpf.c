@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * Off-CPU time, wakeups, off-wake chains and page faults.
+ * Off-CPU time, wakeups, off-wake chains and page faults; memory growth
+ * (bpf/memory.h) and block I/O latency (bpf/blockio.h).
  *
  * sched_switch remembers when a thread left the CPU and the user stack it
  * blocked in; sched_waking charges the blocked time so far to the waker's
@@ -67,6 +68,7 @@ const volatile struct events_config config = {
 	.sample_one_in = 1,
 	.pagefault_period = 1,
 	.sample_below_ns = 0,
+	.malloc_sample_bytes = 512 * 1024,
 };
 
 /* max_entries of these maps are set by the agent before load. */
@@ -568,6 +570,9 @@ int handle__page_fault(struct bpf_perf_event_data *ctx)
 	add(k, config.pagefault_period);
 	return 0;
 }
+
+#include "memory.h"
+#include "blockio.h"
 
 struct bpf_iter_meta;
 

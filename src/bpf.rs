@@ -28,4 +28,4 @@ pub mod events {
 // pattern is a valid value.
 unsafe impl plain::Plain for events::types::event_key {}
 
-const _: () = assert!(std::mem::size_of::<events::types::event_key>() == 88);
+const _: () = assert!(std::mem::size_of::<events::types::event_key>() == 104);

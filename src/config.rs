@@ -87,6 +87,24 @@ pub struct RawConfig {
     /// wakeups ending them) are recorded with probability length/this and
     /// charged this; 0 records all.
     pub offcpu_sample_below_us: Option<u64>,
+    /// `brk = true`: record heap growth by brk().
+    pub brk: Option<bool>,
+    /// `mmap = true`: record mmap() bytes.
+    pub mmap: Option<bool>,
+    /// `munmap = true`: record munmap() bytes.
+    pub munmap: Option<bool>,
+    /// `blockio = true`: record block I/O latency.
+    pub blockio: Option<bool>,
+    /// `malloc_pids = [1234]`: trace malloc in these processes (uprobes).
+    pub malloc_pids: Option<Vec<u32>>,
+    /// `malloc_comms = ["mysqld"]`: trace malloc in processes of these
+    /// names, now and as they start.
+    pub malloc_comms: Option<Vec<String>>,
+    /// `malloc_sample_kib = 512`: mean KiB between malloc samples; 0
+    /// records every allocation.
+    pub malloc_sample_kib: Option<u64>,
+    /// `malloc_live_entries = 65536`: sampled allocations tracked until freed.
+    pub malloc_live_entries: Option<u32>,
 }
 
 impl RawConfig {
@@ -120,6 +138,14 @@ impl RawConfig {
             offcpu_sample_one_in: other.offcpu_sample_one_in.or(self.offcpu_sample_one_in),
             pagefault_period: other.pagefault_period.or(self.pagefault_period),
             offcpu_sample_below_us: other.offcpu_sample_below_us.or(self.offcpu_sample_below_us),
+            brk: other.brk.or(self.brk),
+            mmap: other.mmap.or(self.mmap),
+            munmap: other.munmap.or(self.munmap),
+            blockio: other.blockio.or(self.blockio),
+            malloc_pids: other.malloc_pids.or(self.malloc_pids),
+            malloc_comms: other.malloc_comms.or(self.malloc_comms),
+            malloc_sample_kib: other.malloc_sample_kib.or(self.malloc_sample_kib),
+            malloc_live_entries: other.malloc_live_entries.or(self.malloc_live_entries),
         }
     }
 }
@@ -252,7 +278,43 @@ impl Config {
             pagefault_period,
             sample_below_ns: below_us * 1000,
             pid: None,
+            brk: raw.brk.unwrap_or(true),
+            mmap: raw.mmap.unwrap_or(true),
+            munmap: raw.munmap.unwrap_or(true),
+            blockio: raw.blockio.unwrap_or(true),
+            malloc: crate::collect::events::MallocTargets {
+                pids: raw
+                    .malloc_pids
+                    .clone()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(crate::collect::Pid)
+                    .collect(),
+                comms: raw.malloc_comms.clone().unwrap_or_default(),
+            },
+            malloc_sample_bytes: match raw.malloc_sample_kib {
+                None => ev::MALLOC_SAMPLE_BYTES,
+                Some(k) if k <= 1 << 20 => k << 10,
+                Some(k) => bail!(
+                    "malloc_sample_kib = {k} is out of range: use 0 (every allocation) ..= 1048576"
+                ),
+            },
+            malloc_live_entries: match raw.malloc_live_entries {
+                None => ev::MALLOC_LIVE_ENTRIES,
+                Some(n) if (1..=1 << 22).contains(&n) => n,
+                Some(n) => bail!("malloc_live_entries = {n} is out of range: use 1 ..= 4194304"),
+            },
         };
+        if let Some(c) = events
+            .malloc
+            .comms
+            .iter()
+            .find(|c| c.is_empty() || c.len() > 15)
+        {
+            bail!(
+                "malloc_comms: {c:?} cannot be a process name: names are 1 to 15 bytes (/proc/PID/comm)"
+            );
+        }
         let auth_token = match &raw.auth_token_file {
             None => None,
             Some(path) => {

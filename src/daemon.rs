@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::{DRAIN_INTERVAL, Pipeline};
 use crate::serve::{self, AppState};
+use crate::store::heap::LiveHeap;
 use crate::store::{Store, StoreOptions, StoreStats};
 
 /// Sends a state line to systemd's notification socket, if `NOTIFY_SOCKET`
@@ -110,15 +111,11 @@ async fn bind(config: &Config) -> anyhow::Result<Listener> {
 async fn run_async(config: Config) -> anyhow::Result<()> {
     let listener = bind(&config).await?;
     // One budget for all stores: split evenly between CPU and the events on.
-    let events_on = [
-        config.events.offcpu,
-        config.events.wakeup,
-        config.events.offwake,
-        config.events.pagefault,
-    ]
-    .iter()
-    .filter(|on| **on)
-    .count();
+    let kinds_on: Vec<EventKind> = EventKind::ALL
+        .into_iter()
+        .filter(|k| config.events.records(*k))
+        .collect();
+    let events_on = kinds_on.len();
     let store_options = StoreOptions {
         retention: config.retention,
         memory_budget: config.memory_budget / (1 + events_on),
@@ -142,21 +139,22 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
     let events_opts = config.events.clone();
     let symbolizer = config.symbolizer.clone();
     let event_stores: Arc<HashMap<EventKind, Arc<RwLock<Store>>>> = Arc::new(
-        [
-            (EventKind::OffCpu, events_opts.offcpu),
-            (EventKind::Wakeup, events_opts.wakeup),
-            (EventKind::OffWake, events_opts.offwake),
-            (EventKind::PageFault, events_opts.pagefault),
-        ]
-        .into_iter()
-        .filter(|(_, on)| *on)
-        .map(|(k, _)| (k, Arc::new(RwLock::new(Store::new(store_options.clone())))))
-        .collect(),
+        kinds_on
+            .iter()
+            .map(|k| (*k, Arc::new(RwLock::new(Store::new(store_options.clone())))))
+            .collect(),
     );
+    let heap = events_opts.malloc.any().then(|| {
+        Arc::new(RwLock::new(LiveHeap::new(
+            events_opts.malloc_live_entries as usize,
+            config.retention,
+        )))
+    });
     let (started_tx, started_rx) = std::sync::mpsc::channel();
     let collector = {
         let (store, metrics, stop) = (store.clone(), metrics.clone(), stop.clone());
         let (event_stores, liveness) = (event_stores.clone(), liveness.clone());
+        let heap = heap.clone();
         std::thread::Builder::new()
             .name("emberd-collect".into())
             .spawn(move || {
@@ -170,6 +168,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
                         },
                         store,
                         event_stores,
+                        heap,
                         metrics,
                         stop,
                         liveness,
@@ -217,6 +216,8 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         cache: Default::default(),
         renders: Arc::new(tokio::sync::Semaphore::new(serve::MAX_CONCURRENT_RENDERS)),
         events: event_stores,
+        heap,
+        malloc_sample_bytes: config.events.malloc_sample_bytes,
         store,
         metrics,
         liveness: liveness.clone(),
@@ -312,6 +313,7 @@ fn collect_loop(
     setup: Setup,
     store: Arc<RwLock<Store>>,
     event_stores: Arc<HashMap<EventKind, Arc<RwLock<Store>>>>,
+    heap: Option<Arc<RwLock<LiveHeap>>>,
     metrics: Arc<Metrics>,
     stop: Arc<AtomicBool>,
     liveness: Arc<serve::Liveness>,
@@ -385,6 +387,15 @@ fn collect_loop(
         for (kind, st) in event_stores.iter() {
             let samples = by_kind.remove(kind).unwrap_or_default();
             add(&mut st.write().unwrap_or_else(|e| e.into_inner()), &samples);
+        }
+        if let Some(heap) = &heap {
+            let mut heap = heap.write().unwrap_or_else(|e| e.into_inner());
+            heap.apply(now_unix, batch.heap);
+            heap.forget_processes(now_unix, |pid| {
+                std::path::Path::new(&format!("/proc/{pid}")).exists()
+            });
+            totals.bytes += heap.stats().bytes;
+            metrics.observe_heap(&heap.stats());
         }
         metrics.observe_store(&totals, dropped_before);
         if let Some(t) = batch.started {

@@ -111,6 +111,30 @@ struct DaemonArgs {
     /// length/this, charged this), us; 0 records all [default: 1000].
     #[arg(long)]
     offcpu_sample_below_us: Option<u64>,
+    /// Record heap growth by brk() [default: true].
+    #[arg(long)]
+    brk: Option<bool>,
+    /// Record mmap() bytes [default: true].
+    #[arg(long)]
+    mmap: Option<bool>,
+    /// Record munmap() bytes [default: true].
+    #[arg(long)]
+    munmap: Option<bool>,
+    /// Record block I/O latency [default: true].
+    #[arg(long)]
+    blockio: Option<bool>,
+    /// Trace malloc in this process (repeatable; uprobes: every call traps).
+    #[arg(long = "malloc-pid")]
+    malloc_pids: Vec<u32>,
+    /// Trace malloc in processes of this name (repeatable), as they start too.
+    #[arg(long = "malloc-comm")]
+    malloc_comms: Vec<String>,
+    /// Mean KiB between malloc samples; 0 records every allocation [default: 512].
+    #[arg(long)]
+    malloc_sample_kib: Option<u64>,
+    /// Sampled allocations tracked until freed [default: 65536].
+    #[arg(long)]
+    malloc_live_entries: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -216,6 +240,9 @@ struct RecordArgs {
     /// length/this, charged this); 0 records every period.
     #[arg(long, default_value_t = emberd::collect::events::defaults::SAMPLE_BELOW_NS / 1000)]
     offcpu_sample_below_us: u64,
+    /// Mean KiB between malloc samples (-e malloc*); 0 records every allocation.
+    #[arg(long, default_value_t = emberd::collect::events::defaults::MALLOC_SAMPLE_BYTES / 1024)]
+    malloc_sample_kib: u64,
     /// Entries of each BPF stack map (two are kept, about 1 KiB kernel memory each).
     #[arg(long, default_value_t = defaults::stack_map_entries())]
     stack_map_entries: u32,
@@ -279,6 +306,7 @@ fn run_record(args: RecordArgs) -> anyhow::Result<ExitCode> {
             k.pagefault_period = args.pagefault_period;
             k.sample_one_in = args.offcpu_sample_one_in;
             k.sample_below_ns = args.offcpu_sample_below_us.saturating_mul(1000);
+            k.malloc_sample_bytes = args.malloc_sample_kib.saturating_mul(1024);
             k
         },
     };
@@ -315,6 +343,14 @@ fn run_daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         offcpu_sample_one_in: args.offcpu_sample_one_in,
         pagefault_period: args.pagefault_period,
         offcpu_sample_below_us: args.offcpu_sample_below_us,
+        brk: args.brk,
+        mmap: args.mmap,
+        munmap: args.munmap,
+        blockio: args.blockio,
+        malloc_pids: (!args.malloc_pids.is_empty()).then_some(args.malloc_pids),
+        malloc_comms: (!args.malloc_comms.is_empty()).then_some(args.malloc_comms),
+        malloc_sample_kib: args.malloc_sample_kib,
+        malloc_live_entries: args.malloc_live_entries,
     };
     let config = Config::load(args.config.as_deref(), flags)?;
     emberd::daemon::run(config)?;

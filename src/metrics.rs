@@ -14,6 +14,7 @@ use prometheus_client::registry::Registry;
 use crate::collect::events::EventCounters;
 use crate::collect::{Counter as BpfCounter, Counters, StackEnd, UnwindCounters};
 use crate::store::StoreStats;
+use crate::store::heap::HeapStats;
 use crate::symbolize::Misses;
 use crate::unwind::UnwindStats;
 
@@ -112,6 +113,9 @@ pub struct Metrics {
     rss: Gauge,
     cpu_seconds: Gauge<f64, AtomicU64>,
     hook_runs: Family<HookLabel, Counter>,
+    events_sampled: Family<EventLabel, Counter>,
+    heap: Family<MapLabel, Gauge>,
+    last_heap: Mutex<HeapStats>,
     sampled_out: Family<MissLabel, Counter>,
     last: Mutex<(Counters, Misses, u64, u64)>,
     last_events: Mutex<EventCounters>,
@@ -220,7 +224,7 @@ impl Metrics {
         let hook_runs = Family::<HookLabel, Counter>::default();
         registry.register(
             "event_hook_runs",
-            "Runs of the off-CPU/wakeup/page-fault BPF programs, per hook",
+            "Events seen by the events BPF programs, per hook (sched_switch, sched_waking, page_fault, brk, mmap, munmap, blockio: recorded requests, malloc: allocation calls in traced processes, free)",
             hook_runs.clone(),
         );
         let sampled_out = Family::<MissLabel, Counter>::default();
@@ -228,6 +232,18 @@ impl Metrics {
             "offcpu_sampled_out",
             "Off-CPU periods and wakeups left out by sampling (values of the rest are scaled), by reason",
             sampled_out.clone(),
+        );
+        let events_sampled = Family::<EventLabel, Counter>::default();
+        registry.register(
+            "events_sampled",
+            "Events recorded with their stack after sampling (malloc: sampled allocations, malloc_free: frees of sampled allocations)",
+            events_sampled.clone(),
+        );
+        let heap = Family::<MapLabel, Gauge>::default();
+        registry.register(
+            "malloc_heap_records",
+            "Sampled allocations the daemon keeps for the in-use view (map=live|freed)",
+            heap.clone(),
         );
         let user_stacks = Family::<WalkLabel, Counter>::default();
         registry.register(
@@ -268,10 +284,13 @@ impl Metrics {
         let memory = Family::<MapLabel, Gauge>::default();
         registry.register(
             "memory_bytes",
-            "Bytes held by each bounded part of emberd (map=store|perf_maps|symbol_caches|process_snapshots|unwind_rows), estimated",
+            "Bytes held by each bounded part of emberd (map=store|perf_maps|symbol_caches|process_snapshots|unwind_rows|malloc_heap), estimated",
             memory.clone(),
         );
         Self {
+            events_sampled,
+            heap,
+            last_heap: Mutex::new(HeapStats::default()),
             memory,
             collector_faults,
             last_faults: Mutex::new([0; 3]),
@@ -409,6 +428,12 @@ impl Metrics {
             ("sched_switch", c.switches, p.switches),
             ("sched_waking", c.wakeups, p.wakeups),
             ("page_fault", c.pagefaults, p.pagefaults),
+            ("brk", c.brk, p.brk),
+            ("mmap", c.mmap, p.mmap),
+            ("munmap", c.munmap, p.munmap),
+            ("blockio", c.blockio, p.blockio),
+            ("malloc", c.malloc_calls, p.malloc_calls),
+            ("free", c.free_calls, p.free_calls),
         ] {
             self.hook_runs
                 .get_or_create(&HookLabel { hook: hook.into() })
@@ -443,7 +468,79 @@ impl Metrics {
                 })
                 .inc_by(now.saturating_sub(prev));
         }
+        for (event, now, prev) in [
+            ("malloc", c.malloc_sampled, p.malloc_sampled),
+            ("malloc_free", c.free_tracked, p.free_tracked),
+        ] {
+            self.events_sampled
+                .get_or_create(&EventLabel {
+                    event: event.into(),
+                })
+                .inc_by(now.saturating_sub(prev));
+        }
+        for (event, reason, now, prev) in [
+            (
+                "syscalls",
+                "entry_state_full",
+                c.syscall_state_full,
+                p.syscall_state_full,
+            ),
+            (
+                "blockio",
+                "start_not_seen",
+                c.blockio_unmatched,
+                p.blockio_unmatched,
+            ),
+            (
+                "blockio",
+                "in_flight_table_full",
+                c.blockio_full,
+                p.blockio_full,
+            ),
+            (
+                "malloc",
+                "live_table_full",
+                c.malloc_live_full,
+                p.malloc_live_full,
+            ),
+            (
+                "malloc",
+                "ring_buffer_full",
+                c.heap_ring_full,
+                p.heap_ring_full,
+            ),
+        ] {
+            self.dropped
+                .get_or_create(&ReasonLabel {
+                    event: event.into(),
+                    reason: reason.into(),
+                })
+                .inc_by(now.saturating_sub(prev));
+        }
         *last = *c;
+    }
+
+    /// Updates the live-heap figures (malloc's in-use view).
+    pub fn observe_heap(&self, h: &HeapStats) {
+        let mut last = self.last_heap.lock().unwrap_or_else(|e| e.into_inner());
+        for (what, n) in [("live", h.live), ("freed", h.freed)] {
+            self.heap
+                .get_or_create(&MapLabel { map: what.into() })
+                .set(n as i64);
+        }
+        for (reason, now, prev) in [
+            ("agent_table_full", h.overflow, last.overflow),
+            ("free_of_untracked", h.unmatched_frees, last.unmatched_frees),
+        ] {
+            self.dropped
+                .get_or_create(&ReasonLabel {
+                    event: "malloc".into(),
+                    reason: reason.into(),
+                })
+                .inc_by(now.saturating_sub(prev));
+        }
+        self.observe_memory(&[("malloc_heap", h.bytes)]);
+        *last = *h;
     }
 
     /// Sets the memory gauges (bytes of each bounded part).

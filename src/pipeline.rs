@@ -4,7 +4,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::collect::events::{EventCounters, EventKind, EventOptions, EventSampler};
+use crate::collect::events::{
+    EventCounters, EventKind, EventOptions, EventSampler, EventsDrain, HeapChange, RawEvent,
+};
 use crate::collect::{CollectError, Counters, CpuSampler, SamplerOptions, UnwindCounters};
 use crate::symbolize::{Misses, SymbolizedSample, Symbolizer, SymbolizerOptions};
 use crate::unwind::{UnwindStats, Unwinder};
@@ -32,8 +34,10 @@ pub struct Batch {
     pub missing_stacks: u64,
     /// Distinct (thread, stack) keys drained: the counts map's fill.
     pub keys: usize,
-    /// Named off-CPU, wakeup, off-wake and page-fault aggregates.
+    /// Named aggregates of the events programs.
     pub events: Vec<(EventKind, SymbolizedSample)>,
+    /// Sampled allocations (named) and their frees, in order.
+    pub heap: Vec<crate::store::heap::Change>,
     /// When the drain started (after the wait for new processes).
     pub started: Option<Instant>,
 }
@@ -80,17 +84,22 @@ impl Pipeline {
         } else {
             None
         };
+        if let Some(e) = &events {
+            tracing::info!("event hooks: {:?}", e.hooks());
+        }
         let mut unwinder = Unwinder::new(sampler.unwind_maps()?);
         if sampler.options().unwind_tables && sampler.options().pid.is_none() {
             unwinder.note_all();
         }
-        Ok(Self {
+        let mut pipeline = Self {
             sampler,
             events,
             symbolizer,
             unwinder,
             events_drain_failures: 0,
-        })
+        };
+        pipeline.watch_running_processes();
+        Ok(pipeline)
     }
 
     /// Cumulative counters of the events programs, if loaded.
@@ -118,6 +127,9 @@ impl Pipeline {
             }
             self.symbolizer.refresh_new_processes();
             for pid in pids {
+                if let Some(e) = &mut self.events {
+                    e.watch_process(pid);
+                }
                 self.symbolizer.note_process(pid);
                 if self.sampler.options().unwind_tables {
                     self.unwinder.note_process(pid);
@@ -135,14 +147,15 @@ impl Pipeline {
         // The CPU batch is already out of the maps: a failed events drain
         // must not take it down too. Its own aggregates stay in their
         // buffer and are drained next time.
-        let raw_events = match &mut self.events {
+        let drained = match &mut self.events {
             Some(e) => e.drain().unwrap_or_else(|err| {
                 self.events_drain_failures += 1;
                 tracing::warn!("draining the events programs failed: {err}");
-                Vec::new()
+                EventsDrain::default()
             }),
-            None => Vec::new(),
+            None => EventsDrain::default(),
         };
+        let raw_events = drained.events;
         let keys = drain.samples.len();
         tracing::debug!("drained {} cpu keys, {} event keys", keys, raw_events.len());
         Ok(Batch {
@@ -150,8 +163,62 @@ impl Pipeline {
             missing_stacks: drain.missing_stacks,
             keys,
             events: self.symbolizer.symbolize_events(raw_events),
+            heap: self.name_heap(drained.heap),
             started: Some(started),
         })
+    }
+
+    /// Names the stacks of sampled allocations, keeping the order of
+    /// allocations and frees.
+    fn name_heap(&mut self, changes: Vec<HeapChange>) -> Vec<crate::store::heap::Change> {
+        use crate::store::heap::Change;
+        let mut raws = Vec::new();
+        for c in &changes {
+            if let HeapChange::Alloc { sample, .. } = c {
+                raws.push(RawEvent {
+                    kind: EventKind::Malloc,
+                    sample: sample.clone(),
+                    waker: None,
+                    label: None,
+                });
+            }
+        }
+        let mut named = self.symbolizer.symbolize_events(raws).into_iter();
+        changes
+            .into_iter()
+            .filter_map(|c| match c {
+                HeapChange::Alloc { objects, addr, .. } => {
+                    named.next().map(|(_, sample)| Change::Alloc {
+                        sample,
+                        objects,
+                        addr,
+                    })
+                }
+                HeapChange::Free { pid, addr } => Some(Change::Free { pid, addr }),
+            })
+            .collect()
+    }
+
+    /// Attaches malloc's uprobes to every running process the options name
+    /// (processes that start later are watched as they are seen).
+    pub fn watch_running_processes(&mut self) {
+        let Some(e) = &mut self.events else { return };
+        if !e.options().malloc.any() {
+            return;
+        }
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        for entry in dir.flatten() {
+            if let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) {
+                e.watch_process(crate::collect::Pid(pid));
+            }
+        }
+    }
+
+    /// The events programs, if loaded.
+    pub fn events(&self) -> Option<&EventSampler> {
+        self.events.as_ref()
     }
 
     /// Cumulative BPF counters.

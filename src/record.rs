@@ -16,6 +16,7 @@ use crate::pipeline::{DRAIN_INTERVAL, Pipeline};
 use crate::profile::{Grouping, Profile};
 use crate::query::{Event, Query, unix_now};
 use crate::render;
+use crate::store::heap::LiveHeap;
 use crate::store::{Store, StoreOptions};
 use crate::symbolize::Misses;
 use crate::symbolize::SymbolizedSample;
@@ -28,16 +29,21 @@ pub enum OutputFormat {
     Folded,
     /// `.svg`: interactive flame graph.
     Svg,
+    /// `.pb.gz`: gzipped pprof (for malloc, Go's heap profile).
+    Pprof,
 }
 
 impl OutputFormat {
     /// The format for `path`, or an error naming the extensions known.
     pub fn for_path(path: &std::path::Path) -> anyhow::Result<Self> {
+        if path.to_str().is_some_and(|p| p.ends_with(".pb.gz")) {
+            return Ok(OutputFormat::Pprof);
+        }
         match path.extension().and_then(|e| e.to_str()) {
             Some("folded") | Some("txt") => Ok(OutputFormat::Folded),
             Some("svg") => Ok(OutputFormat::Svg),
             _ => bail!(
-                "cannot tell the output format of {}: name it *.folded (folded stacks) or *.svg (flame graph)",
+                "cannot tell the output format of {}: name it *.folded (folded stacks), *.svg (flame graph) or *.pb.gz (pprof)",
                 path.display()
             ),
         }
@@ -65,6 +71,8 @@ pub struct RecordOptions {
 /// What a recording collected, for the summary line.
 #[derive(Debug, Clone)]
 pub struct RecordSummary {
+    /// The pprof profile, when the output is `.pb.gz`.
+    pub pprof: Option<crate::render::pprof::proto::Profile>,
     /// The profile, in the event's folded unit.
     pub profile: Profile,
     /// The query the profile answers (window, grouping, event).
@@ -119,12 +127,13 @@ fn process_alive(pid: Pid) -> bool {
 /// `knobs` with only what `event` needs switched on, for process `pid`.
 pub fn event_options(event: Event, pid: Option<Pid>, knobs: &EventOptions) -> EventOptions {
     let mut o = EventOptions {
-        offcpu: false,
-        wakeup: false,
-        offwake: false,
-        pagefault: false,
         pid,
-        ..knobs.clone()
+        malloc_sample_bytes: knobs.malloc_sample_bytes,
+        malloc_live_entries: knobs.malloc_live_entries,
+        pagefault_period: knobs.pagefault_period,
+        sample_one_in: knobs.sample_one_in,
+        sample_below_ns: knobs.sample_below_ns,
+        ..EventOptions::none()
     };
     match event {
         Event::Cpu => {}
@@ -132,6 +141,13 @@ pub fn event_options(event: Event, pid: Option<Pid>, knobs: &EventOptions) -> Ev
         Event::Wakeup => o.wakeup = true,
         Event::OffWake => o.offwake = true,
         Event::PageFault => o.pagefault = true,
+        Event::Brk => o.brk = true,
+        Event::Mmap => o.mmap = true,
+        Event::Munmap => o.munmap = true,
+        Event::BlockIo => o.blockio = true,
+        Event::Malloc | Event::MallocObjects | Event::MallocInUse | Event::MallocInUseObjects => {
+            o.malloc.pids.extend(pid)
+        }
     }
     o
 }
@@ -144,6 +160,16 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
         && !process_alive(pid)
     {
         bail!("no process with pid {pid}: check the -p argument");
+    }
+    if matches!(
+        options.event,
+        Event::Malloc | Event::MallocObjects | Event::MallocInUse | Event::MallocInUseObjects
+    ) && options.sampler.pid.is_none()
+    {
+        bail!(
+            "-e {} traces one process's allocations (a uprobe on every call): name it with -p PID",
+            options.event.name()
+        );
     }
     let mut pipeline = Pipeline::start(
         options.sampler.clone(),
@@ -162,6 +188,10 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
     };
     let mut cpu = Store::new(store_options.clone());
     let mut events: HashMap<EventKind, Store> = HashMap::new();
+    let mut heap = LiveHeap::new(
+        options.event_knobs.malloc_live_entries as usize,
+        store_options.retention,
+    );
     let start = Instant::now();
     let start_unix = unix_now();
     let deadline = start + options.duration;
@@ -182,6 +212,7 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
         missing_stacks += batch.missing_stacks;
         let at = unix_now();
         cpu.insert(at, &batch.samples);
+        heap.apply(at, batch.heap);
         let mut by_kind: HashMap<EventKind, Vec<SymbolizedSample>> = HashMap::new();
         for (kind, s) in batch.events {
             by_kind.entry(kind).or_default().push(s);
@@ -225,7 +256,11 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
         .map(|(k, s)| (k, RwLock::new(s)))
         .collect();
     let offcpu = events.get(&EventKind::OffCpu).unwrap_or(&empty);
+    let heap = RwLock::new(heap);
     let sources = Sources {
+        heap: Some(&heap),
+        objects: Some(events.get(&EventKind::MallocObjects).unwrap_or(&empty)),
+        malloc_sample_bytes: options.event_knobs.malloc_sample_bytes,
         cpu: Some(&cpu),
         event: Some(
             options
@@ -239,8 +274,22 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
     };
     let profile = view::fold(&query, sources)
         .map_err(|e| anyhow::anyhow!("no data source for event {}", e.name()))?;
+    let pprof = match OutputFormat::for_path(&options.output) {
+        Ok(OutputFormat::Pprof) => Some(
+            match options.event {
+                Event::Malloc
+                | Event::MallocObjects
+                | Event::MallocInUse
+                | Event::MallocInUseObjects => view::heap_pprof(&query, sources),
+                _ => view::pprof(&query, sources, options.sampler.frequency_hz),
+            }
+            .map_err(|e| anyhow::anyhow!("{} has no pprof form", e.name()))?,
+        ),
+        _ => None,
+    };
     Ok(RecordSummary {
         profile,
+        pprof,
         event_counters,
         query,
         counters,
@@ -270,6 +319,16 @@ pub fn record(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
     };
     let w = std::io::BufWriter::new(file);
     match format {
+        OutputFormat::Pprof => {
+            use std::io::Write;
+            let p = summary
+                .pprof
+                .as_ref()
+                .context("no pprof profile was built")?;
+            let mut w = w;
+            w.write_all(&render::pprof::encode_gzip(p))
+                .and_then(|_| w.flush())
+        }
         OutputFormat::Folded => render::folded::write(&summary.profile, w),
         OutputFormat::Svg => {
             let host = nix::unistd::gethostname()

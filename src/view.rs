@@ -6,6 +6,7 @@ use crate::profile::Profile;
 use crate::query::{Event, Query};
 use crate::render::flamegraph::SvgOptions;
 use crate::render::pprof;
+use crate::store::heap::LiveHeap;
 use crate::store::{QueryResult, Selection, Store};
 use std::sync::RwLock;
 
@@ -22,8 +23,21 @@ pub struct Sources<'a> {
     pub event: Option<&'a RwLock<Store>>,
     /// Off-CPU time, for hot/cold.
     pub offcpu: Option<&'a RwLock<Store>>,
+    /// Sampled allocations, for the in-use views.
+    pub heap: Option<&'a RwLock<LiveHeap>>,
+    /// Allocated objects, for the heap profile (beside `event`, bytes).
+    pub objects: Option<&'a RwLock<Store>>,
+    /// Mean bytes between malloc samples (the heap profile's period).
+    pub malloc_sample_bytes: u64,
     /// Nanoseconds per CPU sample (1e9 / frequency).
     pub cpu_period_ns: u64,
+}
+
+/// The in-use rows of `sel` (bytes, objects), copied out under a short
+/// read lock.
+pub fn select_in_use(heap: &RwLock<LiveHeap>, sel: &Selection) -> (QueryResult, QueryResult) {
+    let heap = heap.read().unwrap_or_else(|e| e.into_inner());
+    heap.in_use(sel)
 }
 
 /// The rows of `sel` in `store`, copied out under a short read lock.
@@ -47,11 +61,26 @@ pub fn fold(q: &Query, src: Sources<'_>) -> Result<Profile, Event> {
             let cpu = src.cpu.ok_or(Event::Cpu)?;
             q.fold_into(&mut profile, &select(cpu, &q.selection), |v| v, "");
         }
-        Event::PageFault => {
+        Event::PageFault
+        | Event::Brk
+        | Event::Mmap
+        | Event::Munmap
+        | Event::Malloc
+        | Event::MallocObjects => {
             let st = src.event.ok_or(q.event)?;
             q.fold_into(&mut profile, &select(st, &q.selection), |v| v, "");
         }
-        Event::OffCpu | Event::Wakeup | Event::OffWake => {
+        Event::MallocInUse | Event::MallocInUseObjects => {
+            let heap = src.heap.ok_or(q.event)?;
+            let (bytes, objects) = select_in_use(heap, &q.selection);
+            let rows = if q.event == Event::MallocInUse {
+                bytes
+            } else {
+                objects
+            };
+            q.fold_into(&mut profile, &rows, |v| v, "");
+        }
+        Event::OffCpu | Event::Wakeup | Event::OffWake | Event::BlockIo => {
             let st = src.event.ok_or(q.event)?;
             q.fold_into(&mut profile, &select(st, &q.selection), ns_to_us, "");
         }
@@ -82,6 +111,10 @@ pub fn display_unit(event: Event) -> (&'static str, f64) {
     match event {
         Event::Cpu => ("samples", 1.0),
         Event::PageFault => ("pages", 1.0),
+        Event::Brk | Event::Mmap | Event::Munmap | Event::Malloc | Event::MallocInUse => {
+            ("bytes", 1.0)
+        }
+        Event::MallocObjects | Event::MallocInUseObjects => ("objects", 1.0),
         _ => ("ms", 0.001),
     }
 }
@@ -133,15 +166,42 @@ pub fn pprof(
             ))
         }
         Event::HotCold => Err(Event::HotCold),
+        Event::Malloc | Event::MallocObjects | Event::MallocInUse | Event::MallocInUseObjects => {
+            heap_pprof(q, src)
+        }
         e => {
             let st = src.event.ok_or(e)?;
             let (ty, unit) = match e {
                 Event::PageFault => ("pagefaults", "count"),
                 Event::Wakeup => ("wakeup", "nanoseconds"),
                 Event::OffWake => ("offwake", "nanoseconds"),
+                Event::Brk => ("brk", "bytes"),
+                Event::Mmap => ("mmap", "bytes"),
+                Event::Munmap => ("munmap", "bytes"),
+                Event::BlockIo => ("blockio", "nanoseconds"),
                 _ => ("offcpu", "nanoseconds"),
             };
             Ok(pprof::event_profile(q, &select(st, &q.selection), ty, unit))
         }
     }
+}
+
+/// Go's heap profile of `q`'s window: `alloc_objects`, `alloc_space`
+/// (summed over the window), `inuse_objects`, `inuse_space` (at its end),
+/// as `go tool pprof`, Parca and Pyroscope read `/debug/pprof/heap`.
+pub fn heap_pprof(q: &Query, src: Sources<'_>) -> Result<pprof::proto::Profile, Event> {
+    let heap = src.heap.ok_or(Event::MallocInUse)?;
+    let allocated = src.event.ok_or(Event::Malloc)?;
+    let objects = src.objects.ok_or(Event::MallocObjects)?;
+    let (inuse_bytes, inuse_objects) = select_in_use(heap, &q.selection);
+    Ok(pprof::heap_profile(
+        q,
+        [
+            &select(objects, &q.selection),
+            &select(allocated, &q.selection),
+            &inuse_objects,
+            &inuse_bytes,
+        ],
+        src.malloc_sample_bytes,
+    ))
 }

@@ -1,5 +1,7 @@
 //! Collect off-CPU time, wakeups, off-wake chains and page faults
-//! (`bpf/events.bpf.c`).
+//! (`bpf/events.bpf.c`), memory growth (`bpf/memory.h`: brk, mmap, munmap,
+//! sampled malloc) and block I/O latency (`bpf/blockio.h`). Where malloc's
+//! uprobes are attached: [`super::heap`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -26,15 +28,48 @@ pub enum EventKind {
     OffWake,
     /// Page faults charged to the faulting user stack.
     PageFault,
+    /// Bytes the heap's break grew by, charged to the brk() caller.
+    Brk,
+    /// Bytes mapped by mmap() (label `anon` or `file`).
+    Mmap,
+    /// Bytes unmapped by munmap().
+    Munmap,
+    /// Block I/O latency (ns), charged to the thread that started the
+    /// request (label: the device).
+    BlockIo,
+    /// Bytes allocated by malloc and friends (sampled by bytes, weighed).
+    Malloc,
+    /// Objects allocated (sampled, weighed).
+    MallocObjects,
 }
 
 impl EventKind {
+    /// Every kind, in documentation order.
+    pub const ALL: [EventKind; 10] = [
+        EventKind::OffCpu,
+        EventKind::Wakeup,
+        EventKind::OffWake,
+        EventKind::PageFault,
+        EventKind::Brk,
+        EventKind::Mmap,
+        EventKind::Munmap,
+        EventKind::BlockIo,
+        EventKind::Malloc,
+        EventKind::MallocObjects,
+    ];
+
     fn from_raw(v: u32) -> Option<Self> {
         Some(match v {
             1 => EventKind::OffCpu,
             2 => EventKind::Wakeup,
             3 => EventKind::OffWake,
             4 => EventKind::PageFault,
+            5 => EventKind::Brk,
+            6 => EventKind::Mmap,
+            7 => EventKind::Munmap,
+            8 => EventKind::BlockIo,
+            9 => EventKind::Malloc,
+            10 => EventKind::MallocObjects,
             _ => return None,
         })
     }
@@ -67,6 +102,33 @@ pub mod defaults {
     pub const STACK_MAP_ENTRIES: u32 = 16384;
     /// Entries of each of the events' two counts maps, at least.
     pub const COUNTS_MAP_ENTRIES: u32 = 16384;
+    /// Mean bytes between malloc samples: 512 KiB, tcmalloc's and Go's
+    /// default. One sample per 512 KiB keeps a program allocating 1 GB/s
+    /// at about 2,000 recorded samples a second.
+    pub const MALLOC_SAMPLE_BYTES: u64 = 512 * 1024;
+    /// Sampled allocations tracked live (for the in-use view), in the
+    /// kernel and in the agent each; more are counted as allocated only.
+    pub const MALLOC_LIVE_ENTRIES: u32 = 65536;
+    /// Processes malloc's uprobes are attached to at most: each costs ten
+    /// uprobes.
+    pub const MALLOC_MAX_PROCESSES: usize = 64;
+}
+
+/// Which processes malloc's uprobes trap in: none unless named, because a
+/// uprobe costs a trap on every call.
+#[derive(Debug, Clone, Default)]
+pub struct MallocTargets {
+    /// Processes by id.
+    pub pids: Vec<Pid>,
+    /// Processes by name (`/proc/PID/comm`, exact), now and as they start.
+    pub comms: Vec<String>,
+}
+
+impl MallocTargets {
+    /// Whether any process is named.
+    pub fn any(&self) -> bool {
+        !self.pids.is_empty() || !self.comms.is_empty()
+    }
 }
 
 /// What to record. Every field documents its default.
@@ -96,6 +158,20 @@ pub struct EventOptions {
     pub sample_below_ns: u64,
     /// Only this process (default: all).
     pub pid: Option<Pid>,
+    /// brk() growth (default on).
+    pub brk: bool,
+    /// mmap() bytes (default on).
+    pub mmap: bool,
+    /// munmap() bytes (default on).
+    pub munmap: bool,
+    /// Block I/O latency (default on).
+    pub blockio: bool,
+    /// malloc's processes (default none: off).
+    pub malloc: MallocTargets,
+    /// [`defaults::MALLOC_SAMPLE_BYTES`]; 0 records every allocation.
+    pub malloc_sample_bytes: u64,
+    /// [`defaults::MALLOC_LIVE_ENTRIES`].
+    pub malloc_live_entries: u32,
 }
 
 impl Default for EventOptions {
@@ -112,6 +188,13 @@ impl Default for EventOptions {
             pagefault_period: defaults::PAGEFAULT_PERIOD,
             sample_below_ns: defaults::SAMPLE_BELOW_NS,
             pid: None,
+            brk: true,
+            mmap: true,
+            munmap: true,
+            blockio: true,
+            malloc: MallocTargets::default(),
+            malloc_sample_bytes: defaults::MALLOC_SAMPLE_BYTES,
+            malloc_live_entries: defaults::MALLOC_LIVE_ENTRIES,
         }
     }
 }
@@ -119,8 +202,125 @@ impl Default for EventOptions {
 impl EventOptions {
     /// Whether any event is on.
     pub fn any(&self) -> bool {
-        self.offcpu || self.wakeup || self.offwake || self.pagefault
+        self.offcpu
+            || self.wakeup
+            || self.offwake
+            || self.pagefault
+            || self.syscalls()
+            || self.blockio
+            || self.malloc.any()
     }
+
+    /// Whether a syscall event (brk, mmap, munmap) is on.
+    pub fn syscalls(&self) -> bool {
+        self.brk || self.mmap || self.munmap
+    }
+
+    /// Switches every event off: the start of a `--event` list.
+    pub fn none() -> Self {
+        Self {
+            offcpu: false,
+            wakeup: false,
+            offwake: false,
+            pagefault: false,
+            brk: false,
+            mmap: false,
+            munmap: false,
+            blockio: false,
+            ..Self::default()
+        }
+    }
+
+    /// Whether `kind` is recorded with these options.
+    pub fn records(&self, kind: EventKind) -> bool {
+        match kind {
+            EventKind::OffCpu => self.offcpu,
+            EventKind::Wakeup => self.wakeup,
+            EventKind::OffWake => self.offwake,
+            EventKind::PageFault => self.pagefault,
+            EventKind::Brk => self.brk,
+            EventKind::Mmap => self.mmap,
+            EventKind::Munmap => self.munmap,
+            EventKind::BlockIo => self.blockio,
+            EventKind::Malloc | EventKind::MallocObjects => self.malloc.any(),
+        }
+    }
+}
+
+/// How brk, mmap and munmap are hooked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyscallHooks {
+    /// The classic `syscalls:sys_{enter,exit}_*` tracepoints: only those
+    /// calls run a program. Needs tracefs mounted.
+    Tracepoints,
+    /// The raw `sys_enter`/`sys_exit` tracepoints: every syscall runs a
+    /// program that leaves at the first comparison. No tracefs needed.
+    RawSyscalls,
+}
+
+/// How block I/O is hooked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockHooks {
+    /// `block_io_start`/`block_io_done` (Linux 6.5+): started in the
+    /// submitting thread.
+    IoStartDone,
+    /// `block_rq_issue`/`block_rq_complete`: the issuing thread, which may
+    /// be a kworker that flushed another thread's plug.
+    RqIssueComplete,
+}
+
+/// Which hooks the loaded programs use, for `emberd check` and the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hooks {
+    /// brk, mmap, munmap (None: all three off).
+    pub syscalls: Option<SyscallHooks>,
+    /// Block I/O (None: off).
+    pub block: Option<BlockHooks>,
+}
+
+impl Hooks {
+    /// The hooks this kernel and mount table offer for `options`.
+    /// `EMBERD_TEST_NO_TRACEFS=1` and `EMBERD_TEST_BLOCK_RQ=1` force the
+    /// fallbacks (tests of them on a machine that has the better hooks).
+    pub fn choose(options: &EventOptions) -> Self {
+        let tracefs = std::env::var_os("EMBERD_TEST_NO_TRACEFS").is_none()
+            && tracefs_has("syscalls/sys_enter_brk");
+        let io_start = std::env::var_os("EMBERD_TEST_BLOCK_RQ").is_none()
+            && kernel_btf_has("btf_trace_block_io_start");
+        Self {
+            syscalls: options.syscalls().then_some(if tracefs {
+                SyscallHooks::Tracepoints
+            } else {
+                SyscallHooks::RawSyscalls
+            }),
+            block: options.blockio.then_some(if io_start {
+                BlockHooks::IoStartDone
+            } else {
+                BlockHooks::RqIssueComplete
+            }),
+        }
+    }
+}
+
+/// Whether tracefs (where libbpf looks: /sys/kernel/tracing, then
+/// /sys/kernel/debug/tracing) has the tracepoint `event` (`group/name`).
+pub fn tracefs_has(event: &str) -> bool {
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .any(|root| std::path::Path::new(&format!("{root}/events/{event}/id")).exists())
+}
+
+/// Whether the kernel's BTF names `name` (a `btf_trace_*` typedef: the BTF
+/// tracepoint exists).
+pub fn kernel_btf_has(name: &str) -> bool {
+    let Ok(btf) = std::fs::read("/sys/kernel/btf/vmlinux") else {
+        return false;
+    };
+    let mut needle = Vec::with_capacity(name.len() + 2);
+    needle.push(0);
+    needle.extend_from_slice(name.as_bytes());
+    needle.push(0);
+    btf.windows(needle.len()).any(|w| w == needle)
 }
 
 /// The thread on the other side of an event: the waker of an off-wake chain.
@@ -147,6 +347,38 @@ pub struct RawEvent {
     pub sample: RawSample,
     /// For off-wake chains, the waker.
     pub waker: Option<OtherSide>,
+    /// A leaf frame `[label]`: the device of block I/O, `anon`/`file` of mmap.
+    pub label: Option<String>,
+}
+
+/// A change to the sampled live heap (malloc's in-use view).
+#[derive(Debug, Clone)]
+pub enum HeapChange {
+    /// A sampled allocation, tracked until freed.
+    Alloc {
+        /// The allocating thread, its user stack, and the weighed bytes in `count`.
+        sample: RawSample,
+        /// Weighed objects.
+        objects: u64,
+        /// The address returned.
+        addr: u64,
+    },
+    /// The free of a sampled allocation.
+    Free {
+        /// The process.
+        pid: Pid,
+        /// The address freed.
+        addr: u64,
+    },
+}
+
+/// One drain of the events programs.
+#[derive(Debug, Default)]
+pub struct EventsDrain {
+    /// Aggregates of the counts map.
+    pub events: Vec<RawEvent>,
+    /// Sampled allocations and their frees, in order.
+    pub heap: Vec<HeapChange>,
 }
 
 /// Counters of the events program.
@@ -172,6 +404,32 @@ pub struct EventCounters {
     pub short_offcpu_sampled_out: u64,
     /// Wakeups ending short blocks left out by `sample_below_ns`.
     pub short_wakeups_sampled_out: u64,
+    /// brk() calls that grew the heap.
+    pub brk: u64,
+    /// mmap() calls.
+    pub mmap: u64,
+    /// munmap() calls.
+    pub munmap: u64,
+    /// brk/mmap/munmap calls lost: their entry could not be kept.
+    pub syscall_state_full: u64,
+    /// Block I/O requests recorded.
+    pub blockio: u64,
+    /// Completions without a recorded start.
+    pub blockio_unmatched: u64,
+    /// Requests lost to a full in-flight table.
+    pub blockio_full: u64,
+    /// Allocation calls seen in chosen processes.
+    pub malloc_calls: u64,
+    /// Allocations sampled.
+    pub malloc_sampled: u64,
+    /// free() calls seen.
+    pub free_calls: u64,
+    /// Frees of sampled allocations.
+    pub free_tracked: u64,
+    /// Sampled allocations not tracked live (table full): allocated only.
+    pub malloc_live_full: u64,
+    /// Heap records lost to a full ring buffer.
+    pub heap_ring_full: u64,
 }
 
 /// The loaded events programs. Dropping detaches and unloads them.
@@ -185,6 +443,9 @@ pub struct EventSampler {
     /// task storage in them are not available: collection then waits out
     /// the longest block).
     held_stacks: Option<Link>,
+    hooks: Hooks,
+    malloc: super::malloc::MallocProbes,
+    heap_ring: Option<super::malloc::HeapRing>,
 }
 
 impl fmt::Debug for EventSampler {
@@ -206,6 +467,7 @@ const HELD_STACK_HORIZON_NS: u64 = 4_000_000_000;
 /// sched_switch programs.
 fn load(
     options: &EventOptions,
+    hooks: Hooks,
     unwind: &UnwindMaps,
     compat: bool,
 ) -> Result<EventsSkel<'static>, CollectError> {
@@ -231,6 +493,11 @@ fn load(
     cfg.offcpu = u8::from(sched);
     cfg.wakeup = u8::from(options.wakeup);
     cfg.offwake = u8::from(options.offwake);
+    cfg.brk = u8::from(options.brk);
+    cfg.mmap = u8::from(options.mmap);
+    cfg.munmap = u8::from(options.munmap);
+    cfg.blockio = u8::from(options.blockio);
+    cfg.malloc_sample_bytes = options.malloc_sample_bytes;
     open.maps
         .event_stacks
         .set_max_entries(defaults::STACK_MAP_ENTRIES.max(super::defaults::stack_map_entries()))
@@ -250,8 +517,42 @@ fn load(
         map.reuse_fd(shared.as_fd())
             .map_err(|source| CollectError::LoadEvents { source })?;
     }
-    open.progs.handle__sched_switch.set_autoload(!compat);
-    open.progs.handle__sched_switch_compat.set_autoload(compat);
+    open.maps
+        .heap_live
+        .set_max_entries(options.malloc_live_entries.max(1))
+        .map_err(|source| CollectError::LoadEvents { source })?;
+    let p = &mut open.progs;
+    // Only what is switched on is loaded: an event that is off costs nothing.
+    p.handle__sched_switch.set_autoload(sched && !compat);
+    p.handle__sched_switch_compat.set_autoload(sched && compat);
+    p.handle__sched_waking.set_autoload(sched);
+    p.handle__sched_wakeup_new.set_autoload(sched);
+    p.refresh_held_stacks.set_autoload(sched);
+    p.handle__page_fault.set_autoload(options.pagefault);
+    let (tp, raw) = match hooks.syscalls {
+        Some(SyscallHooks::Tracepoints) => (true, false),
+        Some(SyscallHooks::RawSyscalls) => (false, true),
+        None => (false, false),
+    };
+    p.handle__sys_enter_brk.set_autoload(tp);
+    p.handle__sys_enter_mmap.set_autoload(tp);
+    p.handle__sys_enter_munmap.set_autoload(tp);
+    p.handle__sys_exit.set_autoload(tp);
+    p.handle__sys_enter_raw.set_autoload(raw);
+    p.handle__sys_exit_raw.set_autoload(raw);
+    let (io, rq) = match hooks.block {
+        Some(BlockHooks::IoStartDone) => (true, false),
+        Some(BlockHooks::RqIssueComplete) => (false, true),
+        None => (false, false),
+    };
+    p.handle__block_io_start.set_autoload(io);
+    p.handle__block_io_done.set_autoload(io);
+    p.handle__block_rq_issue.set_autoload(rq);
+    p.handle__block_rq_complete.set_autoload(rq);
+    let malloc = options.malloc.any();
+    p.handle__alloc_enter.set_autoload(malloc);
+    p.handle__alloc_exit.set_autoload(malloc);
+    p.handle__free.set_autoload(malloc);
     open.load()
         .map_err(|source| CollectError::LoadEvents { source })
 }
@@ -271,21 +572,22 @@ impl EventSampler {
             ));
         }
         let sched = options.offcpu || options.wakeup || options.offwake;
+        let hooks = Hooks::choose(&options);
         // sched_switch has passed prev_state since Linux 5.18; before, the
         // verifier rejects reading it, and the compat program reads the
         // state from the task instead. EMBERD_TEST_SCHED_SWITCH_COMPAT=1
         // forces the compat program (tests of the fallback).
         let force_compat = std::env::var_os("EMBERD_TEST_SCHED_SWITCH_COMPAT").is_some();
         let (skel, compat) = if force_compat {
-            (load(&options, unwind, true)?, true)
+            (load(&options, hooks, unwind, true)?, true)
         } else {
-            match load(&options, unwind, false) {
+            match load(&options, hooks, unwind, false) {
                 Ok(skel) => (skel, false),
                 Err(e) if sched => {
                     tracing::warn!(
                         "sched_switch with prev_state did not load ({e}); using the pre-5.18 form that reads the task's state"
                     );
-                    (load(&options, unwind, true)?, true)
+                    (load(&options, hooks, unwind, true)?, true)
                 }
                 Err(e) => return Err(e),
             }
@@ -329,6 +631,51 @@ impl EventSampler {
                 links.push(link);
             }
         }
+        let attach =
+            |r: libbpf_rs::Result<Link>| r.map_err(|source| CollectError::LoadEvents { source });
+        match hooks.syscalls {
+            Some(SyscallHooks::Tracepoints) => {
+                use libbpf_rs::TracepointCategory::Syscalls;
+                let p = &skel.progs;
+                for (prog, name, on) in [
+                    (&p.handle__sys_enter_brk, "sys_enter_brk", options.brk),
+                    (&p.handle__sys_exit, "sys_exit_brk", options.brk),
+                    (&p.handle__sys_enter_mmap, "sys_enter_mmap", options.mmap),
+                    (&p.handle__sys_exit, "sys_exit_mmap", options.mmap),
+                    (
+                        &p.handle__sys_enter_munmap,
+                        "sys_enter_munmap",
+                        options.munmap,
+                    ),
+                    (&p.handle__sys_exit, "sys_exit_munmap", options.munmap),
+                ] {
+                    if on {
+                        links.push(attach(prog.attach_tracepoint(Syscalls, name))?);
+                    }
+                }
+            }
+            Some(SyscallHooks::RawSyscalls) => {
+                links.push(attach(skel.progs.handle__sys_enter_raw.attach())?);
+                links.push(attach(skel.progs.handle__sys_exit_raw.attach())?);
+            }
+            None => {}
+        }
+        match hooks.block {
+            Some(BlockHooks::IoStartDone) => {
+                links.push(attach(skel.progs.handle__block_io_start.attach())?);
+                links.push(attach(skel.progs.handle__block_io_done.attach())?);
+            }
+            Some(BlockHooks::RqIssueComplete) => {
+                links.push(attach(skel.progs.handle__block_rq_issue.attach())?);
+                links.push(attach(skel.progs.handle__block_rq_complete.attach())?);
+            }
+            None => {}
+        }
+        let heap_ring = if options.malloc.any() {
+            Some(super::malloc::HeapRing::new(&skel.maps.heap_events)?)
+        } else {
+            None
+        };
         let held_stacks = if sched {
             skel.progs
                 .refresh_held_stacks
@@ -349,7 +696,44 @@ impl EventSampler {
             drains: 0,
             sched_switch_compat: compat,
             held_stacks,
+            hooks,
+            malloc: super::malloc::MallocProbes::default(),
+            heap_ring,
         })
+    }
+
+    /// The hooks the loaded programs use.
+    pub fn hooks(&self) -> Hooks {
+        self.hooks
+    }
+
+    /// Attaches malloc's uprobes to `pid` if the options name it (by id or
+    /// name) and it maps a libc. Called for every process seen, and for
+    /// every process at start.
+    pub fn watch_process(&mut self, pid: Pid) {
+        if !self.options.malloc.any() {
+            return;
+        }
+        let p = &self.skel.progs;
+        self.malloc.watch(
+            pid,
+            &self.options.malloc,
+            super::malloc::Programs {
+                enter: &p.handle__alloc_enter,
+                exit: &p.handle__alloc_exit,
+                free: &p.handle__free,
+            },
+        );
+    }
+
+    /// Processes malloc's uprobes are attached to now.
+    pub fn malloc_processes(&self) -> Vec<Pid> {
+        self.malloc.attached()
+    }
+
+    /// Processes malloc could not be attached to, by reason (cumulative).
+    pub fn malloc_refusals(&self) -> super::malloc::Refusals {
+        self.malloc.refusals()
     }
 
     /// Whether the pre-5.18 sched_switch program (state read from the
@@ -366,7 +750,7 @@ impl EventSampler {
     /// Cumulative counters, summed over CPUs.
     pub fn counters(&self) -> Result<EventCounters, CollectError> {
         let map = &self.skel.maps.event_counters;
-        let mut v = [0u64; 10];
+        let mut v = [0u64; 23];
         for (i, slot) in v.iter_mut().enumerate() {
             *slot = super::percpu_sum(map, "event_counters", i as u32)?;
         }
@@ -381,6 +765,19 @@ impl EventSampler {
             new_process_dropped: v[7],
             short_offcpu_sampled_out: v[8],
             short_wakeups_sampled_out: v[9],
+            brk: v[10],
+            mmap: v[11],
+            munmap: v[12],
+            syscall_state_full: v[13],
+            blockio: v[14],
+            blockio_unmatched: v[15],
+            blockio_full: v[16],
+            malloc_calls: v[17],
+            malloc_sampled: v[18],
+            free_calls: v[19],
+            free_tracked: v[20],
+            malloc_live_full: v[21],
+            heap_ring_full: v[22],
         })
     }
 
@@ -394,8 +791,15 @@ impl EventSampler {
         super::drain_new_tgids(&self.skel.maps.new_tgids)
     }
 
-    /// Empties the counts map and returns its aggregates.
-    pub fn drain(&mut self) -> Result<Vec<RawEvent>, CollectError> {
+    /// Empties the counts map and the heap ring buffer.
+    pub fn drain(&mut self) -> Result<EventsDrain, CollectError> {
+        // Ring records first: an alloc's stack is stamped in use when it is
+        // taken, and read here, before the collection below.
+        let heap_records = match &self.heap_ring {
+            Some(ring) => ring.consume()?,
+            None => Vec::new(),
+        };
+        self.malloc.forget_exited();
         let old = super::flip_buffer(
             self.skel
                 .maps
@@ -443,13 +847,35 @@ impl EventSampler {
                 kind,
                 sample,
                 waker: waker.transpose()?,
+                label: (k.label[0] != 0).then(|| super::comm_to_string(&k.label)),
+            });
+        }
+        let mut heap = Vec::with_capacity(heap_records.len());
+        for r in heap_records {
+            heap.push(match r.kind {
+                1 => HeapChange::Alloc {
+                    sample: RawSample {
+                        pid: Pid(r.tgid),
+                        tid: Tid(r.pid),
+                        comm: super::comm_to_string(&r.comm),
+                        kernel: RawStack::None,
+                        user: stack(r.ustack)?,
+                        count: r.bytes,
+                    },
+                    objects: r.objects,
+                    addr: r.addr,
+                },
+                _ => HeapChange::Free {
+                    pid: Pid(r.tgid),
+                    addr: r.addr,
+                },
             });
         }
         self.drains += 1;
         if self.drains.is_multiple_of(STACK_GC_EVERY) {
             self.collect_stacks()?;
         }
-        Ok(out)
+        Ok(EventsDrain { events: out, heap })
     }
 
     /// Deletes stacks no blocked thread can still refer to: unused for

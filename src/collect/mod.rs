@@ -8,6 +8,7 @@
 
 mod counters;
 pub mod events;
+pub mod malloc;
 mod perf_event;
 pub mod stack;
 

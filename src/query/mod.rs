@@ -57,17 +57,42 @@ pub enum Event {
     PageFault,
     /// On-CPU and off-CPU time of the same threads, in one graph.
     HotCold,
+    /// Bytes the heap's break grew by (brk), by caller.
+    Brk,
+    /// Bytes mapped by mmap(), anonymous and file-backed as leaf frames.
+    Mmap,
+    /// Bytes unmapped by munmap().
+    Munmap,
+    /// Block I/O latency, by the stack that started the request.
+    BlockIo,
+    /// Bytes allocated by malloc and friends over the window (sampled).
+    Malloc,
+    /// Objects allocated over the window (sampled).
+    MallocObjects,
+    /// Sampled allocations not freed at the end of the window: bytes (the
+    /// memory-leak flame graph).
+    MallocInUse,
+    /// Sampled allocations not freed at the end of the window: objects.
+    MallocInUseObjects,
 }
 
 impl Event {
     /// Every event, in documentation order.
-    pub const ALL: [Event; 6] = [
+    pub const ALL: [Event; 14] = [
         Event::Cpu,
         Event::OffCpu,
         Event::Wakeup,
         Event::OffWake,
         Event::PageFault,
         Event::HotCold,
+        Event::Brk,
+        Event::Mmap,
+        Event::Munmap,
+        Event::BlockIo,
+        Event::Malloc,
+        Event::MallocObjects,
+        Event::MallocInUse,
+        Event::MallocInUseObjects,
     ];
 
     /// The name used in `event=` and `--event`.
@@ -79,6 +104,14 @@ impl Event {
             Event::OffWake => "offwake",
             Event::PageFault => "pagefault",
             Event::HotCold => "hotcold",
+            Event::Brk => "brk",
+            Event::Mmap => "mmap",
+            Event::Munmap => "munmap",
+            Event::BlockIo => "blockio",
+            Event::Malloc => "malloc",
+            Event::MallocObjects => "malloc_objects",
+            Event::MallocInUse => "malloc_inuse",
+            Event::MallocInUseObjects => "malloc_inuse_objects",
         }
     }
 
@@ -95,15 +128,27 @@ impl Event {
             Event::Wakeup => Some(EventKind::Wakeup),
             Event::OffWake => Some(EventKind::OffWake),
             Event::PageFault => Some(EventKind::PageFault),
-            Event::Cpu | Event::HotCold => None,
+            Event::Brk => Some(EventKind::Brk),
+            Event::Mmap => Some(EventKind::Mmap),
+            Event::Munmap => Some(EventKind::Munmap),
+            Event::BlockIo => Some(EventKind::BlockIo),
+            Event::Malloc => Some(EventKind::Malloc),
+            Event::MallocObjects => Some(EventKind::MallocObjects),
+            Event::Cpu | Event::HotCold | Event::MallocInUse | Event::MallocInUseObjects => None,
         }
+    }
+
+    /// Whether this view is the live sampled heap (a state at the window's
+    /// end, not a sum over it).
+    pub fn is_in_use(self) -> bool {
+        matches!(self, Event::MallocInUse | Event::MallocInUseObjects)
     }
 
     /// Whether values are times (stored in ns, folded in us, drawn in ms).
     pub fn is_time(self) -> bool {
         matches!(
             self,
-            Event::OffCpu | Event::Wakeup | Event::OffWake | Event::HotCold
+            Event::OffCpu | Event::Wakeup | Event::OffWake | Event::HotCold | Event::BlockIo
         )
     }
 
@@ -112,6 +157,10 @@ impl Event {
         match self {
             Event::Cpu => "samples",
             Event::PageFault => "pages",
+            Event::Brk | Event::Mmap | Event::Munmap | Event::Malloc | Event::MallocInUse => {
+                "bytes"
+            }
+            Event::MallocObjects | Event::MallocInUseObjects => "objects",
             _ => "us",
         }
     }
@@ -125,6 +174,14 @@ impl Event {
             Event::OffWake => "Off-Wake Time Flame Graph (ms)",
             Event::PageFault => "Page Fault Flame Graph (pages)",
             Event::HotCold => "Hot/Cold Flame Graph (ms)",
+            Event::Brk => "Heap Expansion Flame Graph (bytes)",
+            Event::Mmap => "mmap() bytes Flame Graph",
+            Event::Munmap => "munmap() bytes Flame Graph",
+            Event::BlockIo => "Block I/O Time Flame Graph (ms)",
+            Event::Malloc => "malloc() bytes Flame Graph (allocated, sampled)",
+            Event::MallocObjects => "malloc() objects Flame Graph (allocated, sampled)",
+            Event::MallocInUse => "Memory Leak Flame Graph (bytes in use, sampled)",
+            Event::MallocInUseObjects => "Memory Leak Flame Graph (objects in use, sampled)",
         }
     }
 
@@ -137,7 +194,15 @@ impl Event {
             Event::OffCpu => Palette::Basic(BasicPalette::Io),
             Event::Wakeup => Palette::Multi(MultiPalette::Wakeup),
             Event::OffWake => Palette::Basic(BasicPalette::Aqua),
-            Event::PageFault => Palette::Basic(BasicPalette::Mem),
+            Event::PageFault
+            | Event::Brk
+            | Event::Mmap
+            | Event::Munmap
+            | Event::Malloc
+            | Event::MallocObjects
+            | Event::MallocInUse
+            | Event::MallocInUseObjects => Palette::Basic(BasicPalette::Mem),
+            Event::BlockIo => Palette::Basic(BasicPalette::Io),
         }
     }
 }

@@ -285,6 +285,42 @@ pub fn event_profile(query: &Query, result: &QueryResult, ty: &str, unit: &str) 
     b.p
 }
 
+/// Go's heap profile (`/debug/pprof/heap`): sample types `alloc_objects`,
+/// `alloc_space`, `inuse_objects`, `inuse_space`, from one result each (in
+/// that order). The results come from different stores, so each row
+/// becomes its own sample with one value set; pprof sums samples that
+/// share a stack. `period` is the mean bytes between samples, as Go's
+/// `MemProfileRate`.
+pub fn heap_profile(query: &Query, results: [&QueryResult; 4], period: u64) -> proto::Profile {
+    let mut b = Builder::new();
+    let types = [
+        ("alloc_objects", "count"),
+        ("alloc_space", "bytes"),
+        ("inuse_objects", "count"),
+        ("inuse_space", "bytes"),
+    ];
+    b.p.sample_type = types
+        .iter()
+        .map(|(t, u)| proto::ValueType {
+            r#type: b.s(t),
+            unit: b.s(u),
+        })
+        .collect();
+    b.p.period_type = Some(proto::ValueType {
+        r#type: b.s("space"),
+        unit: b.s("bytes"),
+    });
+    b.p.period = period as i64;
+    for (i, result) in results.into_iter().enumerate() {
+        fill_samples(&mut b, query, result, |v| {
+            let mut values = vec![0; 4];
+            values[i] = v as i64;
+            values
+        });
+    }
+    b.p
+}
+
 /// Adds one sample per row, with `values` of the row's value.
 fn fill_samples(
     b: &mut Builder,

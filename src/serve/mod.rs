@@ -148,6 +148,10 @@ pub struct AppState {
     pub store: Arc<RwLock<Store>>,
     /// The stores of the other events that are switched on.
     pub events: Arc<HashMap<EventKind, Arc<RwLock<Store>>>>,
+    /// Sampled allocations (malloc's in-use views), when malloc is on.
+    pub heap: Option<Arc<RwLock<crate::store::heap::LiveHeap>>>,
+    /// Mean bytes between malloc samples.
+    pub malloc_sample_bytes: u64,
     /// emberd's metrics.
     pub metrics: Arc<Metrics>,
     /// Readiness: the programs are attached and drains keep completing.
@@ -444,7 +448,19 @@ fn with_sources<R>(
     let offcpu = (q.event == Event::HotCold)
         .then(|| st.events.get(&EventKind::OffCpu))
         .flatten();
+    // The heap profile of every malloc view reads allocated bytes and
+    // objects beside the live heap.
+    let event = event.or_else(|| {
+        q.event
+            .is_in_use()
+            .then(|| st.events.get(&EventKind::Malloc))
+            .flatten()
+    });
+    let objects = st.events.get(&EventKind::MallocObjects);
     Ok(f(Sources {
+        heap: st.heap.as_deref(),
+        objects: objects.map(|s| &**s),
+        malloc_sample_bytes: st.malloc_sample_bytes,
         cpu: Some(&st.store),
         event: event.map(|s| &**s),
         offcpu: offcpu.map(|s| &**s),
@@ -455,11 +471,27 @@ fn with_sources<R>(
 fn switched_off(e: Event) -> AppError {
     AppError::BadRequest(QueryError {
         param: "event".into(),
-        reason: format!(
-            "{} is switched off in this emberd's configuration (set {} = true)",
-            e.name(),
-            e.name()
-        ),
+        reason: if e
+            .kind()
+            .is_none_or(|k| matches!(k, EventKind::Malloc | EventKind::MallocObjects))
+            && e != Event::Cpu
+            && e != Event::HotCold
+        {
+            format!(
+                "{} is off: no process is named for malloc tracing (set malloc_pids or malloc_comms, or --malloc-pid / --malloc-comm)",
+                e.name()
+            )
+        } else {
+            let key = if e == Event::HotCold {
+                "offcpu"
+            } else {
+                e.name()
+            };
+            format!(
+                "{} is switched off in this emberd's configuration (set {key} = true)",
+                e.name()
+            )
+        },
     })
 }
 
@@ -561,17 +593,21 @@ fn render_pprof(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
     })
 }
 
-/// `/debug/pprof/offcpu`, `/wakeup`, `/offwake`, `/pagefault`: the same as
-/// `/debug/pprof/profile?event=NAME`.
+/// `/debug/pprof/NAME` for every event but cpu and hotcold (`offcpu`,
+/// `blockio`, ...): the same as `/debug/pprof/profile?event=NAME`. `heap`
+/// is Go's heap profile (`event=malloc_inuse`: allocated over the window,
+/// in use at its end).
 async fn pprof_event(
     State(st): State<AppState>,
     axum::extract::Path(event): axum::extract::Path<String>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, AppError> {
-    if !matches!(
-        event.as_str(),
-        "offcpu" | "wakeup" | "offwake" | "pagefault"
-    ) {
+    let event = if event == "heap" {
+        Event::MallocInUse.name().to_owned()
+    } else {
+        event
+    };
+    if Event::from_name(&event).is_none_or(|e| matches!(e, Event::Cpu | Event::HotCold)) {
         return Ok(not_found().await);
     }
     let mut raw = raw.unwrap_or_default();

@@ -7,6 +7,7 @@
 //! oldest slots whenever the estimated size passes the budget, are dropped;
 //! frames and stacks no slot refers to any more are then collected.
 
+pub mod heap;
 mod intern;
 
 use std::collections::{HashMap, VecDeque};

@@ -437,8 +437,10 @@ impl Symbolizer {
         let mut raws = Vec::with_capacity(n);
         let mut wakers = Vec::new();
         let mut kinds = Vec::with_capacity(n);
+        let mut labels = Vec::with_capacity(n);
         for (i, e) in events.into_iter().enumerate() {
             kinds.push(e.kind);
+            labels.push(e.label);
             raws.push(e.sample);
             if let Some(w) = e.waker {
                 wakers.push(i);
@@ -465,9 +467,13 @@ impl Symbolizer {
                     || f.name.starts_with("__bpf_trace_")
                     || f.name.starts_with("__traceiter_"))
         };
-        for (i, kind) in kinds.into_iter().enumerate() {
+        for (i, (kind, label)) in kinds.into_iter().zip(labels).enumerate() {
             let Some(mut s) = named.next() else { break };
             s.frames.retain(|f| !is_bpf(f));
+            if let Some(label) = label {
+                s.frames
+                    .push(Frame::new(format!("[{label}]"), FrameKind::Marker));
+            }
             if waker_iter.peek() == Some(&i) {
                 waker_iter.next();
                 if let Some(w) = named.next() {

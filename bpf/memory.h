@@ -1,0 +1,401 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Memory growth, included by events.bpf.c (it uses its counts, stacks and
+ * helpers): brk() growth, mmap() and munmap() bytes, and sampled malloc.
+ *
+ * Syscalls. Where tracefs is mounted the agent attaches the classic
+ * syscalls:sys_{enter,exit}_{brk,mmap,munmap} tracepoints, which run only
+ * for those calls. Without tracefs the only hooks are the raw sys_enter and
+ * sys_exit tracepoints, which run for every syscall; they leave at the first
+ * comparison of the syscall number. Either way the entry keeps what the exit
+ * needs (the old break, the length and flags) per thread, and the exit
+ * charges the bytes once the call has succeeded, to the caller's user stack.
+ *
+ * malloc. Uprobes on the libc each chosen process maps (attached by the
+ * agent with the process as filter, so other processes never trap). Every
+ * allocation of s bytes is sampled with chance p = min(1, s/R), R =
+ * config.malloc_sample_bytes, and a sample weighs s/p bytes and 1/p objects:
+ * on average one sample every R bytes, unbiased totals, and a cost of
+ * recording that does not grow with the allocation rate (the traps still
+ * do). A sampled allocation is added to the counts (allocated view) and put
+ * in `heap_live`; a free() of an address found there is sent with the alloc
+ * over the `heap_events` ring buffer, from which the agent keeps the in-use
+ * view.
+ */
+#ifndef EMBERD_MEMORY_H
+#define EMBERD_MEMORY_H
+
+/* x86_64 syscall numbers. */
+#define NR_MMAP 9
+#define NR_MUNMAP 11
+#define NR_BRK 12
+
+#define EMBERD_MAP_ANONYMOUS 0x20
+#define EMBERD_PAGE 4096ULL
+
+/* The kernel's pt_regs, for the syscall arguments (raw sys_enter/exit). */
+struct pt_regs___sc {
+	unsigned long di;
+	unsigned long si;
+	unsigned long dx;
+	unsigned long r10;
+	unsigned long r8;
+	unsigned long orig_ax;
+} __attribute__((preserve_access_index));
+
+struct mm_struct___emberd {
+	unsigned long brk;
+} __attribute__((preserve_access_index));
+
+struct task_struct___mm {
+	struct mm_struct___emberd *mm;
+} __attribute__((preserve_access_index));
+
+/* What a syscall's exit needs from its entry. */
+struct syscall_entry {
+	__u64 nr;
+	__u64 old_brk;         /* brk: the break before the call */
+	__u64 len;             /* mmap, munmap */
+	__u64 flags;           /* mmap */
+};
+
+/* By thread id. LRU: a thread killed inside a call leaves its entry, which
+ * ages out instead of filling the table. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct syscall_entry);
+} syscall_entries SEC(".maps");
+
+static __always_inline int syscall_wanted(__u64 nr)
+{
+	return (nr == NR_BRK && config.brk) || (nr == NR_MMAP && config.mmap) ||
+	       (nr == NR_MUNMAP && config.munmap);
+}
+
+static __always_inline void syscall_enter(__u64 nr, __u64 a1, __u64 a3)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	struct syscall_entry e = {.nr = nr};
+
+	if (!syscall_wanted(nr))
+		return;
+	if (config.target_tgid && (id >> 32) != config.target_tgid)
+		return;
+	if (nr == NR_BRK) {
+		struct task_struct___mm *task = (void *)bpf_get_current_task();
+
+		e.old_brk = BPF_CORE_READ(task, mm, brk);
+	} else {
+		e.len = a1;
+		e.flags = a3;
+	}
+	if (bpf_map_update_elem(&syscall_entries, &tid, &e, BPF_ANY))
+		ecount(ECOUNTER_SYSCALL_STATE_FULL);
+}
+
+/* Charges `value` of `event` to the current thread's user stack. */
+static __always_inline void charge_current(__u32 event, __u64 value, const char *label)
+{
+	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns();
+	__u32 tgid = id >> 32;
+	struct event_key *k;
+
+	note_process_cached(tgid);
+	k = scratch_key();
+	if (!k)
+		return;
+	k->event = event;
+	k->tgid = tgid;
+	k->pid = (__u32)id;
+	/* At a syscall's exit the kernel stack is the syscall path itself. */
+	k->kstack = EMBERD_STACK_NONE;
+	k->ustack = user_stack(bpf_get_current_task_btf(), tgid, now);
+	bpf_get_current_comm(&k->comm, sizeof(k->comm));
+	if (label)
+		__builtin_memcpy(k->label, label, 5);
+	add(k, value);
+}
+
+static __always_inline void syscall_exit(long ret)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct syscall_entry *e = bpf_map_lookup_elem(&syscall_entries, &tid);
+	__u64 nr, len;
+
+	if (!e)
+		return;
+	nr = e->nr;
+	bpf_map_delete_elem(&syscall_entries, &tid);
+	if (nr == NR_BRK) {
+		/* brk returns the new break (the old one when it failed). */
+		if ((__u64)ret > e->old_brk && e->old_brk) {
+			ecount(ECOUNTER_BRK);
+			charge_current(EVENT_BRK, (__u64)ret - e->old_brk, 0);
+		}
+		return;
+	}
+	if (ret < 0 && ret > -4096)
+		return;
+	len = (e->len + EMBERD_PAGE - 1) & ~(EMBERD_PAGE - 1);
+	if (nr == NR_MMAP) {
+		ecount(ECOUNTER_MMAP);
+		charge_current(EVENT_MMAP, len,
+			       (e->flags & EMBERD_MAP_ANONYMOUS) ? "anon" : "file");
+	} else {
+		ecount(ECOUNTER_MUNMAP);
+		charge_current(EVENT_MUNMAP, len, 0);
+	}
+}
+
+/* Every syscall (no tracefs needed): leave unless it is one of ours. */
+SEC("raw_tp/sys_enter")
+int handle__sys_enter_raw(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 nr = ctx->args[1];
+	struct pt_regs___sc *regs;
+
+	if (nr != NR_BRK && nr != NR_MMAP && nr != NR_MUNMAP)
+		return 0;
+	regs = (struct pt_regs___sc *)ctx->args[0];
+	syscall_enter(nr, BPF_CORE_READ(regs, si), BPF_CORE_READ(regs, r10));
+	return 0;
+}
+
+SEC("raw_tp/sys_exit")
+int handle__sys_exit_raw(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct pt_regs___sc *regs = (struct pt_regs___sc *)ctx->args[0];
+	__u64 nr = BPF_CORE_READ(regs, orig_ax);
+
+	if (nr != NR_BRK && nr != NR_MMAP && nr != NR_MUNMAP)
+		return 0;
+	syscall_exit((long)ctx->args[1]);
+	return 0;
+}
+
+/* The classic tracepoints' records (events/syscalls/sys_{enter,exit}_* /format). */
+struct sc_enter_ctx {
+	__u64 common;
+	int nr;
+	int _pad;
+	__u64 args[6];
+};
+
+struct sc_exit_ctx {
+	__u64 common;
+	int nr;
+	int _pad;
+	long ret;
+};
+
+SEC("tracepoint/syscalls/sys_enter_brk")
+int handle__sys_enter_brk(struct sc_enter_ctx *ctx)
+{
+	syscall_enter(NR_BRK, 0, 0);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_mmap")
+int handle__sys_enter_mmap(struct sc_enter_ctx *ctx)
+{
+	syscall_enter(NR_MMAP, ctx->args[1], ctx->args[3]);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_munmap")
+int handle__sys_enter_munmap(struct sc_enter_ctx *ctx)
+{
+	syscall_enter(NR_MUNMAP, ctx->args[1], 0);
+	return 0;
+}
+
+/* One program for the three exits: the entry says which call it was. */
+SEC("tracepoint/syscalls/sys_exit_brk")
+int handle__sys_exit(struct sc_exit_ctx *ctx)
+{
+	syscall_exit(ctx->ret);
+	return 0;
+}
+
+/* ---- malloc ---- */
+
+/* The user registers a uprobe sees (x86_64 UAPI pt_regs layout). */
+struct uprobe_regs {
+	__u64 r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
+	__u64 ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
+};
+
+/* A sampled allocation between its function's entry and return. */
+struct alloc_pending {
+	__u64 ustack;
+	__u64 bytes;           /* weighed */
+	__u64 objects;         /* weighed */
+	__u64 memptr;          /* posix_memalign: where the pointer is written */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32); /* thread id */
+	__type(value, struct alloc_pending);
+} alloc_pending SEC(".maps");
+
+struct heap_live_key {
+	__u32 tgid;
+	__u32 _pad;
+	__u64 addr;
+};
+
+/* Sampled allocations not yet freed; max_entries set by the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct heap_live_key);
+	__type(value, __u8);
+} heap_live SEC(".maps");
+
+/* Alloc and free records for the agent's in-use view; size set by the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} heap_events SEC(".maps");
+
+/* Unused: makes the skeleton generate `types::heap_record` for the agent. */
+struct heap_record heap_record_layout = {};
+
+static __always_inline void heap_record(__u32 kind, __u64 addr, struct alloc_pending *p)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct heap_record *r = bpf_ringbuf_reserve(&heap_events, sizeof(*r), 0);
+
+	if (!r) {
+		ecount(ECOUNTER_HEAP_RING_FULL);
+		return;
+	}
+	r->kind = kind;
+	r->tgid = id >> 32;
+	r->pid = (__u32)id;
+	r->_pad = 0;
+	r->addr = addr;
+	r->ustack = p ? p->ustack : 0;
+	r->bytes = p ? p->bytes : 0;
+	r->objects = p ? p->objects : 0;
+	bpf_get_current_comm(&r->comm, sizeof(r->comm));
+	bpf_ringbuf_submit(r, 0);
+}
+
+/* A free of `addr`: sent to the agent if it was a sampled allocation. */
+static __always_inline void heap_free(__u64 addr)
+{
+	struct heap_live_key key = {.tgid = bpf_get_current_pid_tgid() >> 32, .addr = addr};
+
+	if (!addr)
+		return;
+	if (bpf_map_delete_elem(&heap_live, &key) == 0) {
+		ecount(ECOUNTER_FREE_TRACKED);
+		heap_record(HEAP_FREE, addr, 0);
+	}
+}
+
+/* Entry of malloc, calloc, realloc, posix_memalign, aligned_alloc (cookie). */
+SEC("uprobe")
+int handle__alloc_enter(struct uprobe_regs *ctx)
+{
+	__u64 fn = bpf_get_attach_cookie(ctx), size, r = config.malloc_sample_bytes;
+	__u64 id = bpf_get_current_pid_tgid(), now;
+	__u32 tid = (__u32)id, tgid = id >> 32;
+	struct alloc_pending p = {};
+
+	ecount(ECOUNTER_MALLOC_CALLS);
+	switch (fn) {
+	case ALLOC_CALLOC:
+		size = ctx->di * ctx->si;
+		break;
+	case ALLOC_REALLOC:
+		heap_free(ctx->di); /* the old block is gone if the call succeeds */
+		size = ctx->si;
+		break;
+	case ALLOC_POSIX_MEMALIGN:
+		p.memptr = ctx->di;
+		size = ctx->dx;
+		break;
+	case ALLOC_ALIGNED_ALLOC:
+		size = ctx->si;
+		break;
+	default:
+		size = ctx->di;
+	}
+	if (size == 0)
+		return 0;
+	/* Chance min(1, size / r); weight size / chance. */
+	if (r && size < r) {
+		if (!chance(size, r))
+			return 0;
+		p.bytes = r;
+		p.objects = (r + size / 2) / size;
+	} else {
+		p.bytes = size;
+		p.objects = 1;
+	}
+	ecount(ECOUNTER_MALLOC_SAMPLED);
+	now = bpf_ktime_get_ns();
+	note_process_cached(tgid);
+	p.ustack = user_stack(bpf_get_current_task_btf(), tgid, now);
+	bpf_map_update_elem(&alloc_pending, &tid, &p, BPF_ANY);
+	return 0;
+}
+
+/* Return of the functions above: the sampled allocation's address. */
+SEC("uretprobe")
+int handle__alloc_exit(struct uprobe_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid(), addr = ctx->ax;
+	__u32 tid = (__u32)id;
+	struct alloc_pending *p = bpf_map_lookup_elem(&alloc_pending, &tid);
+	struct heap_live_key key = {.tgid = id >> 32};
+	struct event_key *k;
+	__u8 one = 1;
+
+	if (!p)
+		return 0;
+	if (p->memptr) {
+		/* posix_memalign returns 0 and writes the pointer */
+		if (addr != 0 || bpf_probe_read_user(&addr, sizeof(addr), (void *)p->memptr))
+			addr = 0;
+	}
+	if (addr) {
+		k = scratch_key();
+		if (k) {
+			k->event = EVENT_MALLOC;
+			k->tgid = id >> 32;
+			k->pid = tid;
+			k->kstack = EMBERD_STACK_NONE;
+			k->ustack = p->ustack;
+			bpf_get_current_comm(&k->comm, sizeof(k->comm));
+			stamp(p->ustack, bpf_ktime_get_ns());
+			add(k, p->bytes);
+			k->event = EVENT_MALLOC_OBJECTS;
+			add(k, p->objects);
+		}
+		key.addr = addr;
+		if (bpf_map_update_elem(&heap_live, &key, &one, BPF_ANY) == 0)
+			heap_record(HEAP_ALLOC, addr, p);
+		else
+			ecount(ECOUNTER_MALLOC_LIVE_FULL);
+	}
+	bpf_map_delete_elem(&alloc_pending, &tid);
+	return 0;
+}
+
+SEC("uprobe")
+int handle__free(struct uprobe_regs *ctx)
+{
+	ecount(ECOUNTER_FREE_CALLS);
+	heap_free(ctx->di);
+	return 0;
+}
+
+#endif /* EMBERD_MEMORY_H */

@@ -1,0 +1,232 @@
+//! Where malloc's uprobes are attached (to the libc each chosen process
+//! maps) and where the heap ring buffer (`bpf/memory.h`) is read.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use libbpf_rs::{Link, MapHandle, ProgramMut, RingBuffer, RingBufferBuilder, UprobeOpts};
+
+use super::events::{MallocTargets, defaults};
+use super::{CollectError, Pid};
+use crate::bpf::events::types;
+
+/// The three malloc programs of `bpf/memory.h`.
+#[derive(Debug, Clone, Copy)]
+pub struct Programs<'a, 'obj> {
+    /// Entry of every allocation function (its cookie says which).
+    pub enter: &'a ProgramMut<'obj>,
+    /// Return of every allocation function.
+    pub exit: &'a ProgramMut<'obj>,
+    /// Entry of free().
+    pub free: &'a ProgramMut<'obj>,
+}
+
+/// Processes named for malloc that could not be traced, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Refusals {
+    /// The process maps no libc (static binary, other allocator's only).
+    pub no_libc: u64,
+    /// Attaching a uprobe failed.
+    pub attach_failed: u64,
+    /// More processes than [`defaults::MALLOC_MAX_PROCESSES`].
+    pub too_many: u64,
+}
+
+/// The allocation functions probed, with the cookie `bpf/memory.h` reads
+/// (`enum alloc_fn`) and whether the return is probed too.
+const ALLOC_FUNCTIONS: [(&str, u64); 5] = [
+    ("malloc", 0),
+    ("calloc", 1),
+    ("realloc", 2),
+    ("posix_memalign", 3),
+    ("aligned_alloc", 4),
+];
+
+/// malloc's uprobes, by process. Dropping a process's links detaches them.
+#[derive(Default)]
+pub struct MallocProbes {
+    attached: HashMap<Pid, Vec<Link>>,
+    /// Processes looked at and not chosen, or refused: not looked at again
+    /// until they exec (a new process notification).
+    refusals: Refusals,
+}
+
+impl std::fmt::Debug for MallocProbes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MallocProbes")
+            .field("attached", &self.attached.keys().collect::<Vec<_>>())
+            .field("refusals", &self.refusals)
+            .finish()
+    }
+}
+
+impl MallocProbes {
+    /// Attaches to `pid` if `targets` names it and it is not attached yet.
+    pub fn watch(&mut self, pid: Pid, targets: &MallocTargets, progs: Programs<'_, '_>) {
+        if !chosen(pid, targets) {
+            // An exec may have turned a chosen process into another program.
+            self.attached.remove(&pid);
+            return;
+        }
+        if self.attached.contains_key(&pid) {
+            return;
+        }
+        if self.attached.len() >= defaults::MALLOC_MAX_PROCESSES {
+            self.refusals.too_many += 1;
+            tracing::warn!(
+                "malloc: not tracing process {pid}: already {} processes",
+                defaults::MALLOC_MAX_PROCESSES
+            );
+            return;
+        }
+        let Some(libc) = libc_path(pid) else {
+            self.refusals.no_libc += 1;
+            tracing::warn!("malloc: process {pid} maps no libc; its allocations are not traced");
+            return;
+        };
+        match attach(pid, &libc, progs) {
+            Ok(links) => {
+                tracing::info!("malloc: tracing process {pid} ({})", libc.display());
+                self.attached.insert(pid, links);
+            }
+            Err(e) => {
+                self.refusals.attach_failed += 1;
+                tracing::warn!(
+                    "malloc: attaching to {} of process {pid} failed: {e}",
+                    libc.display()
+                );
+            }
+        }
+    }
+
+    /// Detaches from processes that have exited.
+    pub fn forget_exited(&mut self) {
+        self.attached
+            .retain(|pid, _| std::path::Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    /// Processes traced now, sorted.
+    pub fn attached(&self) -> Vec<Pid> {
+        let mut v: Vec<Pid> = self.attached.keys().copied().collect();
+        v.sort();
+        v
+    }
+
+    /// Cumulative refusals.
+    pub fn refusals(&self) -> Refusals {
+        self.refusals
+    }
+}
+
+fn chosen(pid: Pid, targets: &MallocTargets) -> bool {
+    if targets.pids.contains(&pid) {
+        return true;
+    }
+    if targets.comms.is_empty() {
+        return false;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .is_ok_and(|c| targets.comms.iter().any(|want| want == c.trim_end()))
+}
+
+/// The libc the process maps, as a path through its own root (containers
+/// map their own libc).
+fn libc_path(pid: Pid) -> Option<std::path::PathBuf> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    maps.lines().find_map(|line| {
+        let path = line.split_whitespace().nth(5)?;
+        let name = path.rsplit('/').next()?;
+        let is_libc = name == "libc.so.6" || (name.starts_with("libc-") && name.ends_with(".so"));
+        is_libc.then(|| format!("/proc/{pid}/root{path}").into())
+    })
+}
+
+fn attach(
+    pid: Pid,
+    libc: &std::path::Path,
+    progs: Programs<'_, '_>,
+) -> Result<Vec<Link>, libbpf_rs::Error> {
+    let pid_arg = pid.0 as i32;
+    let mut links = Vec::with_capacity(2 * ALLOC_FUNCTIONS.len() + 1);
+    let opts = |func: &str, cookie: u64, retprobe: bool| UprobeOpts {
+        cookie,
+        retprobe,
+        func_name: Some(func.to_owned()),
+        ..Default::default()
+    };
+    for (func, cookie) in ALLOC_FUNCTIONS {
+        links.push(progs.enter.attach_uprobe_with_opts(
+            pid_arg,
+            libc,
+            0,
+            opts(func, cookie, false),
+        )?);
+        links.push(progs.exit.attach_uprobe_with_opts(
+            pid_arg,
+            libc,
+            0,
+            opts(func, cookie, true),
+        )?);
+    }
+    links.push(
+        progs
+            .free
+            .attach_uprobe_with_opts(pid_arg, libc, 0, opts("free", 0, false))?,
+    );
+    Ok(links)
+}
+
+/// The heap ring buffer's reader. Built once: the map handle it reads is
+/// leaked (one per loaded events object) so the reader can live beside it.
+pub struct HeapRing {
+    ring: RingBuffer<'static>,
+    records: Rc<RefCell<Vec<types::heap_record>>>,
+}
+
+impl std::fmt::Debug for HeapRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeapRing").finish_non_exhaustive()
+    }
+}
+
+// SAFETY: `heap_record` is a C struct of integers and a byte array: any
+// byte pattern is a valid value.
+unsafe impl plain::Plain for types::heap_record {}
+
+impl HeapRing {
+    /// A reader of `map`.
+    pub fn new(map: &libbpf_rs::MapMut<'_>) -> Result<Self, CollectError> {
+        let err = |source: libbpf_rs::Error| CollectError::Drain {
+            map: "heap_events",
+            source,
+        };
+        let handle: &'static MapHandle =
+            Box::leak(Box::new(MapHandle::try_from(map).map_err(err)?));
+        let records = Rc::new(RefCell::new(Vec::new()));
+        let sink = records.clone();
+        let mut builder = RingBufferBuilder::new();
+        builder
+            .add(handle, move |data: &[u8]| {
+                let mut r = types::heap_record::default();
+                if plain::copy_from_bytes(&mut r, data).is_ok() {
+                    sink.borrow_mut().push(r);
+                }
+                0
+            })
+            .map_err(err)?;
+        Ok(Self {
+            ring: builder.build().map_err(err)?,
+            records,
+        })
+    }
+
+    /// Every record written since the last call, in order.
+    pub fn consume(&self) -> Result<Vec<types::heap_record>, CollectError> {
+        self.ring.consume().map_err(|source| CollectError::Drain {
+            map: "heap_events",
+            source,
+        })?;
+        Ok(std::mem::take(&mut *self.records.borrow_mut()))
+    }
+}
