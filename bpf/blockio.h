@@ -97,6 +97,8 @@ static __always_inline void io_started(void *ctx, struct request___emberd *rq)
 	struct io_start *s;
 	__u32 zero = 0;
 
+	if (config.target_tgid && (id >> 32) != config.target_tgid)
+		return;
 	s = bpf_map_lookup_elem(&io_scratch, &zero);
 	if (!s)
 		return;

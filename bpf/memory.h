@@ -84,6 +84,9 @@ static __always_inline void syscall_enter(__u64 nr, __u64 a1, __u64 a3)
 		return;
 	if (config.target_tgid && (id >> 32) != config.target_tgid)
 		return;
+	/* A new process maps its libraries first: its unwind tables are built
+	 * before its first charge is walked. */
+	note_process_cached(id >> 32);
 	if (nr == NR_BRK) {
 		struct task_struct___mm *task = (void *)bpf_get_current_task();
 

@@ -202,14 +202,22 @@ pub fn run() -> Vec<Item> {
             detail: format!("cannot sample: {e}"),
         }),
     }
+    // The default events, plus malloc on emberd itself: proves uprobes.
+    let mut options = crate::collect::events::EventOptions::default();
+    options
+        .malloc
+        .pids
+        .push(crate::collect::Pid(std::process::id()));
     let events = sampler.as_ref().ok().map(|s| {
         s.unwind_maps().and_then(|maps| {
-            crate::collect::events::EventSampler::start(
-                crate::collect::events::EventOptions::default(),
-                &maps,
-            )
+            let mut e = crate::collect::events::EventSampler::start(options.clone(), &maps)?;
+            e.watch_process(crate::collect::Pid(std::process::id()));
+            Ok(e)
         })
     });
+    if let Some(Ok(e)) = &events {
+        items.extend(memory_items(e));
+    }
     match events {
         Some(Ok(e)) => items.push(Item {
             what: "off-CPU events",
@@ -274,7 +282,7 @@ pub fn run() -> Vec<Item> {
         detail: if tracefs {
             "mounted".into()
         } else {
-            "not mounted: classic tracepoints unavailable (emberd uses raw and BTF-typed tracepoints, so nothing is lost today); mount -t tracefs nodev /sys/kernel/tracing".into()
+            "not mounted: classic tracepoints unavailable, so brk/mmap/munmap use the raw sys_enter/sys_exit tracepoints, which run (briefly) on every syscall; mount -t tracefs nodev /sys/kernel/tracing and restart emberd to hook only those three calls".into()
         },
     });
     let bpffs = std::fs::read_to_string("/proc/mounts")
@@ -290,6 +298,64 @@ pub fn run() -> Vec<Item> {
             "mounted".into()
         } else {
             "not mounted: nothing is pinned, which emberd does not need".into()
+        },
+    });
+    items
+}
+
+/// The memory and I/O events: which hooks this kernel and mount table
+/// give, and their knobs.
+fn memory_items(e: &crate::collect::events::EventSampler) -> Vec<Item> {
+    use crate::collect::events::{BlockHooks, SyscallHooks, defaults};
+    let hooks = e.hooks();
+    let mut items = vec![
+        Item {
+            what: "brk/mmap/munmap",
+            status: match hooks.syscalls {
+                Some(SyscallHooks::Tracepoints) => Status::Ok,
+                _ => Status::Degraded,
+            },
+            detail: match hooks.syscalls {
+                Some(SyscallHooks::Tracepoints) => {
+                    "classic syscalls:sys_{enter,exit}_{brk,mmap,munmap} tracepoints: only those calls run a program (knobs: brk, mmap, munmap = true)".into()
+                }
+                Some(SyscallHooks::RawSyscalls) => {
+                    "raw sys_enter/sys_exit tracepoints (tracefs not mounted): every syscall runs a program that leaves at the first comparison; mount tracefs for the cheaper hooks (knobs: brk, mmap, munmap = true)".into()
+                }
+                None => "off".into(),
+            },
+        },
+        Item {
+            what: "block I/O",
+            status: Status::Ok,
+            detail: match hooks.block {
+                Some(BlockHooks::IoStartDone) => {
+                    "BTF tracepoints block_io_start/block_io_done: charged to the submitting thread (knob: blockio = true)".into()
+                }
+                Some(BlockHooks::RqIssueComplete) => {
+                    "BTF tracepoints block_rq_issue/block_rq_complete (no block_io_start before Linux 6.5): charged to the issuing thread, which may be a kworker flushing another's plug (knob: blockio = true)".into()
+                }
+                None => "off".into(),
+            },
+        },
+    ];
+    let traced = e
+        .malloc_processes()
+        .contains(&crate::collect::Pid(std::process::id()));
+    items.push(Item {
+        what: "malloc uprobes",
+        status: if traced { Status::Ok } else { Status::Degraded },
+        detail: if traced {
+            format!(
+                "uprobes on libc attach (tried on emberd itself); off unless processes are named: malloc_pids, malloc_comms; one sample per {} KiB on average (malloc_sample_kib), {} allocations tracked live (malloc_live_entries)",
+                defaults::MALLOC_SAMPLE_BYTES / 1024,
+                defaults::MALLOC_LIVE_ENTRIES
+            )
+        } else {
+            format!(
+                "uprobes on emberd's own libc did not attach ({:?}): malloc tracing unavailable",
+                e.malloc_refusals()
+            )
         },
     });
     items

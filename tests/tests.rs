@@ -21,6 +21,9 @@ mod events;
 mod hostile;
 /// JIT frames from perf maps: Node.js and the JVM.
 mod jit;
+/// Memory and I/O: brk, mmap, munmap, malloc (allocated, in use, Go's heap
+/// profile) and block I/O latency.
+mod memory;
 /// The symbolizer on real processes, without BPF: perf maps, fallbacks, ELF.
 mod symbolize;
 /// User stacks unwound from .eh_frame: programs without frame pointers
