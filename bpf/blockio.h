@@ -16,7 +16,9 @@
  * add up to the time it had I/O outstanding, split evenly between the
  * requests outstanding at each moment. The clock is updated without a lock
  * (tracing programs cannot take one) from the submitting thread and the
- * completing CPU; a lost race errs by one interval.
+ * completing CPU; a lost race errs by one interval, and no request is ever
+ * charged more than its own latency. Requests merged into others
+ * (block_rq_merge) leave without a charge.
  *
  * Where the kernel has them (6.5+), block_io_start/block_io_done: they fire
  * when the request is set up in the submitting thread and when it is
@@ -44,11 +46,18 @@ struct io_thread {
 	__u64 clock;           /* ns, advancing at 1/in_flight */
 	__u64 last;            /* ns of the last advance */
 	__u64 in_flight;
+	__u64 born;            /* ns of creation: tells a recycled entry apart */
 };
 
-/* By thread id; an entry lives while the thread has requests in flight. */
+/*
+ * By thread id. LRU and never deleted by the programs: a completion on
+ * another CPU may race with a start, and an entry deleted under a start
+ * would be written after its release. `born` lets a request notice that
+ * its thread's entry is not the one it started with (evicted, recreated)
+ * and fall back to its own latency.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 8192);
 	__type(key, __u32);
 	__type(value, struct io_thread);
@@ -58,13 +67,15 @@ static __always_inline void io_advance(struct io_thread *t, __u64 now)
 {
 	if (t->in_flight && now > t->last)
 		t->clock += (now - t->last) / t->in_flight;
-	t->last = now;
+	if (now > t->last)
+		t->last = now;
 }
 
 /* A request in flight: who started it, and when. */
 struct io_start {
 	__u64 ts;
 	__u64 clock;           /* the thread's clock at the start */
+	__u64 born;            /* the thread entry's `born` at the start */
 	__u64 kstack;
 	__u64 ustack;
 	__u32 tgid;
@@ -89,22 +100,49 @@ struct {
 	__type(value, struct io_start);
 } io_scratch SEC(".maps");
 
+/* A start older than this with no completion was lost (a merge or requeue
+ * the hooks did not see): a new start of the same request replaces it. */
+#define IO_STALE_NS (30ULL * 1000 * 1000 * 1000)
+
+/*
+ * Ends request `key` without charging it (merged into another, or lost):
+ * its thread's clock stops counting it.
+ */
+static __always_inline void io_forget(__u64 key, struct io_start *s, __u64 now)
+{
+	struct io_thread *t = bpf_map_lookup_elem(&io_threads, &s->pid);
+
+	if (t && t->born == s->born && t->in_flight) {
+		io_advance(t, now);
+		__sync_fetch_and_add(&t->in_flight, -1);
+	}
+	bpf_map_delete_elem(&io_in_flight, &key);
+}
+
 static __always_inline void io_started(void *ctx, struct request___emberd *rq)
 {
 	__u64 key = (__u64)rq, id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns();
 	struct gendisk___emberd *disk;
+	struct io_start *s, *old;
 	struct io_thread *t;
-	struct io_start *s;
-	__u32 zero = 0;
+	__u32 zero = 0, tid = (__u32)id;
 
 	if (config.target_tgid && (id >> 32) != config.target_tgid)
 		return;
+	old = bpf_map_lookup_elem(&io_in_flight, &key);
+	if (old) {
+		/* Issued again (requeued, or block_rq_issue after a requeue): the
+		 * first start stands. */
+		if (now - old->ts < IO_STALE_NS)
+			return;
+		io_forget(key, old, now);
+	}
 	s = bpf_map_lookup_elem(&io_scratch, &zero);
 	if (!s)
 		return;
 	s->ts = now;
 	s->tgid = id >> 32;
-	s->pid = (__u32)id;
+	s->pid = tid;
 	bpf_get_current_comm(&s->comm, sizeof(s->comm));
 	__builtin_memset(s->dev, 0, sizeof(s->dev));
 	disk = BPF_CORE_READ(rq, q, disk);
@@ -112,21 +150,24 @@ static __always_inline void io_started(void *ctx, struct request___emberd *rq)
 		bpf_probe_read_kernel_str(s->dev, sizeof(s->dev), &disk->disk_name);
 	if (s->tgid)
 		note_process_cached(s->tgid);
-	t = bpf_map_lookup_elem(&io_threads, &s->pid);
+	s->kstack = keep_stack(kernel_stack(ctx), now);
+	s->ustack = user_stack(bpf_get_current_task_btf(), s->tgid, now);
+	/* The thread's entry is looked up after the walks: less time for a
+	 * completion elsewhere to race with. */
+	t = bpf_map_lookup_elem(&io_threads, &tid);
 	if (!t) {
-		struct io_thread fresh = {.last = now};
+		struct io_thread fresh = {.last = now, .born = now};
 
-		bpf_map_update_elem(&io_threads, &s->pid, &fresh, BPF_NOEXIST);
-		t = bpf_map_lookup_elem(&io_threads, &s->pid);
+		bpf_map_update_elem(&io_threads, &tid, &fresh, BPF_NOEXIST);
+		t = bpf_map_lookup_elem(&io_threads, &tid);
 		if (!t) {
 			ecount(ECOUNTER_BLOCKIO_FULL);
 			return;
 		}
 	}
-	s->kstack = keep_stack(kernel_stack(ctx), now);
-	s->ustack = user_stack(bpf_get_current_task_btf(), s->tgid, now);
 	io_advance(t, now);
 	s->clock = t->clock;
+	s->born = t->born;
 	if (bpf_map_update_elem(&io_in_flight, &key, s, BPF_ANY)) {
 		ecount(ECOUNTER_BLOCKIO_FULL);
 		return;
@@ -138,38 +179,51 @@ static __always_inline void io_done(struct request___emberd *rq)
 {
 	__u64 key = (__u64)rq, now = bpf_ktime_get_ns();
 	struct io_start *s = bpf_map_lookup_elem(&io_in_flight, &key);
-	struct event_key *k;
+	/* On the BPF stack, not the per-CPU scratch key: completions run in
+	 * hard interrupts, which may land inside another program using it. */
+	struct event_key k = {};
 	struct io_thread *t;
-	__u64 share;
+	__u64 share, latency;
 
 	if (!s) {
 		ecount(ECOUNTER_BLOCKIO_UNMATCHED);
 		return;
 	}
+	latency = now - s->ts;
+	share = latency;
 	t = bpf_map_lookup_elem(&io_threads, &s->pid);
-	if (t) {
+	if (t && t->born == s->born) {
 		io_advance(t, now);
-		share = t->clock - s->clock;
-		if (__sync_fetch_and_add(&t->in_flight, -1) <= 1)
-			bpf_map_delete_elem(&io_threads, &s->pid);
-	} else {
-		share = now - s->ts;
+		/* A lost race can only make the clock lag: never charge more
+		 * than the request's own latency, nor wrap. */
+		share = t->clock > s->clock ? t->clock - s->clock : 0;
+		if (share > latency)
+			share = latency;
+		if (t->in_flight)
+			__sync_fetch_and_add(&t->in_flight, -1);
 	}
-	k = scratch_key();
-	if (k) {
-		k->event = EVENT_BLOCKIO;
-		k->tgid = s->tgid;
-		k->pid = s->pid;
-		k->kstack = s->kstack;
-		k->ustack = s->ustack;
-		__builtin_memcpy(k->comm, s->comm, sizeof(k->comm));
-		__builtin_memcpy(k->label, s->dev, sizeof(k->label));
-		stamp(k->kstack, now);
-		stamp(k->ustack, now);
-		add(k, share);
-		ecount(ECOUNTER_BLOCKIO);
-	}
+	k.event = EVENT_BLOCKIO;
+	k.tgid = s->tgid;
+	k.pid = s->pid;
+	k.kstack = s->kstack;
+	k.ustack = s->ustack;
+	__builtin_memcpy(k.comm, s->comm, sizeof(k.comm));
+	__builtin_memcpy(k.label, s->dev, sizeof(k.label));
+	stamp(k.kstack, now);
+	stamp(k.ustack, now);
+	add(&k, share);
+	ecount(ECOUNTER_BLOCKIO);
 	bpf_map_delete_elem(&io_in_flight, &key);
+}
+
+/* A request merged into another: its data completes with that one. */
+static __always_inline void io_merged(struct request___emberd *rq)
+{
+	__u64 key = (__u64)rq;
+	struct io_start *s = bpf_map_lookup_elem(&io_in_flight, &key);
+
+	if (s)
+		io_forget(key, s, bpf_ktime_get_ns());
 }
 
 SEC("tp_btf/block_io_start")
@@ -197,6 +251,13 @@ SEC("tp_btf/block_rq_complete")
 int BPF_PROG(handle__block_rq_complete, struct request___emberd *rq)
 {
 	io_done(rq);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_merge")
+int BPF_PROG(handle__block_rq_merge, struct request___emberd *rq)
+{
+	io_merged(rq);
 	return 0;
 }
 

@@ -159,6 +159,16 @@ static __always_inline void on_new_process_dropped(void)
 	ecount(ECOUNTER_NEW_PROCESS_DROPPED);
 }
 
+/* An exec makes the process new again: forget this CPU's last notice, so
+ * its first event after the exec announces it (and its new mappings). */
+static __always_inline void on_exec(void)
+{
+	__u32 zero = 0, *last = bpf_map_lookup_elem(&last_noted, &zero);
+
+	if (last)
+		*last = 0;
+}
+
 /* note_process, skipped when this CPU announced the same process last. */
 static __always_inline void note_process_cached(__u32 tgid)
 {

@@ -14,7 +14,8 @@
  * malloc. Uprobes on the libc each chosen process maps (attached by the
  * agent with the process as filter, so other processes never trap). Every
  * allocation of s bytes is sampled with chance p = min(1, s/R), R =
- * config.malloc_sample_bytes, and a sample weighs s/p bytes and 1/p objects:
+ * config.malloc_sample_bytes, and a sample weighs s/p bytes and 1/p objects
+ * (rounded at random, so still unbiased):
  * on average one sample every R bytes, unbiased totals, and a cost of
  * recording that does not grow with the allocation rate (the traps still
  * do). A sampled allocation is added to the counts (allocated view) and put
@@ -31,10 +32,12 @@
 #define NR_BRK 12
 
 #define EMBERD_MAP_ANONYMOUS 0x20
+#define EMBERD_USER64_CS 0x33
 #define EMBERD_PAGE 4096ULL
 
 /* The kernel's pt_regs, for the syscall arguments (raw sys_enter/exit). */
 struct pt_regs___sc {
+	unsigned long cs;
 	unsigned long di;
 	unsigned long si;
 	unsigned long dx;
@@ -163,6 +166,9 @@ int handle__sys_enter_raw(struct bpf_raw_tracepoint_args *ctx)
 	if (nr != NR_BRK && nr != NR_MMAP && nr != NR_MUNMAP)
 		return 0;
 	regs = (struct pt_regs___sc *)ctx->args[0];
+	/* A 32-bit task's numbers are another table's (9 is link there). */
+	if (BPF_CORE_READ(regs, cs) != EMBERD_USER64_CS)
+		return 0;
 	syscall_enter(nr, BPF_CORE_READ(regs, si), BPF_CORE_READ(regs, r10));
 	return 0;
 }
@@ -231,20 +237,34 @@ struct uprobe_regs {
 	__u64 ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
 };
 
-/* A sampled allocation between its function's entry and return. */
-struct alloc_pending {
-	__u64 ustack;
-	__u64 bytes;           /* weighed */
-	__u64 objects;         /* weighed */
+/*
+ * The outermost allocation call a thread is in, between its entry and its
+ * return, in an array slot by thread id modulo the size (written on every
+ * call: cheaper than a hash, and a slot shared by two threads only loses a
+ * call). Nested calls (glibc's realloc(NULL, n) and small-alignment
+ * memalign call malloc itself) are told apart by the stack pointer and
+ * left out: the outer call is sampled once, with its own size.
+ */
+struct alloc_call {
+	__u32 tid;
+	__u32 fn;              /* enum alloc_fn */
+	__u64 sp;              /* user sp at entry; 0: no call in progress */
+	__u64 size;
+	__u64 old;             /* realloc: the block being resized */
 	__u64 memptr;          /* posix_memalign: where the pointer is written */
+	__u64 ustack;          /* sampled: the caller's stack */
+	__u64 bytes;           /* sampled: weighed bytes; 0: not sampled */
+	__u64 objects;         /* sampled: weighed objects */
 };
 
+#define ALLOC_CALL_SLOTS 65536
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32); /* thread id */
-	__type(value, struct alloc_pending);
-} alloc_pending SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, ALLOC_CALL_SLOTS);
+	__type(key, __u32);
+	__type(value, struct alloc_call);
+} alloc_calls SEC(".maps");
 
 struct heap_live_key {
 	__u32 tgid;
@@ -269,38 +289,49 @@ struct {
 /* Unused: makes the skeleton generate `types::heap_record` for the agent. */
 struct heap_record heap_record_layout = {};
 
-static __always_inline void heap_record(__u32 kind, __u64 addr, struct alloc_pending *p)
+/* Sends an alloc (`c` set) or free record; 0 if the ring is full. */
+static __always_inline int heap_record(__u32 kind, __u64 addr, struct alloc_call *c)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct heap_record *r = bpf_ringbuf_reserve(&heap_events, sizeof(*r), 0);
 
 	if (!r) {
 		ecount(ECOUNTER_HEAP_RING_FULL);
-		return;
+		return 0;
 	}
 	r->kind = kind;
 	r->tgid = id >> 32;
 	r->pid = (__u32)id;
 	r->_pad = 0;
 	r->addr = addr;
-	r->ustack = p ? p->ustack : 0;
-	r->bytes = p ? p->bytes : 0;
-	r->objects = p ? p->objects : 0;
+	r->ustack = c ? c->ustack : 0;
+	r->bytes = c ? c->bytes : 0;
+	r->objects = c ? c->objects : 0;
 	bpf_get_current_comm(&r->comm, sizeof(r->comm));
 	bpf_ringbuf_submit(r, 0);
+	return 1;
 }
 
-/* A free of `addr`: sent to the agent if it was a sampled allocation. */
+/* A free of `addr`: sent to the agent if it was a sampled allocation. The
+ * record is reserved first: with the ring full the entry stays, and a later
+ * free of the address (once it is reused) still reaches the agent. */
 static __always_inline void heap_free(__u64 addr)
 {
 	struct heap_live_key key = {.tgid = bpf_get_current_pid_tgid() >> 32, .addr = addr};
 
-	if (!addr)
+	if (!addr || !bpf_map_lookup_elem(&heap_live, &key))
 		return;
-	if (bpf_map_delete_elem(&heap_live, &key) == 0) {
-		ecount(ECOUNTER_FREE_TRACKED);
-		heap_record(HEAP_FREE, addr, 0);
-	}
+	if (!heap_record(HEAP_FREE, addr, 0))
+		return;
+	bpf_map_delete_elem(&heap_live, &key);
+	ecount(ECOUNTER_FREE_TRACKED);
+}
+
+static __always_inline struct alloc_call *alloc_slot(__u32 tid)
+{
+	__u32 slot = tid % ALLOC_CALL_SLOTS;
+
+	return bpf_map_lookup_elem(&alloc_calls, &slot);
 }
 
 /* Entry of malloc, calloc, realloc, posix_memalign, aligned_alloc (cookie). */
@@ -310,19 +341,30 @@ int handle__alloc_enter(struct uprobe_regs *ctx)
 	__u64 fn = bpf_get_attach_cookie(ctx), size, r = config.malloc_sample_bytes;
 	__u64 id = bpf_get_current_pid_tgid(), now;
 	__u32 tid = (__u32)id, tgid = id >> 32;
-	struct alloc_pending p = {};
+	struct alloc_call *c = alloc_slot(tid);
 
+	if (!c)
+		return 0;
+	/* Inside an outer allocation call of this thread: left to the outer. */
+	if (c->tid == tid && c->sp && ctx->sp < c->sp)
+		return 0;
 	ecount(ECOUNTER_MALLOC_CALLS);
+	c->tid = tid;
+	c->fn = fn;
+	c->sp = ctx->sp;
+	c->old = 0;
+	c->memptr = 0;
+	c->bytes = 0;
 	switch (fn) {
 	case ALLOC_CALLOC:
 		size = ctx->di * ctx->si;
 		break;
 	case ALLOC_REALLOC:
-		heap_free(ctx->di); /* the old block is gone if the call succeeds */
+		c->old = ctx->di; /* freed at the return, if the call succeeded */
 		size = ctx->si;
 		break;
 	case ALLOC_POSIX_MEMALIGN:
-		p.memptr = ctx->di;
+		c->memptr = ctx->di;
 		size = ctx->dx;
 		break;
 	case ALLOC_ALIGNED_ALLOC:
@@ -331,65 +373,76 @@ int handle__alloc_enter(struct uprobe_regs *ctx)
 	default:
 		size = ctx->di;
 	}
+	c->size = size;
 	if (size == 0)
 		return 0;
-	/* Chance min(1, size / r); weight size / chance. */
+	/* Chance min(1, size / r); weight size / chance, in bytes and in
+	 * objects (r / size, rounded up or down at random: unbiased). */
 	if (r && size < r) {
 		if (!chance(size, r))
 			return 0;
-		p.bytes = r;
-		p.objects = (r + size / 2) / size;
+		c->bytes = r;
+		c->objects = r / size + chance(r % size, size);
 	} else {
-		p.bytes = size;
-		p.objects = 1;
+		c->bytes = size;
+		c->objects = 1;
 	}
 	ecount(ECOUNTER_MALLOC_SAMPLED);
 	now = bpf_ktime_get_ns();
 	note_process_cached(tgid);
-	p.ustack = user_stack(bpf_get_current_task_btf(), tgid, now);
-	bpf_map_update_elem(&alloc_pending, &tid, &p, BPF_ANY);
+	c->ustack = user_stack(bpf_get_current_task_btf(), tgid, now);
 	return 0;
 }
 
-/* Return of the functions above: the sampled allocation's address. */
+/* Return of the functions above: frees what realloc released, and records
+ * a sampled allocation's address. */
 SEC("uretprobe")
 int handle__alloc_exit(struct uprobe_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid(), addr = ctx->ax;
 	__u32 tid = (__u32)id;
-	struct alloc_pending *p = bpf_map_lookup_elem(&alloc_pending, &tid);
+	struct alloc_call *c = alloc_slot(tid);
 	struct heap_live_key key = {.tgid = id >> 32};
 	struct event_key *k;
 	__u8 one = 1;
 
-	if (!p)
+	/* Only the outermost call's return: sp is one return address above. */
+	if (!c || c->tid != tid || !c->sp || c->sp + 8 != ctx->sp)
 		return 0;
-	if (p->memptr) {
+	c->sp = 0;
+	/* realloc released the old block when it returned one, or when it was
+	 * asked for 0 bytes (it frees then); a failed realloc keeps it. */
+	if (c->fn == ALLOC_REALLOC && c->old && (addr || c->size == 0))
+		heap_free(c->old);
+	if (!c->bytes)
+		return 0;
+	if (c->memptr) {
 		/* posix_memalign returns 0 and writes the pointer */
-		if (addr != 0 || bpf_probe_read_user(&addr, sizeof(addr), (void *)p->memptr))
+		if (addr != 0 || bpf_probe_read_user(&addr, sizeof(addr), (void *)c->memptr))
 			addr = 0;
 	}
-	if (addr) {
-		k = scratch_key();
-		if (k) {
-			k->event = EVENT_MALLOC;
-			k->tgid = id >> 32;
-			k->pid = tid;
-			k->kstack = EMBERD_STACK_NONE;
-			k->ustack = p->ustack;
-			bpf_get_current_comm(&k->comm, sizeof(k->comm));
-			stamp(p->ustack, bpf_ktime_get_ns());
-			add(k, p->bytes);
-			k->event = EVENT_MALLOC_OBJECTS;
-			add(k, p->objects);
-		}
-		key.addr = addr;
-		if (bpf_map_update_elem(&heap_live, &key, &one, BPF_ANY) == 0)
-			heap_record(HEAP_ALLOC, addr, p);
-		else
-			ecount(ECOUNTER_MALLOC_LIVE_FULL);
+	if (!addr)
+		return 0;
+	k = scratch_key();
+	if (k) {
+		k->event = EVENT_MALLOC;
+		k->tgid = id >> 32;
+		k->pid = tid;
+		k->kstack = EMBERD_STACK_NONE;
+		k->ustack = c->ustack;
+		bpf_get_current_comm(&k->comm, sizeof(k->comm));
+		stamp(c->ustack, bpf_ktime_get_ns());
+		add(k, c->bytes);
+		k->event = EVENT_MALLOC_OBJECTS;
+		add(k, c->objects);
 	}
-	bpf_map_delete_elem(&alloc_pending, &tid);
+	key.addr = addr;
+	if (bpf_map_update_elem(&heap_live, &key, &one, BPF_ANY) == 0) {
+		if (!heap_record(HEAP_ALLOC, addr, c))
+			bpf_map_delete_elem(&heap_live, &key);
+	} else {
+		ecount(ECOUNTER_MALLOC_LIVE_FULL);
+	}
 	return 0;
 }
 

@@ -5,7 +5,7 @@
  * exec'd): it is put in `new_tgids`, which the agent polls several times a
  * second to read the process's mappings while it is still alive (a
  * short-lived process may be gone by the next drain). The caller defines
- * `on_new_process_dropped()` to count a full `new_tgids`.
+ * `on_new_process_dropped()` to count a full `new_tgids`, and `on_exec()`.
  */
 #ifndef EMBERD_NEW_PROCESS_H
 #define EMBERD_NEW_PROCESS_H
@@ -25,6 +25,8 @@ struct {
 } new_tgids SEC(".maps");
 
 static __always_inline void on_new_process_dropped(void);
+/* Called by the exec handler below, for the includer's own caches. */
+static __always_inline void on_exec(void);
 
 static __always_inline void note_process(__u32 tgid)
 {
@@ -48,6 +50,7 @@ int handle__sched_process_exec(void *ctx)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 
 	bpf_map_delete_elem(&seen_tgids, &tgid);
+	on_exec();
 	return 0;
 }
 

@@ -55,6 +55,10 @@ static __always_inline void count(__u32 which)
 #include "new_process.h"
 #include "unwind.h"
 
+static __always_inline void on_exec(void)
+{
+}
+
 static __always_inline void on_new_process_dropped(void)
 {
 	count(COUNTER_NEW_PROCESS_DROPPED);

@@ -317,10 +317,10 @@ fn memory_items(e: &crate::collect::events::EventSampler) -> Vec<Item> {
             },
             detail: match hooks.syscalls {
                 Some(SyscallHooks::Tracepoints) => {
-                    "classic syscalls:sys_{enter,exit}_{brk,mmap,munmap} tracepoints: only those calls run a program (knobs: brk, mmap, munmap = true)".into()
+                    "classic syscalls:sys_{enter,exit}_{brk,mmap,munmap} tracepoints: only those calls run a program (knobs: brk, mmap, munmap; off by default: any syscall hook slows every syscall)".into()
                 }
                 Some(SyscallHooks::RawSyscalls) => {
-                    "raw sys_enter/sys_exit tracepoints (tracefs not mounted): every syscall runs a program that leaves at the first comparison; mount tracefs for the cheaper hooks (knobs: brk, mmap, munmap = true)".into()
+                    "raw sys_enter/sys_exit tracepoints (tracefs not mounted): every syscall runs a program that leaves at the first comparison; mount tracefs for the cheaper hooks (knobs: brk, mmap, munmap; off by default: any syscall hook slows every syscall)".into()
                 }
                 None => "off".into(),
             },

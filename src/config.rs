@@ -87,11 +87,11 @@ pub struct RawConfig {
     /// wakeups ending them) are recorded with probability length/this and
     /// charged this; 0 records all.
     pub offcpu_sample_below_us: Option<u64>,
-    /// `brk = true`: record heap growth by brk().
+    /// `brk = false`: record heap growth by brk() (slows every syscall a little).
     pub brk: Option<bool>,
-    /// `mmap = true`: record mmap() bytes.
+    /// `mmap = false`: record mmap() bytes.
     pub mmap: Option<bool>,
-    /// `munmap = true`: record munmap() bytes.
+    /// `munmap = false`: record munmap() bytes.
     pub munmap: Option<bool>,
     /// `blockio = true`: record block I/O latency.
     pub blockio: Option<bool>,
@@ -278,9 +278,9 @@ impl Config {
             pagefault_period,
             sample_below_ns: below_us * 1000,
             pid: None,
-            brk: raw.brk.unwrap_or(true),
-            mmap: raw.mmap.unwrap_or(true),
-            munmap: raw.munmap.unwrap_or(true),
+            brk: raw.brk.unwrap_or(ev::SYSCALL_EVENTS),
+            mmap: raw.mmap.unwrap_or(ev::SYSCALL_EVENTS),
+            munmap: raw.munmap.unwrap_or(ev::SYSCALL_EVENTS),
             blockio: raw.blockio.unwrap_or(true),
             malloc: crate::collect::events::MallocTargets {
                 pids: raw

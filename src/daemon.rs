@@ -394,7 +394,6 @@ fn collect_loop(
             heap.forget_processes(now_unix, |pid| {
                 std::path::Path::new(&format!("/proc/{pid}")).exists()
             });
-            totals.bytes += heap.stats().bytes;
             metrics.observe_heap(&heap.stats());
         }
         metrics.observe_store(&totals, dropped_before);

@@ -111,13 +111,13 @@ struct DaemonArgs {
     /// length/this, charged this), us; 0 records all [default: 1000].
     #[arg(long)]
     offcpu_sample_below_us: Option<u64>,
-    /// Record heap growth by brk() [default: true].
+    /// Record heap growth by brk() [default: false: a syscall hook slows every syscall].
     #[arg(long)]
     brk: Option<bool>,
-    /// Record mmap() bytes [default: true].
+    /// Record mmap() bytes [default: false].
     #[arg(long)]
     mmap: Option<bool>,
-    /// Record munmap() bytes [default: true].
+    /// Record munmap() bytes [default: false].
     #[arg(long)]
     munmap: Option<bool>,
     /// Record block I/O latency [default: true].

@@ -126,14 +126,19 @@ fn process_alive(pid: Pid) -> bool {
 
 /// `knobs` with only what `event` needs switched on, for process `pid`.
 pub fn event_options(event: Event, pid: Option<Pid>, knobs: &EventOptions) -> EventOptions {
+    let none = EventOptions::none();
     let mut o = EventOptions {
         pid,
-        malloc_sample_bytes: knobs.malloc_sample_bytes,
-        malloc_live_entries: knobs.malloc_live_entries,
-        pagefault_period: knobs.pagefault_period,
-        sample_one_in: knobs.sample_one_in,
-        sample_below_ns: knobs.sample_below_ns,
-        ..EventOptions::none()
+        offcpu: false,
+        wakeup: false,
+        offwake: false,
+        pagefault: false,
+        brk: none.brk,
+        mmap: none.mmap,
+        munmap: none.munmap,
+        blockio: none.blockio,
+        malloc: Default::default(),
+        ..knobs.clone()
     };
     match event {
         Event::Cpu => {}
@@ -259,6 +264,7 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
     let heap = RwLock::new(heap);
     let sources = Sources {
         heap: Some(&heap),
+        malloc_bytes: Some(events.get(&EventKind::Malloc).unwrap_or(&empty)),
         objects: Some(events.get(&EventKind::MallocObjects).unwrap_or(&empty)),
         malloc_sample_bytes: options.event_knobs.malloc_sample_bytes,
         cpu: Some(&cpu),

@@ -25,7 +25,9 @@ pub struct Sources<'a> {
     pub offcpu: Option<&'a RwLock<Store>>,
     /// Sampled allocations, for the in-use views.
     pub heap: Option<&'a RwLock<LiveHeap>>,
-    /// Allocated objects, for the heap profile (beside `event`, bytes).
+    /// Allocated bytes and objects, for the heap profile.
+    pub malloc_bytes: Option<&'a RwLock<Store>>,
+    /// Allocated objects, for the heap profile.
     pub objects: Option<&'a RwLock<Store>>,
     /// Mean bytes between malloc samples (the heap profile's period).
     pub malloc_sample_bytes: u64,
@@ -36,8 +38,11 @@ pub struct Sources<'a> {
 /// The in-use rows of `sel` (bytes, objects), copied out under a short
 /// read lock.
 pub fn select_in_use(heap: &RwLock<LiveHeap>, sel: &Selection) -> (QueryResult, QueryResult) {
-    let heap = heap.read().unwrap_or_else(|e| e.into_inner());
-    heap.in_use(sel)
+    let records = heap
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .live_at(sel.to);
+    crate::store::heap::in_use(&records, sel)
 }
 
 /// The rows of `sel` in `store`, copied out under a short read lock.
@@ -191,7 +196,7 @@ pub fn pprof(
 /// as `go tool pprof`, Parca and Pyroscope read `/debug/pprof/heap`.
 pub fn heap_pprof(q: &Query, src: Sources<'_>) -> Result<pprof::proto::Profile, Event> {
     let heap = src.heap.ok_or(Event::MallocInUse)?;
-    let allocated = src.event.ok_or(Event::Malloc)?;
+    let allocated = src.malloc_bytes.ok_or(Event::Malloc)?;
     let objects = src.objects.ok_or(Event::MallocObjects)?;
     let (inuse_bytes, inuse_objects) = select_in_use(heap, &q.selection);
     Ok(pprof::heap_profile(

@@ -109,6 +109,13 @@ pub mod defaults {
     /// Sampled allocations tracked live (for the in-use view), in the
     /// kernel and in the agent each; more are counted as allocated only.
     pub const MALLOC_LIVE_ENTRIES: u32 = 65536;
+    /// Whether brk, mmap and munmap are on by default: no. Any syscall
+    /// tracepoint, raw or classic, puts every syscall of every task on the
+    /// kernel's tracing path: measured here (scripts/bench memory) a
+    /// getppid() loop ran at 0.74 of its speed with the classic
+    /// tracepoints and 0.41 with the raw ones, a C build at 0.94-0.95.
+    /// Not negligible for an always-on default.
+    pub const SYSCALL_EVENTS: bool = false;
     /// Processes malloc's uprobes are attached to at most: each costs ten
     /// uprobes.
     pub const MALLOC_MAX_PROCESSES: usize = 64;
@@ -158,11 +165,11 @@ pub struct EventOptions {
     pub sample_below_ns: u64,
     /// Only this process (default: all).
     pub pid: Option<Pid>,
-    /// brk() growth (default on).
+    /// brk() growth (default off: see [`defaults::SYSCALL_EVENTS`]).
     pub brk: bool,
-    /// mmap() bytes (default on).
+    /// mmap() bytes (default off).
     pub mmap: bool,
-    /// munmap() bytes (default on).
+    /// munmap() bytes (default off).
     pub munmap: bool,
     /// Block I/O latency (default on).
     pub blockio: bool,
@@ -188,9 +195,9 @@ impl Default for EventOptions {
             pagefault_period: defaults::PAGEFAULT_PERIOD,
             sample_below_ns: defaults::SAMPLE_BELOW_NS,
             pid: None,
-            brk: true,
-            mmap: true,
-            munmap: true,
+            brk: defaults::SYSCALL_EVENTS,
+            mmap: defaults::SYSCALL_EVENTS,
+            munmap: defaults::SYSCALL_EVENTS,
             blockio: true,
             malloc: MallocTargets::default(),
             malloc_sample_bytes: defaults::MALLOC_SAMPLE_BYTES,
@@ -456,6 +463,10 @@ impl fmt::Debug for EventSampler {
     }
 }
 
+/// Bytes of the heap ring buffer (alloc and free records of sampled
+/// allocations, read every drain): 1 MiB holds about 14,000 records.
+const HEAP_RING_BYTES: u32 = 1 << 20;
+
 /// How often unused stacks are collected, in drains.
 const STACK_GC_EVERY: u64 = 2;
 
@@ -517,10 +528,34 @@ fn load(
         map.reuse_fd(shared.as_fd())
             .map_err(|source| CollectError::LoadEvents { source })?;
     }
-    open.maps
-        .heap_live
-        .set_max_entries(options.malloc_live_entries.max(1))
-        .map_err(|source| CollectError::LoadEvents { source })?;
+    // The maps of events that are off shrink to nothing.
+    let malloc = options.malloc.any();
+    let m = &mut open.maps;
+    let off = |on: bool| (!on).then_some(1);
+    for (map, entries) in [
+        (
+            &mut m.heap_live,
+            Some(if malloc {
+                options.malloc_live_entries.max(1)
+            } else {
+                1
+            }),
+        ),
+        (&mut m.alloc_calls, off(malloc)),
+        // A ring buffer is at least a page.
+        (
+            &mut m.heap_events,
+            Some(if malloc { HEAP_RING_BYTES } else { 4096 }),
+        ),
+        (&mut m.io_in_flight, off(options.blockio)),
+        (&mut m.io_threads, off(options.blockio)),
+        (&mut m.syscall_entries, off(options.syscalls())),
+    ] {
+        if let Some(n) = entries {
+            map.set_max_entries(n)
+                .map_err(|source| CollectError::LoadEvents { source })?;
+        }
+    }
     let p = &mut open.progs;
     // Only what is switched on is loaded: an event that is off costs nothing.
     p.handle__sched_switch.set_autoload(sched && !compat);
@@ -549,7 +584,8 @@ fn load(
     p.handle__block_io_done.set_autoload(io);
     p.handle__block_rq_issue.set_autoload(rq);
     p.handle__block_rq_complete.set_autoload(rq);
-    let malloc = options.malloc.any();
+    p.handle__block_rq_merge
+        .set_autoload(hooks.block.is_some() && kernel_btf_has("btf_trace_block_rq_merge"));
     p.handle__alloc_enter.set_autoload(malloc);
     p.handle__alloc_exit.set_autoload(malloc);
     p.handle__free.set_autoload(malloc);
@@ -559,8 +595,35 @@ fn load(
 
 impl EventSampler {
     /// Loads `bpf/events.bpf.c` and attaches what `options` switches on. It
-    /// unwinds user stacks with the CPU sampler's tables (`unwind`).
+    /// unwinds user stacks with the CPU sampler's tables (`unwind`). If the
+    /// memory and I/O events keep the programs from loading, they are
+    /// switched off (with an error in the log) and the others go on.
     pub fn start(options: EventOptions, unwind: &UnwindMaps) -> Result<Self, CollectError> {
+        match Self::start_all(options.clone(), unwind) {
+            Ok(s) => Ok(s),
+            Err(e) if options.syscalls() || options.blockio || options.malloc.any() => {
+                tracing::error!(
+                    "the memory and I/O events did not load or attach ({e}); brk, mmap, munmap, blockio and malloc are off, the other events go on"
+                );
+                let rest = EventOptions {
+                    brk: false,
+                    mmap: false,
+                    munmap: false,
+                    blockio: false,
+                    malloc: MallocTargets::default(),
+                    ..options
+                };
+                if rest.any() {
+                    Self::start_all(rest, unwind)
+                } else {
+                    Err(e)
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn start_all(options: EventOptions, unwind: &UnwindMaps) -> Result<Self, CollectError> {
         if options.sample_one_in == 0 || options.pagefault_period == 0 {
             return Err(CollectError::Options(
                 "offcpu_sample_one_in and pagefault_period must be at least 1".into(),
@@ -670,6 +733,9 @@ impl EventSampler {
                 links.push(attach(skel.progs.handle__block_rq_complete.attach())?);
             }
             None => {}
+        }
+        if hooks.block.is_some() && kernel_btf_has("btf_trace_block_rq_merge") {
+            links.push(attach(skel.progs.handle__block_rq_merge.attach())?);
         }
         let heap_ring = if options.malloc.any() {
             Some(super::malloc::HeapRing::new(&skel.maps.heap_events)?)
@@ -799,7 +865,10 @@ impl EventSampler {
             Some(ring) => ring.consume()?,
             None => Vec::new(),
         };
-        self.malloc.forget_exited();
+        let exited = self.malloc.forget_exited();
+        if !exited.is_empty() {
+            self.forget_heap_of(&exited);
+        }
         let old = super::flip_buffer(
             self.skel
                 .maps
@@ -878,6 +947,23 @@ impl EventSampler {
         Ok(EventsDrain { events: out, heap })
     }
 
+    /// Deletes the kernel's live sampled allocations of processes that are
+    /// gone, which no free() will ever remove.
+    fn forget_heap_of(&self, pids: &[Pid]) {
+        let live = &self.skel.maps.heap_live;
+        let gone: Vec<Vec<u8>> = live
+            .keys()
+            .filter(|k| {
+                k.get(..4)
+                    .and_then(|b| b.try_into().ok())
+                    .is_some_and(|b| pids.contains(&Pid(u32::from_ne_bytes(b))))
+            })
+            .collect();
+        for k in gone {
+            let _ = live.delete(&k);
+        }
+    }
+
     /// Deletes stacks no blocked thread can still refer to: unused for
     /// longer than the maximum block time plus a margin. Any count naming
     /// one was drained long before.
@@ -906,8 +992,31 @@ impl EventSampler {
                 map: "event_stacks",
                 source,
             })?;
+        // Requests in flight hold their stacks until they complete, however
+        // long that takes.
+        let in_flight = &self.skel.maps.io_in_flight;
+        let mut held = std::collections::HashSet::new();
+        if self.options.blockio {
+            let at = |v: &[u8], off: usize| {
+                v.get(off..off + 8)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u64::from_ne_bytes)
+            };
+            for k in in_flight.keys() {
+                if let Ok(Some(v)) = in_flight.lookup(&k, MapFlags::ANY) {
+                    held.extend(at(&v, std::mem::offset_of!(types::io_start, kstack)));
+                    held.extend(at(&v, std::mem::offset_of!(types::io_start, ustack)));
+                }
+            }
+        }
         let stale: Vec<Vec<u8>> = batch
-            .filter(|(_, v)| stack::last_used(v).is_some_and(|used| used < horizon))
+            .filter(|(k, v)| {
+                stack::last_used(v).is_some_and(|used| used < horizon)
+                    && !k
+                        .get(..8)
+                        .and_then(|b| b.try_into().ok())
+                        .is_some_and(|b| held.contains(&u64::from_ne_bytes(b)))
+            })
             .map(|(k, _)| k)
             .collect();
         for k in stale {

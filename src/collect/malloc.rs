@@ -100,10 +100,17 @@ impl MallocProbes {
         }
     }
 
-    /// Detaches from processes that have exited.
-    pub fn forget_exited(&mut self) {
-        self.attached
-            .retain(|pid, _| std::path::Path::new(&format!("/proc/{pid}")).exists());
+    /// Detaches from processes that have exited; returns them.
+    pub fn forget_exited(&mut self) -> Vec<Pid> {
+        let mut gone = Vec::new();
+        self.attached.retain(|pid, _| {
+            let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+            if !alive {
+                gone.push(*pid);
+            }
+            alive
+        });
+        gone
     }
 
     /// Processes traced now, sorted.

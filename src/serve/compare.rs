@@ -94,7 +94,14 @@ fn render_diff(
     };
     let after_w = *cq.windows.last().expect("parse gives the after window");
     let lengths_differ = cq.windows.len() < 2 || cq.windows[0].seconds() != after_w.seconds();
-    let diff = Diff::new(&before, &after, cq.rewrite, cq.normalize, lengths_differ);
+    // In-use views are states at two moments: growth between them is the
+    // leak the diff is for, so it is not scaled away unless asked.
+    let normalize = if q.event.is_in_use() {
+        Some(cq.normalize.unwrap_or(false))
+    } else {
+        cq.normalize
+    };
+    let diff = Diff::new(&before, &after, cq.rewrite, normalize, lengths_differ);
     let (unit, factor) = view::display_unit(q.event);
     let show = |v: u64| {
         let x = v as f64 * factor;

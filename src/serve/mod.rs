@@ -450,15 +450,11 @@ fn with_sources<R>(
         .flatten();
     // The heap profile of every malloc view reads allocated bytes and
     // objects beside the live heap.
-    let event = event.or_else(|| {
-        q.event
-            .is_in_use()
-            .then(|| st.events.get(&EventKind::Malloc))
-            .flatten()
-    });
+    let malloc_bytes = st.events.get(&EventKind::Malloc);
     let objects = st.events.get(&EventKind::MallocObjects);
     Ok(f(Sources {
         heap: st.heap.as_deref(),
+        malloc_bytes: malloc_bytes.map(|s| &**s),
         objects: objects.map(|s| &**s),
         malloc_sample_bytes: st.malloc_sample_bytes,
         cpu: Some(&st.store),

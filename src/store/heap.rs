@@ -38,9 +38,16 @@ pub enum Change {
     },
 }
 
+/// One sampled allocation.
 #[derive(Debug, Clone)]
-struct Record {
-    sample: SymbolizedSample,
+pub struct Record {
+    pid: Pid,
+    tid: crate::collect::Tid,
+    thread_comm: Arc<str>,
+    process_comm: Arc<str>,
+    /// Shared with every record of the same stack.
+    frames: Arc<[Frame]>,
+    bytes: u64,
     objects: u64,
     alloc_at: u64,
     /// u64::MAX while live.
@@ -94,18 +101,15 @@ impl LiveHeap {
         }
     }
 
-    fn intern(&mut self, frames: Vec<Frame>) -> Vec<Frame> {
-        // Records keep their frames as a Vec in SymbolizedSample; the shared
-        // copy is what the interning saves when many records share a stack.
+    fn intern(&mut self, frames: Vec<Frame>) -> Arc<[Frame]> {
         let arc: Arc<[Frame]> = frames.into();
-        let shared = match self.stacks.get(&arc) {
+        match self.stacks.get(&arc) {
             Some(s) => s.clone(),
             None => {
                 self.stacks.insert(arc.clone());
                 arc
             }
-        };
-        shared.to_vec()
+        }
     }
 
     /// Applies one drain's changes, drained at second `at` (unix).
@@ -113,7 +117,7 @@ impl LiveHeap {
         for change in changes {
             match change {
                 Change::Alloc {
-                    mut sample,
+                    sample,
                     objects,
                     addr,
                 } => {
@@ -123,10 +127,14 @@ impl LiveHeap {
                         self.overflow += 1;
                         continue;
                     }
-                    sample.frames = self.intern(std::mem::take(&mut sample.frames));
                     let key = (sample.pid, addr);
                     let record = Record {
-                        sample,
+                        pid: sample.pid,
+                        tid: sample.tid,
+                        thread_comm: sample.thread_comm,
+                        process_comm: sample.process_comm,
+                        frames: self.intern(sample.frames),
+                        bytes: sample.count,
                         objects,
                         alloc_at: at,
                         freed_at: u64::MAX,
@@ -154,15 +162,21 @@ impl LiveHeap {
         while self.freed.front().is_some_and(|r| r.freed_at < horizon) {
             self.freed.pop_front();
         }
+        self.collect_stacks();
     }
 
     /// Drops records of processes that no longer exist: their memory is
     /// gone with them. `alive` says whether a process still runs.
     pub fn forget_processes(&mut self, at: u64, alive: impl Fn(Pid) -> bool) {
+        let pids: HashSet<Pid> = self.live.keys().map(|(pid, _)| *pid).collect();
+        let dead: HashSet<Pid> = pids.into_iter().filter(|p| !alive(*p)).collect();
+        if dead.is_empty() {
+            return;
+        }
         let gone: Vec<(Pid, u64)> = self
             .live
             .keys()
-            .filter(|(pid, _)| !alive(*pid))
+            .filter(|(pid, _)| dead.contains(pid))
             .copied()
             .collect();
         for key in gone {
@@ -171,47 +185,25 @@ impl LiveHeap {
                 self.freed.push_back(r);
             }
         }
-        // Stacks no record shares any more.
-        if self.stacks.len() > 2 * (self.live.len() + self.freed.len()) + 64 {
+    }
+
+    /// Drops shared stacks no record holds any more.
+    fn collect_stacks(&mut self) {
+        if self.stacks.len() > 2 * (self.live.len() + self.freed.len()) / 3 + 64 {
             self.stacks.retain(|s| Arc::strong_count(s) > 1);
         }
     }
 
-    /// The sampled allocations in use at the end of `sel`'s window (made
-    /// before it, not freed by then), as (bytes, objects) rows filtered
-    /// like any query.
-    pub fn in_use(&self, sel: &Selection) -> (QueryResult, QueryResult) {
-        let end = sel.to;
-        let live_at = |r: &&Record| r.alloc_at < end && r.freed_at >= end;
-        let records: Vec<&Record> = self
-            .live
+    /// The sampled allocations in use at second `end` (made before it, not
+    /// freed by then): cheap copies, to be turned into rows by [`in_use`]
+    /// once the heap's lock is released.
+    pub fn live_at(&self, end: u64) -> Vec<Record> {
+        self.live
             .values()
             .chain(self.freed.iter())
-            .filter(live_at)
-            .collect();
-        let at = end.saturating_sub(1);
-        let one = Selection {
-            from: at,
-            to: end,
-            ..sel.clone()
-        };
-        let build = |value: fn(&Record) -> u64| {
-            let mut store = Store::new(StoreOptions {
-                retention: Duration::from_secs(u32::MAX as u64),
-                memory_budget: usize::MAX / 4,
-                ..Default::default()
-            });
-            let samples: Vec<SymbolizedSample> = records
-                .iter()
-                .map(|r| SymbolizedSample {
-                    count: value(r),
-                    ..r.sample.clone()
-                })
-                .collect();
-            store.insert(at, &samples);
-            store.query(&one)
-        };
-        (build(|r| r.sample.count), build(|r| r.objects))
+            .filter(|r| r.alloc_at < end && r.freed_at >= end)
+            .cloned()
+            .collect()
     }
 
     /// Figures for `/metrics`.
@@ -232,6 +224,39 @@ impl LiveHeap {
             bytes: (self.live.len() + self.freed.len()) * RECORD_BYTES + stack_bytes,
         }
     }
+}
+
+/// The rows of `records` (from [`LiveHeap::live_at`] at `sel.to`) that
+/// `sel` selects, as (bytes, objects), filtered like any query.
+pub fn in_use(records: &[Record], sel: &Selection) -> (QueryResult, QueryResult) {
+    let end = sel.to;
+    let at = end.saturating_sub(1);
+    let one = Selection {
+        from: at,
+        to: end,
+        ..sel.clone()
+    };
+    let build = |value: fn(&Record) -> u64| {
+        let mut store = Store::new(StoreOptions {
+            retention: Duration::from_secs(u32::MAX as u64),
+            memory_budget: usize::MAX / 4,
+            ..Default::default()
+        });
+        let samples: Vec<SymbolizedSample> = records
+            .iter()
+            .map(|r| SymbolizedSample {
+                pid: r.pid,
+                tid: r.tid,
+                thread_comm: r.thread_comm.clone(),
+                process_comm: r.process_comm.clone(),
+                frames: r.frames.to_vec(),
+                count: value(r),
+            })
+            .collect();
+        store.insert(at, &samples);
+        store.query(&one)
+    };
+    (build(|r| r.bytes), build(|r| r.objects))
 }
 
 #[cfg(test)]
@@ -257,6 +282,16 @@ mod tests {
 
     fn total(r: &QueryResult) -> u64 {
         r.rows.iter().map(|r| r.value).sum()
+    }
+
+    trait InUse {
+        fn in_use(&self, sel: &Selection) -> (QueryResult, QueryResult);
+    }
+
+    impl InUse for LiveHeap {
+        fn in_use(&self, sel: &Selection) -> (QueryResult, QueryResult) {
+            super::in_use(&self.live_at(sel.to), sel)
+        }
     }
 
     fn window(to: u64) -> Selection {
