@@ -54,3 +54,10 @@ pub fn to_store(wall: u64) -> u64 {
     let offset = now() as i128 - wall_now() as i128;
     (wall as i128 + offset).clamp(0, u64::MAX as i128) as u64
 }
+
+/// A store time mapped to wall-clock time, with the clocks' offset now
+/// (the inverse of [`to_store`]).
+pub fn to_wall(store: u64) -> u64 {
+    let offset = wall_now() as i128 - now() as i128;
+    (store as i128 + offset).clamp(0, u64::MAX as i128) as u64
+}

@@ -210,3 +210,17 @@ pub fn heap_pprof(q: &Query, src: Sources<'_>) -> Result<pprof::proto::Profile, 
         src.malloc_sample_bytes,
     ))
 }
+
+/// Per-slot totals of `q`'s event over its window (the heat map); `None`
+/// names an event whose store is missing, or that has no timeline
+/// (hot/cold mixes two, in-use is a state).
+pub fn timeline(q: &Query, src: Sources<'_>) -> Result<Vec<crate::store::TimeSlot>, Event> {
+    let store = match q.event {
+        Event::Cpu => src.cpu,
+        Event::HotCold | Event::MallocInUse | Event::MallocInUseObjects => None,
+        _ => src.event,
+    }
+    .ok_or(q.event)?;
+    let store = store.read().unwrap_or_else(|e| e.into_inner());
+    Ok(store.timeline(&q.selection))
+}

@@ -30,3 +30,5 @@ mod symbolize;
 /// (C, Rust, Debian's python3), page faults and off-CPU through libc, and
 /// hostile unwind input.
 mod unwind;
+/// The web page at `/` in a real browser.
+mod web;

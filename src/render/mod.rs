@@ -1,9 +1,11 @@
 //! Render: profiles out as folded text, SVG flame graphs (inferno),
-//! differential flame graphs and animations (drawn here), and pprof.
+//! differential flame graphs and animations (drawn here), pprof, and JSON
+//! for the web page.
 
 pub mod animation;
 pub mod diff;
 pub mod flamegraph;
 pub mod folded;
+pub mod json;
 pub mod pprof;
 pub mod tree;

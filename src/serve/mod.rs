@@ -7,6 +7,7 @@
 
 mod compare;
 pub mod conn;
+mod web;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -372,6 +373,11 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/flamegraph.svg", get(flamegraph))
         .route("/folded", get(folded))
+        .route("/", get(web::index))
+        .route("/app.js", get(web::app_js))
+        .route("/app.css", get(web::app_css))
+        .route("/heatmap.json", get(web::heatmap))
+        .route("/profile.json", get(web::profile))
         .route(
             "/diff.svg",
             get(compare::diff_svg)
@@ -420,7 +426,7 @@ async fn observe(State(st): State<AppState>, req: Request, next: Next) -> Respon
 async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
-        "no such route; emberd serves /flamegraph.svg, /folded, /diff.svg, /diff.folded, /animation.svg, /animation.folded, /debug/pprof/profile, /metrics, /healthz, /readyz\n",
+        "no such route; emberd serves / (the web page), /heatmap.json, /profile.json, /flamegraph.svg, /folded, /diff.svg, /diff.folded, /animation.svg, /animation.folded, /debug/pprof/profile, /metrics, /healthz, /readyz\n",
     )
         .into_response()
 }

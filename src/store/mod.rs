@@ -76,6 +76,17 @@ struct Slot {
     entries: HashMap<EntryKey, u64>,
 }
 
+/// One slot's total in a [`Store::timeline`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeSlot {
+    /// Unix seconds.
+    pub start: u64,
+    /// Seconds (1, 10 or 60).
+    pub len: u64,
+    /// Sum of the slot's values that pass the filters.
+    pub value: u64,
+}
+
 /// One row of a query result: a thread's stack and its value.
 #[derive(Debug, Clone)]
 pub struct Row {
@@ -357,6 +368,50 @@ impl Store {
         }
     }
 
+    /// Per-slot totals of `[sel.from, sel.to)` that pass the filters (the
+    /// web page's heat map): one entry per slot, its start, length and sum,
+    /// a partly covered coarse slot counted whole (its length says so).
+    pub fn timeline(&self, sel: &Selection) -> Vec<TimeSlot> {
+        let mut comm_ok: HashMap<(NameId, NameId), bool> = HashMap::new();
+        self.slots
+            .iter()
+            .filter(|slot| slot.start + slot.len > sel.from && slot.start < sel.to)
+            .map(|slot| TimeSlot {
+                start: slot.start,
+                len: slot.len,
+                value: slot
+                    .entries
+                    .iter()
+                    .filter(|(k, _)| self.passes(k, sel, &mut comm_ok))
+                    .map(|(_, v)| *v)
+                    .sum(),
+            })
+            .collect()
+    }
+
+    fn passes(
+        &self,
+        k: &EntryKey,
+        sel: &Selection,
+        comm_ok: &mut HashMap<(NameId, NameId), bool>,
+    ) -> bool {
+        if (k.pid == 0 && !sel.idle)
+            || sel.pid.is_some_and(|p| p != k.pid)
+            || sel.tid.is_some_and(|t| t != k.tid)
+        {
+            return false;
+        }
+        match &sel.comm {
+            None => true,
+            Some(re) => *comm_ok
+                .entry((k.process_comm, k.thread_comm))
+                .or_insert_with(|| {
+                    re.is_match(self.interner.get_name(k.process_comm))
+                        || re.is_match(self.interner.get_name(k.thread_comm))
+                }),
+        }
+    }
+
     /// The rows of slots overlapping `[sel.from, sel.to)` that pass the
     /// filters. A coarse slot (10 s, 60 s) the window covers only partly
     /// counts pro rata (rounded), so a 1 s window in old history holds about
@@ -379,22 +434,8 @@ impl Store {
             });
             let (part, len) = (end - start, slot.len.max(1));
             for (k, &v) in &slot.entries {
-                if (k.pid == 0 && !sel.idle)
-                    || sel.pid.is_some_and(|p| p != k.pid)
-                    || sel.tid.is_some_and(|t| t != k.tid)
-                {
+                if !self.passes(k, sel, &mut comm_ok) {
                     continue;
-                }
-                if let Some(re) = &sel.comm {
-                    let ok = *comm_ok
-                        .entry((k.process_comm, k.thread_comm))
-                        .or_insert_with(|| {
-                            re.is_match(self.interner.get_name(k.process_comm))
-                                || re.is_match(self.interner.get_name(k.thread_comm))
-                        });
-                    if !ok {
-                        continue;
-                    }
                 }
                 let v = if part >= len {
                     v

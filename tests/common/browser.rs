@@ -144,6 +144,13 @@ impl Browser {
         self.call("POST", &format!("/element/{id}/click"), Some(&json!({})));
     }
 
+    /// Writes a PNG screenshot of the window to `path`, for a person to look at.
+    pub fn screenshot(&self, path: &std::path::Path) {
+        let v = self.call("GET", "/screenshot", None);
+        let png = base64_decode(v.as_str().expect("a base64 screenshot"));
+        std::fs::write(path, png).expect("writing the screenshot");
+    }
+
     /// The browser console's messages at level SEVERE (JavaScript errors,
     /// failed loads).
     pub fn console_errors(&self) -> Vec<String> {
@@ -170,4 +177,26 @@ impl Drop for Browser {
             let _ = s.read(&mut sink);
         });
     }
+}
+
+/// Standard base64 (WebDriver screenshots), without padding checks.
+fn base64_decode(s: &str) -> Vec<u8> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let (mut out, mut acc, mut bits) = (Vec::with_capacity(s.len() * 3 / 4), 0u32, 0);
+    for v in s.bytes().filter_map(val) {
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    out
 }

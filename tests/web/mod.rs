@@ -1,0 +1,171 @@
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::browser::Browser;
+use crate::common::*;
+
+/// Waits until the page has loaded `n` profiles (or fails with its error).
+fn wait_loads(b: &Browser, n: u64) {
+    let t0 = Instant::now();
+    loop {
+        let v = b.eval("return [window.emberd ? window.emberd.loads : 0, window.emberd ? window.emberd.error : ''];");
+        if v[0].as_u64().unwrap_or(0) >= n {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the page loaded no profile: {v}"
+        );
+        wait(100);
+    }
+}
+
+/// Drags over the history strip from unix second `a` to `b`, as a mouse does.
+fn drag(b: &Browser, a: f64, z: f64) {
+    b.eval(&format!(
+        "var c = document.getElementById('heatmap'), r = c.getBoundingClientRect();
+         function at(t) {{ return r.left + window.emberd.timeToX(t); }}
+         var y = r.top + 30;
+         c.dispatchEvent(new MouseEvent('mousedown', {{clientX: at({a}), clientY: y, bubbles: true}}));
+         window.dispatchEvent(new MouseEvent('mousemove', {{clientX: at(({a} + {z}) / 2), clientY: y, bubbles: true}}));
+         window.dispatchEvent(new MouseEvent('mousemove', {{clientX: at({z}), clientY: y, bubbles: true}}));
+         window.dispatchEvent(new MouseEvent('mouseup', {{clientX: at({z}), clientY: y, bubbles: true}}));"
+    ));
+}
+
+fn totals(b: &Browser) -> (f64, f64, Value) {
+    let t = b.eval("return window.emberd.frameTotals();");
+    let get = |n: &str| t[n].as_f64().unwrap_or(0.0);
+    (get("phase_one"), get("phase_two"), t)
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// The web page in a real browser, on a daemon profiling a program that
+/// runs phase_one() for 6 s, then phase_two() for 6 s: it loads with no
+/// console errors and nothing from elsewhere; dragging over each phase's
+/// seconds of the history shows that phase's function as the widest; search
+/// reports the matched share; click-zoom then the browser's back restores
+/// the view. Screenshots of each step go to the test's scratch directory.
+#[test]
+fn web_page_selects_phases_from_the_history() {
+    require_root();
+    let bin = build_c_debian("phases");
+    let d = Daemon::start(&[], &[]);
+    let start = unix_now();
+    let _w = Workload::spawn(Command::new(&bin).args(["6", "6"]));
+    wait(14_000);
+    let shots = scratch().join("web-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+
+    // The page and its headers.
+    let r = d.get("/");
+    assert_eq!(r.status, 200);
+    let csp = r
+        .header("content-security-policy")
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        csp.contains("default-src 'none'") && !csp.contains("http"),
+        "{csp}"
+    );
+
+    let b = Browser::start();
+    let origin = format!("http://127.0.0.1:{}", d.port);
+    b.goto(&format!("{origin}/#event=cpu&range=300&comm=%5Ephases%24"));
+    wait_loads(&b, 1);
+    b.screenshot(&shots.join("1-loaded.png"));
+    assert_eq!(
+        b.console_errors(),
+        Vec::<String>::new(),
+        "no console errors"
+    );
+    let resources = b.eval(
+        "return performance.getEntriesByType('resource').map(function (e) { return e.name; });",
+    );
+    for url in resources.as_array().unwrap() {
+        assert!(
+            url.as_str().unwrap().starts_with(&origin),
+            "the page fetched {url} from elsewhere"
+        );
+    }
+
+    // phase_two's seconds.
+    drag(&b, start + 7.5, start + 11.5);
+    wait_loads(&b, 2);
+    b.screenshot(&shots.join("2-phase_two.png"));
+    let (one, two, all) = totals(&b);
+    assert!(
+        two > 3.0 * one && two > 100.0,
+        "phase_two is the widest: {all}"
+    );
+
+    // phase_one's seconds.
+    drag(&b, start + 1.0, start + 5.0);
+    wait_loads(&b, 3);
+    b.screenshot(&shots.join("3-phase_one.png"));
+    let (one, two, all) = totals(&b);
+    assert!(
+        one > 3.0 * two && one > 100.0,
+        "phase_one is the widest: {all}"
+    );
+    let state = b.eval("return location.hash;");
+    assert!(
+        state.as_str().unwrap().contains("from="),
+        "the window is in the URL: {state}"
+    );
+
+    // Search.
+    b.eval(
+        "var s = document.getElementById('search'); s.value = 'phase_';
+         s.dispatchEvent(new Event('input', {bubbles: true}));",
+    );
+    let share = b
+        .eval("return window.emberd.matchedShare;")
+        .as_f64()
+        .unwrap();
+    let shown = b.eval("return document.getElementById('matched').textContent;");
+    b.screenshot(&shots.join("4-search.png"));
+    assert!(
+        (0.6..=1.0).contains(&share) && shown.as_str().unwrap().contains('%'),
+        "search phase_ matches most of the phases process: {share} {shown}"
+    );
+
+    // Click-zoom, then back.
+    assert_eq!(
+        b.eval("return window.emberd.clickFrame('phase_one');"),
+        Value::Bool(true)
+    );
+    let zoomed = b.eval("return window.emberd.zoomed();");
+    assert!(zoomed.as_str().unwrap().ends_with("phase_one"), "{zoomed}");
+    b.screenshot(&shots.join("5-zoomed.png"));
+    b.eval("history.back();");
+    let t0 = Instant::now();
+    while b.eval("return window.emberd.zoomed();") != Value::String(String::new()) {
+        assert!(t0.elapsed() < Duration::from_secs(5), "back did not unzoom");
+        wait(100);
+    }
+    b.screenshot(&shots.join("6-back.png"));
+    assert_eq!(
+        b.console_errors(),
+        Vec::<String>::new(),
+        "no console errors after it all"
+    );
+
+    // The JSON routes answer like the others.
+    let r = d.get("/heatmap.json?event=cpu&seconds=60");
+    assert_eq!(r.status, 200);
+    let heat: Value = serde_json::from_str(&r.text()).unwrap();
+    assert!(heat["slots"].as_array().unwrap().len() >= 10, "{heat}");
+    let r = d.get("/profile.json?event=cpu&seconds=bogus");
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = d.get("/heatmap.json?event=hotcold");
+    assert_eq!(r.status, 400, "{}", r.text());
+}
