@@ -19,7 +19,8 @@ const APP_CSS: &str = include_str!("web/app.css");
 
 /// Nothing but the daemon itself: scripts, styles and data from this
 /// origin, no inline script, no frames.
-const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+/// The comparison views are this daemon's own SVGs, in a frame.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'self'";
 
 fn asset(body: &'static str, content_type: &'static str) -> Response {
     (

@@ -153,6 +153,136 @@ fn web_page_selects_phases_from_the_history() {
         wait(100);
     }
     b.screenshot(&shots.join("6-back.png"));
+
+    // Sandwich on phase_one: main calls it, memset (libc) is called by it.
+    let sw = b.eval("return window.emberd.sandwichOf('phase_one');");
+    b.screenshot(&shots.join("7-sandwich.png"));
+    let names = |k: &str| -> Vec<String> {
+        sw[k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (callees, callers) = (names("callees"), names("callers"));
+    assert_eq!(
+        callers.first().map(String::as_str),
+        Some("phase_one"),
+        "{sw}"
+    );
+    assert_eq!(
+        callers.get(1).map(String::as_str),
+        Some("main"),
+        "main calls phase_one: {sw}"
+    );
+    assert!(
+        !callers.iter().any(|n| n == "common"),
+        "common is no caller: {sw}"
+    );
+    assert_eq!(
+        callees.first().map(String::as_str),
+        Some("phase_one"),
+        "{sw}"
+    );
+    assert!(
+        !callees.iter().any(|n| n == "main"),
+        "main is no callee: {sw}"
+    );
+    b.click("#sandwich-close");
+
+    // The function table, sorted by self, then by name.
+    b.click("#table th[data-key='self']");
+    let rows = b.eval("return window.emberd.table;");
+    let selfs: Vec<f64> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[1].as_f64().unwrap())
+        .collect();
+    assert!(
+        selfs.windows(2).all(|w| w[0] >= w[1]),
+        "sorted by self: {rows}"
+    );
+    assert_eq!(
+        rows[0][0], "phase_one",
+        "phase_one has the most self time: {rows}"
+    );
+    b.click("#table th[data-key='name']");
+    let rows = b.eval("return window.emberd.table;");
+    let names: Vec<String> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[0].as_str().unwrap().to_owned())
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "sorted by name");
+    b.screenshot(&shots.join("8-table.png"));
+
+    // Compare: the phase_one range (selected) with the phase_two range.
+    b.click("#compare");
+    drag(&b, start + 7.5, start + 11.5);
+    let t0 = Instant::now();
+    let classes = loop {
+        let v = b.eval(
+            "var f = document.getElementById('compared'), d = f.contentDocument, o = {};
+             if (!d || f.hidden) return null;
+             d.querySelectorAll('g.f').forEach(function (g) {
+               var n = g.querySelector('title').textContent.split('\\n')[0];
+               if (n === 'phase_one' || n === 'phase_two') o[n] = (o[n] || '') + ' ' + g.getAttribute('class');
+             });
+             return o;",
+        );
+        if v["phase_two"].is_string() && v["phase_one"].is_string() {
+            break v;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "no differential shown: {v}"
+        );
+        wait(200);
+    };
+    b.screenshot(&shots.join("9-compare.png"));
+    assert!(
+        classes["phase_two"].as_str().unwrap().contains("new"),
+        "phase_two grew from nothing: {classes}"
+    );
+    assert!(
+        classes["phase_one"].as_str().unwrap().contains("gone"),
+        "phase_one vanished: {classes}"
+    );
+    let flame_hidden = b.eval("return document.getElementById('flame').offsetParent === null;");
+    assert_eq!(
+        flame_hidden,
+        Value::Bool(true),
+        "the comparison replaces the flame graph"
+    );
+
+    // Animate the phase_two range in 3 phases.
+    b.eval("document.getElementById('phases').value = '3';");
+    b.click("#animate");
+    let t0 = Instant::now();
+    loop {
+        let v = b.eval(
+            "var f = document.getElementById('compared'), d = f.contentDocument;
+             return [f.getAttribute('src'), d ? d.querySelectorAll('g.f').length : 0];",
+        );
+        if v[0]
+            .as_str()
+            .is_some_and(|s| s.starts_with("animation.svg") && s.matches("window=").count() == 3)
+            && v[1].as_u64().unwrap_or(0) > 0
+        {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "no animation shown: {v}"
+        );
+        wait(200);
+    }
+    b.screenshot(&shots.join("10-animate.png"));
     assert_eq!(
         b.console_errors(),
         Vec::<String>::new(),

@@ -11,7 +11,7 @@
   const $ = (id) => document.getElementById(id);
   const state = {
     event: 'cpu', range: 3600, from: 0, to: 0, zoom: '', search: '', icicle: false,
-    comm: '', pid: '', group: 'process',
+    comm: '', pid: '', group: 'process', sandwich: '', before: '', phases: 0, sort: 'self',
   };
   let heat = null; // /heatmap.json
   let prof = null; // /profile.json plus its layout
@@ -32,11 +32,16 @@
     state.comm = h.get('comm') || '';
     state.pid = h.get('pid') || '';
     state.group = h.get('group') || 'process';
+    state.sandwich = h.get('sandwich') || '';
+    state.before = h.get('before') || '';
+    state.phases = +(h.get('phases') || 0);
+    state.sort = h.get('sort') || 'self';
   }
 
   function writeHash(push) {
     const h = new URLSearchParams();
-    for (const k of ['event', 'range', 'from', 'to', 'zoom', 'search', 'comm', 'pid', 'group']) {
+    for (const k of ['event', 'range', 'from', 'to', 'zoom', 'search', 'comm', 'pid', 'group',
+      'sandwich', 'before', 'phases', 'sort']) {
       if (state[k] !== '' && state[k] !== 0) h.set(k, state[k]);
     }
     if (state.icicle) h.set('icicle', '1');
@@ -79,9 +84,13 @@
   function fitCanvas(c, cssHeight) {
     const dpr = window.devicePixelRatio || 1;
     const w = c.clientWidth;
-    c.width = Math.round(w * dpr);
-    c.height = Math.round(cssHeight * dpr);
-    c.style.height = cssHeight + 'px';
+    const pw = Math.round(w * dpr), ph = Math.round(cssHeight * dpr);
+    // Resizing reallocates the canvas: only when the size changes.
+    if (c.width !== pw || c.height !== ph) {
+      c.width = pw;
+      c.height = ph;
+      c.style.height = cssHeight + 'px';
+    }
     const ctx = c.getContext('2d');
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     return { ctx, w, h: cssHeight };
@@ -169,12 +178,21 @@
     const a = Math.floor(Math.min(drag.t0, drag.t1));
     const b = Math.ceil(Math.max(drag.t0, drag.t1));
     drag = null;
+    if (pendingCompare) {
+      // The first range is the before; this one the after.
+      state.before = state.from + ',' + state.to;
+      pendingCompare = false;
+    } else {
+      state.before = '';
+    }
+    state.phases = 0;
     state.from = a;
     state.to = Math.max(b, a + 1);
     state.zoom = '';
     writeHash(true);
     loadProfile();
   }
+  let pendingCompare = false;
 
   // ---- the flame graph ----
 
@@ -206,13 +224,17 @@
     draw();
   }
 
+  // Positions (x in value units), depths, and where each subtree ends:
+  // nodes are in pre-order, so node i's subtree is [i, end[i]).
   function layout(t) {
     const n = t.nodes.length;
     const x = new Float64Array(n), next = new Float64Array(n), depth = new Int32Array(n);
+    const end = new Int32Array(n);
     const child = new Map();
     let maxDepth = 0;
     for (let i = 0; i < n; i++) {
       const [name, total, , parent] = t.nodes[i];
+      end[i] = 1;
       if (parent < 0) {
         x[i] = 0;
       } else {
@@ -224,7 +246,9 @@
       }
       next[i] = x[i];
     }
-    return Object.assign(t, { x, depth, child, maxDepth });
+    for (let i = n - 1; i > 0; i--) end[t.nodes[i][3]] += end[i];
+    for (let i = 0; i < n; i++) end[i] += i;
+    return Object.assign(t, { x, depth, end, child, maxDepth });
   }
 
   function pathOf(i) {
@@ -248,8 +272,10 @@
     return i;
   }
 
+  const HIT = 'rgb(230,0,230)';
+
   function color(name, hit) {
-    if (hit) return 'rgb(230,0,230)';
+    if (hit) return HIT;
     let h = 0;
     for (let k = 0; k < name.length; k++) h = (h * 31 + name.charCodeAt(k)) >>> 0;
     const kernel = name.endsWith('_[k]');
@@ -257,6 +283,17 @@
     const g = kernel ? 120 + ((h >> 8) % 60) : 80 + ((h >> 8) % 130);
     const b = kernel ? 40 : 30 + ((h >> 16) % 40);
     return `rgb(${r},${g},${b})`;
+  }
+
+  // Which names match the search, once per profile and search.
+  let hitsFor = null, hitsKey = '', hits = null;
+  function hitsOf(re) {
+    if (hitsFor !== prof || hitsKey !== state.search) {
+      hits = prof.names.map((n) => re.test(n));
+      hitsFor = prof;
+      hitsKey = state.search;
+    }
+    return hits;
   }
 
   function matcher() {
@@ -268,60 +305,274 @@
     }
   }
 
-  function draw() {
-    const c = $('flame');
-    if (!prof) {
-      fitCanvas(c, 40);
-      return;
-    }
-    const rows = prof.maxDepth + 1;
+  // Draws tree `p` (laid out) on canvas `c`, zoomed to node `z`: the
+  // zoomed node's ancestors whole width, then its subtree, skipping every
+  // subtree narrower than a third of a pixel, so the cost follows what is
+  // visible, not the profile's size. Keeps the rectangles for hit tests.
+  function drawTree(c, p, z, icicle, hit) {
+    const rows = p.maxDepth + 1;
     const { ctx, w, h } = fitCanvas(c, rows * ROW + 4);
     ctx.clearRect(0, 0, w, h);
     ctx.font = '11px monospace';
     ctx.textBaseline = 'middle';
-    const z = nodeOfPath(state.zoom);
-    const zx = prof.x[z], zw = prof.nodes[z][1] || 1;
-    const re = matcher();
-    const hit = re ? prof.names.map((s) => re.test(s)) : null;
-    // Ancestors of the zoomed node are drawn whole width.
-    const ancestor = new Set();
-    for (let a = z; a >= 0; a = prof.nodes[a][3]) ancestor.add(a);
-    const zd = prof.depth[z];
-    rects = [];
-    let matched = 0;
-    const covered = new Uint8Array(prof.nodes.length);
-    for (let i = 0; i < prof.nodes.length; i++) {
-      const [name, total, , parent] = prof.nodes[i];
-      const m = hit ? hit[name] : false;
-      covered[i] = (parent >= 0 && covered[parent]) || m ? 1 : 0;
-      if (m && !(parent >= 0 && covered[parent])) matched += total;
-      let px, pw;
-      if (ancestor.has(i)) {
-        px = 0;
-        pw = w;
-      } else if (prof.depth[i] > zd && prof.x[i] >= zx && prof.x[i] + total <= zx + zw + 1e-9) {
-        px = (prof.x[i] - zx) / zw * w;
-        pw = total / zw * w;
-      } else {
-        continue;
-      }
-      if (pw < 0.3) continue;
-      const d = prof.depth[i];
-      const py = state.icicle ? d * ROW : (rows - 1 - d) * ROW;
-      ctx.fillStyle = color(prof.names[name], m);
+    const zx = p.x[z], zw = p.nodes[z][1] || 1;
+    const out = [];
+    // Colours by name index, computed once per tree.
+    const colors = p.colors || (p.colors = []);
+    const box = (i, px, pw) => {
+      const name = p.nodes[i][0];
+      const d = p.depth[i];
+      const py = icicle ? d * ROW : (rows - 1 - d) * ROW;
+      ctx.fillStyle = hit && hit[name] ? HIT : colors[name] || (colors[name] = color(p.names[name], false));
       ctx.fillRect(px, py, Math.max(pw - 0.5, 0.3), ROW - 1);
       if (pw > 28) {
         ctx.fillStyle = '#000';
-        const label = prof.names[name];
+        const label = p.names[name];
         const fit = Math.floor((pw - 6) / 6.6);
         ctx.fillText(label.length > fit ? label.slice(0, Math.max(fit - 2, 0)) + '..' : label, px + 3, py + ROW / 2);
       }
-      rects.push([px, py, pw, i]);
+      out.push([px, py, pw, i]);
+    };
+    for (let a = p.nodes[z][3]; a >= 0; a = p.nodes[a][3]) box(a, 0, w);
+    box(z, 0, w);
+    for (let i = z + 1; i < p.end[z];) {
+      const pw = p.nodes[i][1] / zw * w;
+      if (pw < 0.3) {
+        i = p.end[i];
+        continue;
+      }
+      box(i, (p.x[i] - zx) / zw * w, pw);
+      i++;
     }
-    const total = prof.nodes.length ? prof.nodes[0][1] : 0;
+    c._rects = out;
+    c._prof = p;
+  }
+
+  // The share of the total in frames matching the search (a frame inside
+  // a matching one counted once), per tree and search.
+  let matchedOf = null, matchedKey = '', matchedTotal = 0;
+  function matchedShare(p, hit, key) {
+    if (matchedOf === p && matchedKey === key) return matchedTotal;
+    const covered = new Uint8Array(p.nodes.length);
+    let m = 0;
+    for (let i = 0; i < p.nodes.length; i++) {
+      const [name, total, , parent] = p.nodes[i];
+      const under = parent >= 0 && covered[parent];
+      if (hit[name] && !under) m += total;
+      covered[i] = under || hit[name] ? 1 : 0;
+    }
+    matchedOf = p;
+    matchedKey = key;
+    matchedTotal = m;
+    return m;
+  }
+
+  function draw() {
+    const c = $('flame'), callers = $('callers'), frame = $('compared');
+    const comparing = state.before || state.phases > 1;
+    frame.hidden = !comparing;
+    c.hidden = !!comparing;
+    callers.hidden = !state.sandwich || !!comparing;
+    $('sandwich-head').hidden = !state.sandwich || !!comparing;
+    if (comparing) {
+      showComparison();
+      return;
+    }
+    if (!prof) {
+      fitCanvas(c, 40);
+      return;
+    }
+    const re = matcher();
+    const hit = re ? hitsOf(re) : null;
+    let shown = prof, z = nodeOfPath(state.zoom);
+    if (state.sandwich) {
+      const [callees, callerTree] = sandwich(prof, state.sandwich);
+      $('sandwich-name').textContent = state.sandwich;
+      shown = callees;
+      z = 0;
+      drawTree(callers, callerTree, 0, true, hit);
+      api.sandwich = { callees: treeNames(callees), callers: treeNames(callerTree) };
+    }
+    drawTree(c, shown, z, state.icicle, hit);
+    rects = c._rects;
+    const matched = hit ? matchedShare(shown, hit, state.search) : 0;
+    const total = shown.nodes.length ? shown.nodes[0][1] : 0;
     api.matchedShare = re && total ? matched / total : 0;
     $('matched').textContent = re ? `matched ${(api.matchedShare * 100).toFixed(1)}% of total` : '';
-    status(`${prof.nodes.length - 1} frames, ${fmt(total)} in all` + (z ? `, zoomed to ${prof.names[prof.nodes[z][0]]}` : ''));
+    status(`${prof.nodes.length - 1} frames, ${fmt(prof.nodes[0][1])} in all` +
+      (z ? `, zoomed to ${prof.names[prof.nodes[z][0]]}` : ''));
+    // A zoom leaves the table as it is.
+    const key = [state.sort, state.search].join('\u0000');
+    if (tableOf !== prof || tableKey !== key) {
+      tableOf = prof;
+      tableKey = key;
+      drawTable(hit);
+    }
+  }
+  let tableOf = null, tableKey = '';
+
+  // ---- sandwich: a function's callers and callees, merged ----
+
+  // A tree under construction: nodes {name, total, own, parent, kids}.
+  function builder(rootName) {
+    const nodes = [{ name: rootName, total: 0, own: 0, parent: -1, kids: new Map() }];
+    return {
+      nodes,
+      child(at, name) {
+        let c = nodes[at].kids.get(name);
+        if (c === undefined) {
+          nodes.push({ name, total: 0, own: 0, parent: at, kids: new Map() });
+          c = nodes.length - 1;
+          nodes[at].kids.set(name, c);
+        }
+        return c;
+      },
+      // Pre-order, heaviest first, as /profile.json lays trees out.
+      done(names, display) {
+        const out = [];
+        const todo = [[0, -1]];
+        while (todo.length) {
+          const [i, parent] = todo.pop();
+          const n = nodes[i];
+          out.push([n.name, n.total, n.own, parent]);
+          const me = out.length - 1;
+          const kids = [...n.kids.values()].sort((a, b) => nodes[a].total - nodes[b].total);
+          for (const k of kids) todo.push([k, me]);
+        }
+        return layout({ names, display, nodes: out });
+      },
+    };
+  }
+
+  function sandwich(p, fname) {
+    const f = p.names.indexOf(fname);
+    const callees = builder(f), callers = builder(f);
+    const inside = new Int32Array(p.nodes.length).fill(-1);
+    for (let i = 1; i < p.nodes.length; i++) {
+      const [name, total, own, parent] = p.nodes[i];
+      if (inside[parent] >= 0) {
+        const c = callees.child(inside[parent], name);
+        callees.nodes[c].total += total;
+        callees.nodes[c].own += own;
+        inside[i] = c;
+      } else if (name === f) {
+        // An outermost call of f: its subtree above, its callers below.
+        inside[i] = 0;
+        callees.nodes[0].total += total;
+        callees.nodes[0].own += own;
+        callers.nodes[0].total += total;
+        let at = 0;
+        for (let a = parent; a > 0; a = p.nodes[a][3]) {
+          at = callers.child(at, p.nodes[a][0]);
+          callers.nodes[at].total += total;
+        }
+        callers.nodes[at].own += total;
+      }
+    }
+    return [callees.done(p.names, p.display), callers.done(p.names, p.display)];
+  }
+
+  function treeNames(t) {
+    return t.nodes.map((n) => t.names[n[0]]);
+  }
+
+  // ---- the function table ----
+
+  function functionTotals(p) {
+    const own = new Float64Array(p.names.length), total = new Float64Array(p.names.length);
+    const onPath = new Int32Array(p.names.length);
+    // Pre-order with an explicit path: a name counts in total once per
+    // stack (recursion does not double it).
+    const path = [];
+    for (let i = 1; i < p.nodes.length; i++) {
+      const [name, t, o, parent] = p.nodes[i];
+      while (path.length && path[path.length - 1] !== parent) onPath[p.nodes[path.pop()][0]] -= 1;
+      own[name] += o;
+      if (onPath[name] === 0) total[name] += t;
+      onPath[name] += 1;
+      path.push(i);
+    }
+    return { own, total };
+  }
+
+  function drawTable(hit) {
+    const body = $('table').tBodies[0];
+    body.textContent = '';
+    const { own, total } = functionTotals(prof);
+    let ids = [];
+    for (let i = 1; i < prof.names.length; i++) if (total[i] > 0 || own[i] > 0) ids.push(i);
+    const key = state.sort;
+    const byName = (a, b) => (prof.names[a] < prof.names[b] ? -1 : prof.names[a] > prof.names[b] ? 1 : 0);
+    ids.sort((a, b) => (key === 'name' ? byName(a, b)
+      : key === 'total' ? total[b] - total[a] : own[b] - own[a]));
+    ids = ids.slice(0, 300);
+    api.table = ids.map((i) => [prof.names[i], own[i], total[i]]);
+    for (const th of $('table').tHead.rows[0].cells) th.classList.toggle('sorted', th.dataset.key === key);
+    for (const i of ids) {
+      const tr = body.insertRow();
+      if (hit && hit[i]) tr.className = 'hit';
+      tr.insertCell().textContent = prof.names[i];
+      tr.insertCell().textContent = fmt(own[i]);
+      tr.insertCell().textContent = fmt(total[i]);
+      const b = document.createElement('button');
+      b.className = 'link';
+      b.textContent = 'sandwich';
+      b.dataset.name = prof.names[i];
+      tr.insertCell().appendChild(b);
+      tr.dataset.name = prof.names[i];
+    }
+  }
+
+  function onTableClick(ev) {
+    const th = ev.target.closest('th');
+    if (th && th.dataset.key) {
+      state.sort = th.dataset.key;
+      writeHash(false);
+      draw();
+      return;
+    }
+    const b = ev.target.closest('button');
+    if (b && b.dataset.name) {
+      state.sandwich = b.dataset.name;
+      writeHash(true);
+      draw();
+      return;
+    }
+    const tr = ev.target.closest('tr');
+    if (tr && tr.dataset.name) {
+      // A row drives the graph: its function highlighted.
+      state.search = '^' + tr.dataset.name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&') + '$';
+      $('search').value = state.search;
+      writeHash(false);
+      draw();
+    }
+  }
+
+  // ---- comparisons: the daemon's differential and animation SVGs ----
+
+  function showComparison() {
+    const p = filters();
+    let url;
+    if (state.before) {
+      p.set('before', state.before);
+      p.set('after', state.from + ',' + state.to);
+      url = 'diff.svg?' + p;
+      const t = (x) => new Date(x * 1000).toLocaleTimeString();
+      const [b0, b1] = state.before.split(',').map(Number);
+      status(`before ${t(b0)}-${t(b1)}, after ${t(state.from)}-${t(state.to)}: red grew, blue shrank, hatched is gone`);
+    } else {
+      // The range in K windows of whole seconds (at least one each).
+      const k = Math.max(1, Math.min(state.phases, state.to - state.from));
+      for (let i = 0; i < k; i++) {
+        const a = state.from + Math.round((state.to - state.from) * i / k);
+        const b = state.from + Math.round((state.to - state.from) * (i + 1) / k);
+        p.append('window', a + ',' + b);
+      }
+      url = 'animation.svg?' + p;
+      status(`${state.phases} phases of the selected range`);
+    }
+    const frame = $('compared');
+    if (frame.getAttribute('src') !== url) frame.setAttribute('src', url);
   }
 
   function fmt(v) {
@@ -330,27 +581,30 @@
     return (factor === 1 ? String(x) : x.toFixed(1)) + ' ' + unit;
   }
 
+  // The node under the mouse on canvas `ev.currentTarget`, and its tree.
   function rectAt(ev) {
-    if (!rects) return null;
-    const b = $('flame').getBoundingClientRect();
+    const c = ev.currentTarget;
+    if (!c._rects) return null;
+    const b = c.getBoundingClientRect();
     const x = ev.clientX - b.left, y = ev.clientY - b.top;
-    for (const [px, py, pw, i] of rects) {
-      if (x >= px && x < px + pw && y >= py && y < py + ROW) return i;
+    for (const [px, py, pw, i] of c._rects) {
+      if (x >= px && x < px + pw && y >= py && y < py + ROW) return [c._prof, i];
     }
     return null;
   }
 
   function onFlameMove(ev) {
     const tip = $('tooltip');
-    const i = rectAt(ev);
-    if (i === null) {
+    const at = rectAt(ev);
+    if (at === null) {
       tip.hidden = true;
       return;
     }
-    const [name, total, own, parent] = prof.nodes[i];
-    const all = prof.nodes[0][1] || 1;
-    const ofParent = parent >= 0 ? total / (prof.nodes[parent][1] || 1) : 1;
-    tip.textContent = `${prof.names[name]}\n${fmt(total)} (${(total / all * 100).toFixed(2)}% of total, ` +
+    const [p, i] = at;
+    const [name, total, own, parent] = p.nodes[i];
+    const all = p.nodes[0][1] || 1;
+    const ofParent = parent >= 0 ? total / (p.nodes[parent][1] || 1) : 1;
+    tip.textContent = `${p.names[name]}\n${fmt(total)} (${(total / all * 100).toFixed(2)}% of total, ` +
       `${(ofParent * 100).toFixed(1)}% of parent), self ${fmt(own)}`;
     tip.hidden = false;
     tip.style.left = Math.min(ev.clientX + 12, window.innerWidth - 420) + 'px';
@@ -358,9 +612,15 @@
   }
 
   function onFlameClick(ev) {
-    const i = rectAt(ev);
-    if (i === null) return;
-    state.zoom = pathOf(i);
+    const at = rectAt(ev);
+    if (at === null) return;
+    const [p, i] = at;
+    if (p === prof) {
+      state.zoom = pathOf(i);
+    } else {
+      // In a sandwich, a click makes the clicked function the middle.
+      state.sandwich = p.names[p.nodes[i][0]];
+    }
     writeHash(true);
     draw();
   }
@@ -387,6 +647,30 @@
     return out;
   };
   api.zoomed = () => (prof ? pathOf(nodeOfPath(state.zoom)) : '');
+  // Benchmark hooks (scripts/bench web): shows tree `json` as if it had
+  // just arrived and returns the milliseconds to lay it out and draw it,
+  // then to redraw zoomed into its heaviest child.
+  api.benchShow = function (json) {
+    const t0 = performance.now();
+    prof = layout(json);
+    state.zoom = '';
+    state.sandwich = '';
+    draw();
+    const t1 = performance.now();
+    state.zoom = prof.nodes.length > 1 ? pathOf(1) : '';
+    draw();
+    const t2 = performance.now();
+    const drawn = rects.length;
+    state.zoom = '';
+    draw();
+    return { paint: t1 - t0, zoom: t2 - t1, nodes: prof.nodes.length, drawn };
+  };
+  api.sandwichOf = function (name) {
+    state.sandwich = name;
+    writeHash(true);
+    draw();
+    return api.sandwich;
+  };
   api.clickFrame = function (name) {
     const r = rects && rects.find(([, , , i]) => prof.names[prof.nodes[i][0]] === name);
     if (!r) return false;
@@ -444,9 +728,31 @@
     });
     $('reset').addEventListener('click', () => {
       state.zoom = '';
+      state.before = '';
+      state.phases = 0;
       writeHash(true);
       draw();
     });
+    $('compare').addEventListener('click', () => {
+      pendingCompare = true;
+      $('selection-info').textContent = 'now drag the range to compare with the selected one';
+    });
+    $('animate').addEventListener('click', () => {
+      state.before = '';
+      state.phases = Math.min(60, Math.max(2, +$('phases').value || 4));
+      writeHash(true);
+      draw();
+    });
+    $('sandwich-close').addEventListener('click', () => {
+      state.sandwich = '';
+      writeHash(true);
+      draw();
+    });
+    $('table').addEventListener('click', onTableClick);
+    const callers = $('callers');
+    callers.addEventListener('mousemove', onFlameMove);
+    callers.addEventListener('mouseleave', () => { $('tooltip').hidden = true; });
+    callers.addEventListener('click', onFlameClick);
     const hm = $('heatmap');
     hm.addEventListener('mousedown', onHeatDown);
     window.addEventListener('mousemove', onHeatMove);
