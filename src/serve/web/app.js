@@ -81,9 +81,18 @@
 
   // ---- the history strip ----
 
+  // Every canvas spans the page's width. Measured once and on resize:
+  // reading an element's width after the page changed forces a layout of
+  // the whole page (with its table), which cost more than the drawing.
+  let width = 0;
+  function canvasWidth() {
+    if (!width) width = $('heatmap').clientWidth;
+    return width;
+  }
+
   function fitCanvas(c, cssHeight) {
     const dpr = window.devicePixelRatio || 1;
-    const w = c.clientWidth;
+    const w = canvasWidth();
     const pw = Math.round(w * dpr), ph = Math.round(cssHeight * dpr);
     // Resizing reallocates the canvas: only when the size changes.
     if (c.width !== pw || c.height !== ph) {
@@ -97,14 +106,12 @@
   }
 
   function timeToX(t) {
-    const c = $('heatmap');
     if (!heat || heat.to <= heat.from) return 0;
-    return (t - heat.from) / (heat.to - heat.from) * c.clientWidth;
+    return (t - heat.from) / (heat.to - heat.from) * canvasWidth();
   }
 
   function xToTime(x) {
-    const c = $('heatmap');
-    return heat.from + x / c.clientWidth * (heat.to - heat.from);
+    return heat.from + x / canvasWidth() * (heat.to - heat.from);
   }
   api.timeToX = timeToX;
 
@@ -763,7 +770,7 @@
     fl.addEventListener('click', onFlameClick);
     window.addEventListener('hashchange', onHashChange);
     window.addEventListener('popstate', onHashChange);
-    window.addEventListener('resize', () => { drawHeat(); draw(); });
+    window.addEventListener('resize', () => { width = 0; drawHeat(); draw(); });
     loadHeat().then(loadProfile);
   }
 
