@@ -172,29 +172,38 @@ impl Pipeline {
     /// allocations and frees.
     fn name_heap(&mut self, changes: Vec<HeapChange>) -> Vec<crate::store::heap::Change> {
         use crate::store::heap::Change;
+        // The stacks move out to be named in one batch; `order` keeps what
+        // is left of each change, allocations waiting for their names.
         let mut raws = Vec::new();
-        for c in &changes {
-            if let HeapChange::Alloc { sample, .. } = c {
-                raws.push(RawEvent {
-                    kind: EventKind::Malloc,
-                    sample: sample.clone(),
-                    waker: None,
-                    label: None,
-                });
+        let mut order = Vec::with_capacity(changes.len());
+        for c in changes {
+            match c {
+                HeapChange::Alloc {
+                    sample,
+                    objects,
+                    addr,
+                } => {
+                    raws.push(RawEvent {
+                        kind: EventKind::Malloc,
+                        sample,
+                        waker: None,
+                        label: None,
+                    });
+                    order.push(Err((objects, addr)));
+                }
+                HeapChange::Free { pid, addr } => order.push(Ok(Change::Free { pid, addr })),
             }
         }
         let mut named = self.symbolizer.symbolize_events(raws).into_iter();
-        changes
+        order
             .into_iter()
             .filter_map(|c| match c {
-                HeapChange::Alloc { objects, addr, .. } => {
-                    named.next().map(|(_, sample)| Change::Alloc {
-                        sample,
-                        objects,
-                        addr,
-                    })
-                }
-                HeapChange::Free { pid, addr } => Some(Change::Free { pid, addr }),
+                Ok(free) => Some(free),
+                Err((objects, addr)) => named.next().map(|(_, sample)| Change::Alloc {
+                    sample,
+                    objects,
+                    addr,
+                }),
             })
             .collect()
     }

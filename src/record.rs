@@ -126,17 +126,16 @@ fn process_alive(pid: Pid) -> bool {
 
 /// `knobs` with only what `event` needs switched on, for process `pid`.
 pub fn event_options(event: Event, pid: Option<Pid>, knobs: &EventOptions) -> EventOptions {
-    let none = EventOptions::none();
     let mut o = EventOptions {
         pid,
         offcpu: false,
         wakeup: false,
         offwake: false,
         pagefault: false,
-        brk: none.brk,
-        mmap: none.mmap,
-        munmap: none.munmap,
-        blockio: none.blockio,
+        brk: false,
+        mmap: false,
+        munmap: false,
+        blockio: false,
         malloc: Default::default(),
         ..knobs.clone()
     };
@@ -166,11 +165,7 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
     {
         bail!("no process with pid {pid}: check the -p argument");
     }
-    if matches!(
-        options.event,
-        Event::Malloc | Event::MallocObjects | Event::MallocInUse | Event::MallocInUseObjects
-    ) && options.sampler.pid.is_none()
-    {
+    if options.event.is_malloc() && options.sampler.pid.is_none() {
         bail!(
             "-e {} traces one process's allocations (a uprobe on every call): name it with -p PID",
             options.event.name()
@@ -281,15 +276,10 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
     let profile = view::fold(&query, sources)
         .map_err(|e| anyhow::anyhow!("no data source for event {}", e.name()))?;
     let pprof = match OutputFormat::for_path(&options.output) {
+        // view::pprof gives Go's heap profile for the malloc views.
         Ok(OutputFormat::Pprof) => Some(
-            match options.event {
-                Event::Malloc
-                | Event::MallocObjects
-                | Event::MallocInUse
-                | Event::MallocInUseObjects => view::heap_pprof(&query, sources),
-                _ => view::pprof(&query, sources, options.sampler.frequency_hz),
-            }
-            .map_err(|e| anyhow::anyhow!("{} has no pprof form", e.name()))?,
+            view::pprof(&query, sources, options.sampler.frequency_hz)
+                .map_err(|e| anyhow::anyhow!("{} has no pprof form", e.name()))?,
         ),
         _ => None,
     };

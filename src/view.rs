@@ -171,9 +171,7 @@ pub fn pprof(
             ))
         }
         Event::HotCold => Err(Event::HotCold),
-        Event::Malloc | Event::MallocObjects | Event::MallocInUse | Event::MallocInUseObjects => {
-            heap_pprof(q, src)
-        }
+        e if e.is_malloc() => heap_pprof(q, src),
         e => {
             let st = src.event.ok_or(e)?;
             let (ty, unit) = match e {

@@ -283,6 +283,8 @@ pub struct Hooks {
     pub syscalls: Option<SyscallHooks>,
     /// Block I/O (None: off).
     pub block: Option<BlockHooks>,
+    /// `block_rq_merge` exists: merged requests leave uncharged.
+    pub rq_merge: bool,
 }
 
 impl Hooks {
@@ -292,8 +294,13 @@ impl Hooks {
     pub fn choose(options: &EventOptions) -> Self {
         let tracefs = std::env::var_os("EMBERD_TEST_NO_TRACEFS").is_none()
             && tracefs_has("syscalls/sys_enter_brk");
-        let io_start = std::env::var_os("EMBERD_TEST_BLOCK_RQ").is_none()
-            && kernel_btf_has("btf_trace_block_io_start");
+        // One read of the kernel's BTF (megabytes) for both questions.
+        let [io_start, rq_merge] = if options.blockio {
+            kernel_btf_has(["btf_trace_block_io_start", "btf_trace_block_rq_merge"])
+        } else {
+            [false, false]
+        };
+        let io_start = io_start && std::env::var_os("EMBERD_TEST_BLOCK_RQ").is_none();
         Self {
             syscalls: options.syscalls().then_some(if tracefs {
                 SyscallHooks::Tracepoints
@@ -305,6 +312,7 @@ impl Hooks {
             } else {
                 BlockHooks::RqIssueComplete
             }),
+            rq_merge,
         }
     }
 }
@@ -317,17 +325,19 @@ pub fn tracefs_has(event: &str) -> bool {
         .any(|root| std::path::Path::new(&format!("{root}/events/{event}/id")).exists())
 }
 
-/// Whether the kernel's BTF names `name` (a `btf_trace_*` typedef: the BTF
-/// tracepoint exists).
-pub fn kernel_btf_has(name: &str) -> bool {
+/// Whether the kernel's BTF names each of `names` (`btf_trace_*` typedefs:
+/// the BTF tracepoint exists).
+pub fn kernel_btf_has<const N: usize>(names: [&str; N]) -> [bool; N] {
     let Ok(btf) = std::fs::read("/sys/kernel/btf/vmlinux") else {
-        return false;
+        return [false; N];
     };
-    let mut needle = Vec::with_capacity(name.len() + 2);
-    needle.push(0);
-    needle.extend_from_slice(name.as_bytes());
-    needle.push(0);
-    btf.windows(needle.len()).any(|w| w == needle)
+    names.map(|name| {
+        let mut needle = Vec::with_capacity(name.len() + 2);
+        needle.push(0);
+        needle.extend_from_slice(name.as_bytes());
+        needle.push(0);
+        btf.windows(needle.len()).any(|w| w == needle)
+    })
 }
 
 /// The thread on the other side of an event: the waker of an off-wake chain.
@@ -585,7 +595,7 @@ fn load(
     p.handle__block_rq_issue.set_autoload(rq);
     p.handle__block_rq_complete.set_autoload(rq);
     p.handle__block_rq_merge
-        .set_autoload(hooks.block.is_some() && kernel_btf_has("btf_trace_block_rq_merge"));
+        .set_autoload(hooks.block.is_some() && hooks.rq_merge);
     p.handle__alloc_enter.set_autoload(malloc);
     p.handle__alloc_exit.set_autoload(malloc);
     p.handle__free.set_autoload(malloc);
@@ -734,7 +744,7 @@ impl EventSampler {
             }
             None => {}
         }
-        if hooks.block.is_some() && kernel_btf_has("btf_trace_block_rq_merge") {
+        if hooks.block.is_some() && hooks.rq_merge {
             links.push(attach(skel.progs.handle__block_rq_merge.attach())?);
         }
         let heap_ring = if options.malloc.any() {

@@ -138,6 +138,14 @@ impl Event {
         }
     }
 
+    /// Whether this view comes from malloc tracing (allocated or in use).
+    pub fn is_malloc(self) -> bool {
+        matches!(
+            self,
+            Event::Malloc | Event::MallocObjects | Event::MallocInUse | Event::MallocInUseObjects
+        )
+    }
+
     /// Whether this view is the live sampled heap (a state at the window's
     /// end, not a sum over it).
     pub fn is_in_use(self) -> bool {

@@ -473,12 +473,7 @@ fn with_sources<R>(
 fn switched_off(e: Event) -> AppError {
     AppError::BadRequest(QueryError {
         param: "event".into(),
-        reason: if e
-            .kind()
-            .is_none_or(|k| matches!(k, EventKind::Malloc | EventKind::MallocObjects))
-            && e != Event::Cpu
-            && e != Event::HotCold
-        {
+        reason: if e.is_malloc() {
             format!(
                 "{} is off: no process is named for malloc tracing (set malloc_pids or malloc_comms, or --malloc-pid / --malloc-comm)",
                 e.name()
