@@ -8,6 +8,9 @@
 #define EMBERD_H
 
 #define EMBERD_COMM_LEN 16
+
+/* Time resolution of CPU samples: FlameScope's 20 ms rows. */
+#define EMBERD_TICK_NS 20000000ULL
 /* Frames kept per stack. kernel.perf_event_max_stack is 127 here, and
  * bpf_get_stack returns at most that many kernel frames. */
 #define EMBERD_MAX_STACK_DEPTH 127
@@ -127,6 +130,14 @@ struct sample_key {
 	__u64 kstack;          /* stack key, or EMBERD_STACK_NONE / EMBERD_STACK_LOST */
 	__u64 ustack;
 	char comm[EMBERD_COMM_LEN];
+	/*
+	 * CLOCK_MONOTONIC / EMBERD_TICK_NS (low 32 bits) of the sample: the
+	 * web page's sub-second selection needs to know which 20 ms the
+	 * samples fell in. At 99 Hz a CPU samples at most twice a tick, so
+	 * there are never more keys than samples.
+	 */
+	__u32 tick;
+	__u32 pad;            /* zero: keys are compared bytewise */
 };
 
 /*

@@ -16,7 +16,7 @@ pub use profile::types;
 unsafe impl plain::Plain for types::sample_key {}
 
 // Pin the shared layouts: a change to emberd.h must be mirrored here.
-const _: () = assert!(std::mem::size_of::<types::sample_key>() == 40);
+const _: () = assert!(std::mem::size_of::<types::sample_key>() == 48);
 const _: () = assert!(std::mem::size_of::<types::stored_stack>() == 24 + 128 * 8);
 
 /// The skeleton of `bpf/events.bpf.c`.

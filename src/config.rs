@@ -48,7 +48,7 @@ pub struct RawConfig {
     /// 16384, or 256 per CPU on hosts with more than 64).
     pub stack_map_entries: Option<u32>,
     /// `counts_map_entries = 10240`: entries of each BPF counts map
-    /// (default: 10240, or 128 per CPU on hosts with more than 80).
+    /// (default: 10240, or 256 per CPU on hosts with more than 40).
     pub counts_map_entries: Option<u32>,
     /// `perf_map_max_mib = 64`: larger perf maps are not read.
     pub perf_map_max_mib: Option<u64>,

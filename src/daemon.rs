@@ -371,6 +371,7 @@ fn collect_loop(
             st.insert(now_unix, samples);
             let s = st.stats();
             totals.bytes += s.bytes;
+            totals.tick_bytes += s.tick_bytes;
             totals.slots += s.slots;
             totals.stacks += s.stacks;
             totals.dropped_for_budget += s.dropped_for_budget;
@@ -421,6 +422,7 @@ fn collect_loop(
         let (perf_maps, symbols, snapshots) = pipeline.cache_bytes();
         metrics.observe_memory(&[
             ("store", totals.bytes),
+            ("store_ticks", totals.tick_bytes),
             ("perf_maps", perf_maps),
             ("symbol_caches", symbols),
             ("process_snapshots", snapshots),

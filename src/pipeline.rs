@@ -65,6 +65,9 @@ impl Pipeline {
         events: EventOptions,
         symbolizer: SymbolizerOptions,
     ) -> Result<Self, CollectError> {
+        // Start the store clock before the first sample, so that every
+        // sample's tick maps to a time after its origin.
+        crate::clock::now();
         let symbolizer = Symbolizer::new(symbolizer);
         let sampler = CpuSampler::start(options)?;
         // A kernel without what the events need (BTF tracepoints, task

@@ -10,11 +10,12 @@ use anyhow::{Context, bail};
 
 use std::collections::HashMap;
 
+use crate::clock::now as unix_now;
 use crate::collect::events::{EventKind, EventOptions};
 use crate::collect::{Counter, Counters, Pid, SamplerOptions};
 use crate::pipeline::{DRAIN_INTERVAL, Pipeline};
 use crate::profile::{Grouping, Profile};
-use crate::query::{Event, Query, unix_now};
+use crate::query::{Event, Query};
 use crate::render;
 use crate::store::heap::LiveHeap;
 use crate::store::{Store, StoreOptions};

@@ -912,6 +912,7 @@ impl EventSampler {
                 kernel: stack(k.kstack)?,
                 user: stack(k.ustack)?,
                 count: value,
+                at_ms: None,
             };
             let waker = (kind == EventKind::OffWake).then(|| -> Result<OtherSide, CollectError> {
                 Ok(OtherSide {
@@ -940,6 +941,7 @@ impl EventSampler {
                         kernel: RawStack::None,
                         user: stack(r.ustack)?,
                         count: r.bytes,
+                        at_ms: None,
                     },
                     objects: r.objects,
                     addr: r.addr,

@@ -45,9 +45,10 @@ pub mod defaults {
     /// Entries of each of the two counts maps (distinct threads x stacks
     /// per drain), at least; [`COUNTS_ENTRIES_PER_CPU`] per CPU beyond.
     pub const COUNTS_MAP_ENTRIES: u32 = 10240;
-    /// Counts-map entries per online CPU beyond the minimum (a CPU gives at
-    /// most 99 samples a drain at 99 Hz).
-    pub const COUNTS_ENTRIES_PER_CPU: u32 = 128;
+    /// Counts-map entries per online CPU beyond the minimum: keys carry
+    /// the sample's 20 ms tick, so a CPU fills up to 99 a second at 99 Hz;
+    /// 256 leave room for a drain 2.5 s late.
+    pub const COUNTS_ENTRIES_PER_CPU: u32 = 256;
 
     /// Stack-map entries for this host: the minimum, or per CPU.
     pub fn stack_map_entries() -> u32 {
@@ -117,6 +118,9 @@ pub struct RawSample {
     pub user: RawStack,
     /// Number of samples.
     pub count: u64,
+    /// Store time (ms) of the 20 ms tick the samples fell in; `None` for
+    /// events, which are aggregated per drain.
+    pub at_ms: Option<u64>,
 }
 
 /// Errors of the collector.
@@ -460,6 +464,7 @@ fn drain_buffer(counts: &MapMut<'_>, stacks: &MapMut<'_>) -> Result<Drain, Colle
             kernel,
             user,
             count,
+            at_ms: Some(crate::clock::tick_to_store_ms(key.tick)),
         });
     }
     Ok(drain)

@@ -299,6 +299,7 @@ impl Query {
                 )
             })?,
         };
+        let mut ms = None;
         let (from, to) = match (get("seconds"), get("from"), get("to")) {
             (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
                 return Err(bad("seconds", "give either seconds or from/to, not both"));
@@ -325,20 +326,27 @@ impl Query {
             }
             (None, f, t) => {
                 let from = match f {
-                    Some(f) => parse_time("from", f, now)?,
-                    None => now.saturating_sub(DEFAULT_SECONDS).saturating_add(1),
+                    Some(f) => parse_time_ms("from", f, now)?,
+                    None => now.saturating_sub(DEFAULT_SECONDS).saturating_add(1) * 1000,
                 };
                 let to = match t {
-                    Some(t) => parse_time("to", t, now)?,
-                    None => window_end("to", now)?,
+                    Some(t) => parse_time_ms("to", t, now)?,
+                    None => window_end("to", now)? * 1000,
                 };
                 if from >= to {
                     return Err(bad(
                         "from",
-                        format!("from ({from}) must be before to ({to})"),
+                        format!(
+                            "from ({}) must be before to ({})",
+                            format_ms(from),
+                            format_ms(to)
+                        ),
                     ));
                 }
-                (from, to)
+                if from % 1000 != 0 || to % 1000 != 0 {
+                    ms = Some((from, to));
+                }
+                (from / 1000, to.div_ceil(1000))
             }
         };
         if get("cgroup").is_some() {
@@ -347,6 +355,7 @@ impl Query {
         let selection = Selection {
             from,
             to,
+            ms,
             pid: get("pid").map(|v| parse_u32("pid", v)).transpose()?,
             tid: get("tid").map(|v| parse_u32("tid", v)).transpose()?,
             comm: get("comm").map(|v| parse_regex("comm", v)).transpose()?,
@@ -548,6 +557,50 @@ pub(crate) fn parse_time(param: &str, v: &str, now: u64) -> Result<u64, QueryErr
         ));
     }
     Ok(t)
+}
+
+/// [`parse_time`] in milliseconds: unix seconds and RFC 3339 times may
+/// carry a fraction (`1763830000.25`, `2026-11-22T10:00:00.250Z`), kept to
+/// the millisecond, for selections within a second (the web page's heat
+/// map has 20 ms rows).
+pub(crate) fn parse_time_ms(param: &str, v: &str, now: u64) -> Result<u64, QueryError> {
+    let (whole, frac) = match v.split_once('.') {
+        Some((w, f)) if !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()) => {
+            if f.is_empty() || !f.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad(
+                    param,
+                    format!("{v:?}: a fraction of a second needs digits after the dot"),
+                ));
+            }
+            (w, f)
+        }
+        _ => {
+            // RFC 3339: the fraction, if any, follows the seconds at 19.
+            let frac = v
+                .get(19..)
+                .and_then(|r| r.strip_prefix('.'))
+                .map_or("", |r| {
+                    r.split(|c: char| !c.is_ascii_digit()).next().unwrap_or("")
+                });
+            (v, frac)
+        }
+    };
+    let secs = parse_time(param, whole, now)?;
+    let ms = frac
+        .bytes()
+        .chain(std::iter::repeat(b'0'))
+        .take(3)
+        .fold(0u64, |acc, b| acc * 10 + u64::from(b - b'0'));
+    Ok(secs * 1000 + ms)
+}
+
+/// Unix milliseconds as `SECONDS.mmm` (or `SECONDS` on a whole second).
+fn format_ms(ms: u64) -> String {
+    if ms.is_multiple_of(1000) {
+        (ms / 1000).to_string()
+    } else {
+        format!("{}.{:03}", ms / 1000, ms % 1000)
+    }
 }
 
 /// `t` as `YYYY-MM-DDTHH:MM:SSZ`, by the inverse algorithm (civil
@@ -831,6 +884,22 @@ mod tests {
             parse_rfc3339("2026-11-21T10:00:00-23:59"),
             Ok(1_795_255_200 + 23 * 3600 + 59 * 60)
         );
+    }
+
+    #[test]
+    fn fractions_of_seconds_select_milliseconds() {
+        let q = q_at("from=1000.25&to=1000.5", 2000, 3600).unwrap();
+        assert_eq!((q.selection.from, q.selection.to), (1000, 1001));
+        assert_eq!(q.selection.ms, Some((1_000_250, 1_000_500)));
+        let q = q_at("from=1970-01-01T00:16:40.1Z&to=1001", 2000, 3600).unwrap();
+        assert_eq!(q.selection.ms, Some((1_000_100, 1_001_000)));
+        // Whole seconds stay whole: no sub-second window.
+        let q = q_at("from=1000.000&to=1001", 2000, 3600).unwrap();
+        assert_eq!(q.selection.ms, None);
+        rejects("from=1000.&to=1001", "from", 2000, 3600);
+        rejects("from=1000.5x&to=1001", "from", 2000, 3600);
+        rejects("from=1000.5&to=1000.5", "from", 2000, 3600);
+        rejects("from=1000.5&to=1000.4", "from", 2000, 3600);
     }
 
     #[test]

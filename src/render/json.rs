@@ -109,7 +109,8 @@ impl Tree {
     }
 }
 
-/// The history's totals per slot for the heat map.
+/// The history's totals per slot for the heat map, and per 20 ms tick
+/// where the store keeps them.
 #[derive(Debug, Serialize)]
 pub struct Heatmap {
     /// The event's name.
@@ -124,6 +125,14 @@ pub struct Heatmap {
     /// recent history, 10 s and 60 s slots for older (the store's
     /// resolution there).
     pub slots: Vec<[u64; 3]>,
+    /// Milliseconds of a tick in `ticks`.
+    pub tick_ms: u64,
+    /// `[start, [value per tick, ...]]` for the 1 s slots that keep their
+    /// samples by tick (CPU samples of the recent history, by default the
+    /// last 5 minutes): FlameScope's rows. A selection within such a
+    /// second (`from=START.ms&to=...`) reads exactly the samples of its
+    /// ticks.
+    pub ticks: Vec<(u64, Vec<u64>)>,
 }
 
 impl Heatmap {
@@ -140,6 +149,12 @@ impl Heatmap {
             from: window.0,
             to: window.1,
             slots: slots.iter().map(|s| [s.start, s.len, s.value]).collect(),
+            tick_ms: crate::store::TICK_MS,
+            ticks: slots
+                .iter()
+                .filter(|s| !s.ticks.is_empty())
+                .map(|s| (s.start, s.ticks.clone()))
+                .collect(),
         }
     }
 }

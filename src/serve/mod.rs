@@ -438,8 +438,17 @@ fn parse_query(raw: &str, st: &AppState) -> Result<Query, QueryError> {
     // Windows are parsed in wall time and mapped onto the store's clock
     // (see crate::clock), so a stepped wall clock moves no window.
     let mut q = Query::parse(&params, crate::clock::wall_now(), st.retention_secs)?;
-    q.selection.from = crate::clock::to_store(q.selection.from);
-    q.selection.to = crate::clock::to_store(q.selection.to);
+    let from = crate::clock::to_store(q.selection.from);
+    // One offset for every bound, so the window keeps its length.
+    let shift = |t: u64| (t as i128 + from as i128 - q.selection.from as i128).max(0) as u64;
+    q.selection.to = shift(q.selection.to);
+    q.selection.ms = q.selection.ms.map(|(a, b)| {
+        (
+            shift(a / 1000) * 1000 + a % 1000,
+            shift(b / 1000) * 1000 + b % 1000,
+        )
+    });
+    q.selection.from = from;
     Ok(q)
 }
 

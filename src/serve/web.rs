@@ -130,7 +130,8 @@ fn render_profile(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
 }
 
 /// `GET /heatmap.json`: `{event, unit, from, to, slots: [[start, seconds,
-/// value], ...]}`, values in the store's unit (samples, ns, pages, bytes).
+/// value], ...], tick_ms, ticks: [[start, [value, ...]], ...]}`, values in
+/// the store's unit (samples, ns, pages, bytes).
 pub async fn heatmap(
     State(st): State<AppState>,
     RawQuery(raw): RawQuery,

@@ -251,6 +251,7 @@ pub fn in_use(records: &[Record], sel: &Selection) -> (QueryResult, QueryResult)
                 process_comm: r.process_comm.clone(),
                 frames: r.frames.to_vec(),
                 count: value(r),
+                at_ms: None,
             })
             .collect();
         store.insert(at, &samples);
@@ -274,6 +275,7 @@ mod tests {
                 process_comm: "t".into(),
                 frames: vec![Frame::new(func, FrameKind::User)],
                 count: bytes,
+                at_ms: None,
             },
             objects: 1,
             addr,

@@ -1,6 +1,9 @@
 //! Store: the recent history of samples, in time slots, within a byte budget.
 //!
-//! Drained samples go into one-second slots. Slots older than
+//! Drained samples go into one-second slots: CPU samples by the 20 ms tick
+//! they were taken in (each 1 s slot also keeps its samples per tick, so a
+//! selection within a second reads exactly its samples), events by the
+//! second of their drain. Slots older than
 //! [`StoreOptions::fine_for`] are merged into 10 s slots and those older than
 //! [`StoreOptions::medium_for`] into 60 s slots, so "the last hour" is about
 //! 100 slots to read, not 3600. Slots older than the retention, and the
@@ -68,16 +71,59 @@ struct EntryKey {
 /// Bytes of one slot entry (key, value, hash-map overhead).
 const ENTRY_BYTES: usize = std::mem::size_of::<EntryKey>() + 8 + 16;
 
+/// Sub-second resolution of the 1 s slots: the BPF sampler's tick.
+pub const TICK_MS: u64 = crate::clock::TICK_MS;
+/// Ticks in a second.
+pub const TICKS: usize = (1000 / TICK_MS) as usize;
+
+/// Samples of one entry within one tick of a 1 s slot.
+#[derive(Debug, Clone, Copy)]
+struct TickCount {
+    key: EntryKey,
+    tick: u8,
+    count: u32,
+}
+
+/// Bytes of one [`TickCount`].
+const TICK_BYTES: usize = std::mem::size_of::<TickCount>();
+
 /// Samples of `[start, start + len)` in unix seconds.
 #[derive(Debug)]
 struct Slot {
     start: u64,
     len: u64,
     entries: HashMap<EntryKey, u64>,
+    /// The entries split by tick, while `fine` holds.
+    ticks: Vec<TickCount>,
+    /// Whether `ticks` accounts for every sample of `entries`: not once an
+    /// event without a tick landed here, the slot was merged, or the ticks
+    /// were dropped to stay within the budget.
+    fine: bool,
+}
+
+impl Slot {
+    fn new(start: u64, len: u64) -> Self {
+        Self {
+            start,
+            len,
+            entries: HashMap::new(),
+            ticks: Vec::new(),
+            fine: len == 1,
+        }
+    }
+
+    fn contains(&self, second: u64) -> bool {
+        self.start <= second && second < self.start + self.len
+    }
+
+    fn drop_ticks(&mut self) {
+        self.fine = false;
+        self.ticks = Vec::new();
+    }
 }
 
 /// One slot's total in a [`Store::timeline`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimeSlot {
     /// Unix seconds.
     pub start: u64,
@@ -85,6 +131,9 @@ pub struct TimeSlot {
     pub len: u64,
     /// Sum of the slot's values that pass the filters.
     pub value: u64,
+    /// The value per [`TICK_MS`] tick ([`TICKS`] of them), for 1 s slots
+    /// that keep their samples by tick; empty otherwise.
+    pub ticks: Vec<u64>,
 }
 
 /// One row of a query result: a thread's stack and its value.
@@ -112,6 +161,11 @@ pub struct Selection {
     pub from: u64,
     /// Unix seconds, exclusive.
     pub to: u64,
+    /// A window finer than seconds, in unix milliseconds `[from, to)`,
+    /// within `[from, to)` above: 1 s slots that keep their ticks give
+    /// exactly the samples of the ticks starting in it, other slots count
+    /// pro rata.
+    pub ms: Option<(u64, u64)>,
     /// Only this process.
     pub pid: Option<u32>,
     /// Only this thread.
@@ -157,8 +211,13 @@ pub struct StoreStats {
     pub slots: usize,
     /// Interned stacks.
     pub stacks: usize,
+    /// Of `bytes`, the samples kept per 20 ms tick.
+    pub tick_bytes: usize,
     /// Slots dropped to stay within the memory budget.
     pub dropped_for_budget: u64,
+    /// Slots whose per-tick samples were dropped for the budget (they
+    /// keep their per-second totals).
+    pub ticks_dropped_for_budget: u64,
     /// Oldest data kept, unix seconds.
     pub oldest: Option<u64>,
 }
@@ -170,7 +229,9 @@ pub struct Store {
     interner: Interner,
     slots: VecDeque<Slot>,
     entry_bytes: usize,
+    tick_bytes: usize,
     dropped_for_budget: u64,
+    ticks_dropped_for_budget: u64,
     dropped_since_gc: usize,
     generation: u64,
 }
@@ -183,7 +244,9 @@ impl Store {
             interner: Interner::default(),
             slots: VecDeque::new(),
             entry_bytes: 0,
+            tick_bytes: 0,
             dropped_for_budget: 0,
+            ticks_dropped_for_budget: 0,
             dropped_since_gc: 0,
             generation: 0,
         }
@@ -195,7 +258,10 @@ impl Store {
         self.generation
     }
 
-    /// Adds one drain's samples to the slot of second `at` (unix seconds).
+    /// Adds one drain's samples: those with a tick ([`SymbolizedSample::at_ms`])
+    /// to the slot of their second (at most `at`), the others to the slot
+    /// of second `at` (unix seconds), which is made if missing, so that a
+    /// drain with nothing to tell still marks its second as covered.
     pub fn insert(&mut self, at: u64, samples: &[SymbolizedSample]) {
         self.generation += 1;
         if !self
@@ -203,42 +269,71 @@ impl Store {
             .back()
             .is_some_and(|s| s.start == at && s.len == 1)
         {
-            // Clocks can step back; a slot never starts before its predecessor ends.
+            // A slot never starts before its predecessor ends.
             let start = self.slots.back().map_or(at, |s| at.max(s.start + s.len));
-            self.slots.push_back(Slot {
-                start,
-                len: 1,
-                entries: HashMap::new(),
-            });
+            self.slots.push_back(Slot::new(start, 1));
         }
         let mut ids = Vec::new();
-        let mut keys = Vec::with_capacity(samples.len());
+        let mut hint = self.slots.len() - 1;
         for s in samples {
             ids.clear();
             ids.extend(s.frames.iter().map(|f| self.interner.frame(f)));
-            keys.push((
-                EntryKey {
-                    pid: s.pid.0,
-                    tid: s.tid.0,
-                    thread_comm: self.interner.name(&s.thread_comm),
-                    process_comm: self.interner.name(&s.process_comm),
-                    stack: self.interner.stack(&ids),
-                },
-                s.count,
-            ));
-        }
-        let slot = self.slots.back_mut().expect("pushed above");
-        for (k, v) in keys {
-            let e = slot.entries.entry(k).or_insert_with(|| {
+            let key = EntryKey {
+                pid: s.pid.0,
+                tid: s.tid.0,
+                thread_comm: self.interner.name(&s.thread_comm),
+                process_comm: self.interner.name(&s.process_comm),
+                stack: self.interner.stack(&ids),
+            };
+            let second = s.at_ms.map_or(at, |ms| (ms / 1000).min(at));
+            hint = self.slot_for(second, hint);
+            let slot = &mut self.slots[hint];
+            let e = slot.entries.entry(key).or_insert_with(|| {
                 self.entry_bytes += ENTRY_BYTES;
                 0
             });
-            *e += v;
+            *e += s.count;
+            match s.at_ms {
+                Some(ms) if slot.fine && slot.len == 1 && ms / 1000 == slot.start => {
+                    slot.ticks.push(TickCount {
+                        key,
+                        tick: ((ms % 1000) / TICK_MS) as u8,
+                        count: s.count.min(u32::MAX as u64) as u32,
+                    });
+                    self.tick_bytes += TICK_BYTES;
+                }
+                _ if slot.fine => {
+                    self.tick_bytes -= slot.ticks.len() * TICK_BYTES;
+                    slot.drop_ticks();
+                }
+                _ => {}
+            }
         }
         self.compact(at);
     }
 
-    /// Merges aged slots, drops expired ones, and enforces the budget.
+    /// The index of the slot holding `second`, made (1 s long) if there is
+    /// none; searched backwards from `hint`, as samples come nearly in
+    /// order. Seconds before the first slot get a slot of their own.
+    fn slot_for(&mut self, second: u64, hint: usize) -> usize {
+        let mut i = hint.min(self.slots.len() - 1);
+        while i + 1 < self.slots.len() && self.slots[i + 1].start <= second {
+            i += 1;
+        }
+        while i > 0 && self.slots[i].start > second {
+            i -= 1;
+        }
+        let slot = &self.slots[i];
+        if slot.contains(second) {
+            return i;
+        }
+        let at = if slot.start > second { i } else { i + 1 };
+        self.slots.insert(at, Slot::new(second, 1));
+        at
+    }
+
+    /// Merges aged slots, drops expired ones, and enforces the budget:
+    /// sub-second detail goes first (oldest first), then whole slots.
     fn compact(&mut self, now: u64) {
         let fine = self.options.fine_for.as_secs();
         let medium = self.options.medium_for.as_secs();
@@ -251,6 +346,18 @@ impl Store {
             .is_some_and(|s| s.start + s.len <= horizon)
         {
             self.drop_oldest();
+        }
+        if self.bytes() > self.options.memory_budget {
+            let mut i = 0;
+            while self.bytes() > self.options.memory_budget && i < self.slots.len() {
+                let slot = &mut self.slots[i];
+                if !slot.ticks.is_empty() {
+                    self.tick_bytes -= slot.ticks.len() * TICK_BYTES;
+                    slot.drop_ticks();
+                    self.ticks_dropped_for_budget += 1;
+                }
+                i += 1;
+            }
         }
         if self.bytes() > self.options.memory_budget {
             self.gc();
@@ -271,6 +378,7 @@ impl Store {
     /// aligned to multiples of `len`.
     fn merge_older_than(&mut self, before: u64, len: u64) {
         let mut i = 0;
+        let mut merged_any = false;
         while i < self.slots.len() {
             let s = &self.slots[i];
             if s.start + s.len > before {
@@ -295,29 +403,30 @@ impl Store {
                 }
                 j += 1;
             }
-            let mut merged = Slot {
-                start: bucket,
-                len,
-                entries: HashMap::new(),
-            };
+            let mut merged = Slot::new(bucket, len);
             for slot in self.slots.drain(i..j) {
                 for (k, v) in slot.entries {
                     *merged.entries.entry(k).or_insert(0) += v;
                 }
             }
             self.slots.insert(i, merged);
+            merged_any = true;
             i += 1;
         }
-        self.entry_bytes = self
-            .slots
-            .iter()
-            .map(|s| s.entries.len() * ENTRY_BYTES)
-            .sum();
+        if merged_any {
+            self.entry_bytes = self
+                .slots
+                .iter()
+                .map(|s| s.entries.len() * ENTRY_BYTES)
+                .sum();
+            self.tick_bytes = self.slots.iter().map(|s| s.ticks.len() * TICK_BYTES).sum();
+        }
     }
 
     fn drop_oldest(&mut self) {
         if let Some(s) = self.slots.pop_front() {
             self.entry_bytes -= s.entries.len() * ENTRY_BYTES;
+            self.tick_bytes -= s.ticks.len() * TICK_BYTES;
             self.dropped_since_gc += 1;
         }
     }
@@ -332,59 +441,85 @@ impl Store {
         let mut stack_map: HashMap<StackId, StackId> = HashMap::new();
         let mut name_map: HashMap<NameId, NameId> = HashMap::new();
         let mut ids = Vec::new();
+        let interner = &mut self.interner;
+        let mut remap = |k: &mut EntryKey| {
+            k.stack = *stack_map.entry(k.stack).or_insert_with(|| {
+                ids.clear();
+                for &f in old.get_stack(k.stack) {
+                    ids.push(interner.frame(old.get_frame(f)));
+                }
+                interner.stack(&ids)
+            });
+            for n in [&mut k.thread_comm, &mut k.process_comm] {
+                *n = *name_map
+                    .entry(*n)
+                    .or_insert_with(|| interner.name(old.get_name(*n)));
+            }
+        };
         for slot in &mut self.slots {
             let entries = std::mem::take(&mut slot.entries);
             for (mut k, v) in entries {
-                k.stack = *stack_map.entry(k.stack).or_insert_with(|| {
-                    ids.clear();
-                    for &f in old.get_stack(k.stack) {
-                        ids.push(self.interner.frame(old.get_frame(f)));
-                    }
-                    self.interner.stack(&ids)
-                });
-                for n in [&mut k.thread_comm, &mut k.process_comm] {
-                    *n = *name_map
-                        .entry(*n)
-                        .or_insert_with(|| self.interner.name(old.get_name(*n)));
-                }
+                remap(&mut k);
                 *slot.entries.entry(k).or_insert(0) += v;
+            }
+            for t in &mut slot.ticks {
+                remap(&mut t.key);
             }
         }
     }
 
     /// Estimated bytes in use.
     pub fn bytes(&self) -> usize {
-        self.entry_bytes + self.interner.bytes() + self.slots.len() * std::mem::size_of::<Slot>()
+        self.entry_bytes
+            + self.tick_bytes
+            + self.interner.bytes()
+            + self.slots.len() * std::mem::size_of::<Slot>()
     }
 
     /// Size and shape, for metrics.
     pub fn stats(&self) -> StoreStats {
         StoreStats {
             bytes: self.bytes(),
+            tick_bytes: self.tick_bytes,
             slots: self.slots.len(),
             stacks: self.interner.stack_count(),
             dropped_for_budget: self.dropped_for_budget,
+            ticks_dropped_for_budget: self.ticks_dropped_for_budget,
             oldest: self.slots.front().map(|s| s.start),
         }
     }
 
     /// Per-slot totals of `[sel.from, sel.to)` that pass the filters (the
     /// web page's heat map): one entry per slot, its start, length and sum,
-    /// a partly covered coarse slot counted whole (its length says so).
+    /// a partly covered coarse slot counted whole (its length says so),
+    /// and per tick where the slot keeps its ticks.
     pub fn timeline(&self, sel: &Selection) -> Vec<TimeSlot> {
         let mut comm_ok: HashMap<(NameId, NameId), bool> = HashMap::new();
         self.slots
             .iter()
             .filter(|slot| slot.start + slot.len > sel.from && slot.start < sel.to)
-            .map(|slot| TimeSlot {
-                start: slot.start,
-                len: slot.len,
-                value: slot
+            .map(|slot| {
+                let value = slot
                     .entries
                     .iter()
                     .filter(|(k, _)| self.passes(k, sel, &mut comm_ok))
                     .map(|(_, v)| *v)
-                    .sum(),
+                    .sum();
+                let mut ticks = Vec::new();
+                if slot.fine {
+                    ticks = vec![0; TICKS];
+                    for t in &slot.ticks {
+                        if self.passes(&t.key, sel, &mut comm_ok) {
+                            ticks[t.tick as usize % TICKS] += u64::from(t.count);
+                        }
+                    }
+                }
+                TimeSlot {
+                    start: slot.start,
+                    len: slot.len,
+                    value,
+                    ticks,
+                }
             })
             .collect()
     }
@@ -412,27 +547,39 @@ impl Store {
         }
     }
 
-    /// The rows of slots overlapping `[sel.from, sel.to)` that pass the
-    /// filters. A coarse slot (10 s, 60 s) the window covers only partly
-    /// counts pro rata (rounded), so a 1 s window in old history holds about
-    /// 1 s of samples, as its title and pprof duration say, not 60.
+    /// The rows of slots overlapping `[sel.from, sel.to)` (or `sel.ms`)
+    /// that pass the filters. A 1 s slot the window covers only partly
+    /// gives the samples of its ticks that start in the window, if it keeps
+    /// them; any other slot covered partly counts pro rata (rounded), so a
+    /// 1 s window in old history holds about 1 s of samples, as its title
+    /// and pprof duration say, not 60.
     pub fn query(&self, sel: &Selection) -> QueryResult {
         let mut agg: HashMap<EntryKey, u64> = HashMap::new();
         let mut covered: Option<(u64, u64)> = None;
         let mut comm_ok: HashMap<(NameId, NameId), bool> = HashMap::new();
+        let (from_ms, to_ms) = sel
+            .ms
+            .unwrap_or((sel.from.saturating_mul(1000), sel.to.saturating_mul(1000)));
         for slot in &self.slots {
-            if slot.start + slot.len <= sel.from || slot.start >= sel.to {
+            let (slot_from, slot_to) = (slot.start * 1000, (slot.start + slot.len) * 1000);
+            if slot_to <= from_ms || slot_from >= to_ms {
                 continue;
             }
-            let (start, end) = (
-                slot.start.max(sel.from),
-                (slot.start + slot.len).min(sel.to),
-            );
+            let (start, end) = (slot_from.max(from_ms), slot_to.min(to_ms));
             covered = Some(match covered {
                 None => (start, end),
                 Some((a, b)) => (a.min(start), b.max(end)),
             });
-            let (part, len) = (end - start, slot.len.max(1));
+            let (part, len) = (end - start, slot_to - slot_from);
+            if part < len && slot.fine {
+                for t in &slot.ticks {
+                    let at = slot_from + u64::from(t.tick) * TICK_MS;
+                    if at >= start && at < end && self.passes(&t.key, sel, &mut comm_ok) {
+                        *agg.entry(t.key).or_insert(0) += u64::from(t.count);
+                    }
+                }
+                continue;
+            }
             for (k, &v) in &slot.entries {
                 if !self.passes(k, sel, &mut comm_ok) {
                     continue;
@@ -447,6 +594,8 @@ impl Store {
                 }
             }
         }
+        agg.retain(|_, v| *v > 0);
+        let covered = covered.map(|(a, b)| (a / 1000, b.div_ceil(1000)));
         let mut stacks: HashMap<StackId, Arc<[FrameId]>> = HashMap::new();
         let mut frames: HashMap<FrameId, Frame> = HashMap::new();
         for k in agg.keys() {
@@ -496,6 +645,7 @@ mod tests {
                 .map(|f| Frame::new(*f, FrameKind::User))
                 .collect(),
             count,
+            at_ms: None,
         }
     }
 
@@ -612,5 +762,96 @@ mod tests {
         sel.pid = None;
         sel.comm = Some(regex::Regex::new("^p7$").unwrap());
         assert_eq!(st.query(&sel).rows.len(), 1);
+    }
+
+    fn at(mut s: SymbolizedSample, ms: u64) -> SymbolizedSample {
+        s.at_ms = Some(ms);
+        s
+    }
+
+    fn total_ms(store: &Store, from: u64, to: u64) -> u64 {
+        let sel = Selection {
+            from: from / 1000,
+            to: to.div_ceil(1000),
+            ms: Some((from, to)),
+            ..Default::default()
+        };
+        store.query(&sel).rows.iter().map(|r| r.value).sum()
+    }
+
+    #[test]
+    fn ticks_select_within_a_second() {
+        let mut st = Store::new(StoreOptions::default());
+        // A drain at second 101 holds samples of seconds 100 and 101.
+        st.insert(
+            101,
+            &[
+                at(sample(1, &["a"], 3), 100_200),
+                at(sample(1, &["b"], 5), 100_400),
+                at(sample(1, &["b"], 1), 100_980),
+                at(sample(2, &["c"], 7), 101_000),
+            ],
+        );
+        st.insert(102, &[at(sample(1, &["a"], 2), 101_020)]);
+        assert_eq!(total(&st, 100, 101), 9, "samples go to their own second");
+        assert_eq!(total(&st, 101, 102), 9);
+        assert_eq!(total_ms(&st, 100_200, 100_220), 3);
+        assert_eq!(total_ms(&st, 100_200, 100_420), 8);
+        assert_eq!(total_ms(&st, 100_220, 100_400), 0);
+        assert_eq!(total_ms(&st, 100_900, 101_040), 1 + 7 + 2);
+        let sel = Selection {
+            from: 0,
+            to: 200,
+            ..Default::default()
+        };
+        let line = st.timeline(&sel);
+        assert_eq!(line.len(), 3, "{line:?}");
+        assert_eq!(line[0].start, 100);
+        assert_eq!(line[0].ticks[10], 3);
+        assert_eq!(line[0].ticks[20], 5);
+        assert_eq!(line[0].ticks[49], 1);
+        assert_eq!(line[1].ticks[..2], [7, 2]);
+        // Events (no tick) in a slot: its ticks are no longer the whole
+        // story, so a part of it counts pro rata.
+        st.insert(102, &[sample(3, &["e"], 100)]);
+        let last = st.timeline(&sel).pop().unwrap();
+        assert!(last.ticks.is_empty());
+        assert_eq!(total_ms(&st, 102_000, 102_500), 50);
+    }
+
+    #[test]
+    fn ticks_go_with_merging_and_budget_and_survive_gc() {
+        let mut st = Store::new(StoreOptions {
+            memory_budget: 256 * 1024,
+            ..Default::default()
+        });
+        for i in 0..400u64 {
+            let name = format!("f{i}");
+            let samples: Vec<_> = (0..50)
+                .map(|t| at(sample(1, &["main", &name], 1), (1000 + i) * 1000 + t * 20))
+                .collect();
+            st.insert(1000 + i, &samples);
+        }
+        let stats = st.stats();
+        assert!(stats.bytes <= 256 * 1024 + 4096, "{stats:?}");
+        assert!(stats.ticks_dropped_for_budget > 0, "{stats:?}");
+        assert!(stats.tick_bytes > 0, "the newest seconds keep ticks");
+        // Merged (older than 5 min) slots keep no ticks.
+        assert!(st.slots.iter().all(|s| s.len == 1 || s.ticks.is_empty()));
+        // After collections the ticks still name the right stacks.
+        let sel = Selection {
+            from: 1399,
+            to: 1400,
+            ms: Some((1_399_500, 1_399_520)),
+            ..Default::default()
+        };
+        let r = st.query(&sel);
+        assert_eq!(r.rows.len(), 1);
+        let names: Vec<String> = r
+            .frames(r.rows[0].stack)
+            .map(|f| f.name.to_string())
+            .collect();
+        assert_eq!(names, ["main", "f399"]);
+        assert_eq!(r.rows[0].value, 1);
     }
 }

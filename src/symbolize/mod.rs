@@ -136,6 +136,9 @@ pub struct SymbolizedSample {
     pub frames: Vec<Frame>,
     /// Number of samples.
     pub count: u64,
+    /// Store time (ms) of the 20 ms tick the samples fell in (CPU samples);
+    /// `None` for events, stored at their drain's second.
+    pub at_ms: Option<u64>,
 }
 
 /// Addresses that could not be named, by reason. Cumulative.
@@ -451,6 +454,7 @@ impl Symbolizer {
                     kernel: w.kernel,
                     user: w.user,
                     count: 0,
+                    at_ms: None,
                 });
             }
         }
@@ -548,6 +552,7 @@ impl Symbolizer {
                     process_comm,
                     frames,
                     count: s.count,
+                    at_ms: s.at_ms,
                 }
             })
             .collect();

@@ -16,6 +16,7 @@ fn sample(pid: u32, user_ips: Vec<u64>) -> RawSample {
             end: emberd::collect::StackEnd::Root,
         },
         count: 1,
+        at_ms: None,
     }
 }
 

@@ -35,6 +35,24 @@ fn drag(b: &Browser, a: f64, z: f64) {
     ));
 }
 
+/// Drags over the sub-second heat map from the cell of unix ms `a` to that
+/// of `z`.
+fn drag_ticks(b: &Browser, a: u64, z: u64) {
+    let v = b.eval(&format!(
+        "var c = document.getElementById('ticks'), p = window.emberd.tickCell({a}), q = window.emberd.tickCell({z});
+         if (!p || !q) return [p, q, window.emberd.tickColumns()];
+         c.dispatchEvent(new MouseEvent('mousedown', {{clientX: p.x, clientY: p.y, bubbles: true}}));
+         window.dispatchEvent(new MouseEvent('mousemove', {{clientX: q.x, clientY: q.y, bubbles: true}}));
+         window.dispatchEvent(new MouseEvent('mouseup', {{clientX: q.x, clientY: q.y, bubbles: true}}));
+         return true;"
+    ));
+    assert_eq!(
+        v,
+        Value::Bool(true),
+        "no heat map cell for {a} or {z} (cells, columns): {v}"
+    );
+}
+
 fn totals(b: &Browser) -> (f64, f64, Value) {
     let t = b.eval("return window.emberd.frameTotals();");
     let get = |n: &str| t[n].as_f64().unwrap_or(0.0);
@@ -53,17 +71,37 @@ fn unix_now() -> f64 {
 /// console errors and nothing from elsewhere; dragging over each phase's
 /// seconds of the history shows that phase's function as the widest; search
 /// reports the matched share; click-zoom then the browser's back restores
-/// the view. Screenshots of each step go to the test's scratch directory.
+/// the view; sandwich, table, compare and animate work; and a selection of
+/// 20 ms cells within the second of a 200 ms burst() shows burst, where the
+/// whole second shows mostly common(). Screenshots of each step go to the
+/// test's scratch directory.
 #[test]
 fn web_page_selects_phases_from_the_history() {
     require_root();
     let bin = build_c_debian("phases");
     let d = Daemon::start(&[], &[]);
     let start = unix_now();
-    let _w = Workload::spawn(Command::new(&bin).args(["6", "6"]));
-    wait(14_000);
     let shots = scratch().join("web-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
+    let burst_file = shots.join("burst.txt");
+    let _ = std::fs::remove_file(&burst_file);
+    let _w = Workload::spawn(Command::new(&bin).args(["6", "6"]).arg(&burst_file));
+    wait(12_000);
+    let t0 = Instant::now();
+    let burst = loop {
+        if let Ok(text) = std::fs::read_to_string(&burst_file)
+            && let [a, z] = text.split_whitespace().collect::<Vec<_>>()[..]
+        {
+            break (a.parse::<u64>().unwrap(), z.parse::<u64>().unwrap());
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "phases wrote no burst time"
+        );
+        wait(100);
+    };
+    // The burst's samples drained.
+    wait(2_000);
 
     // The page and its headers.
     let r = d.get("/");
@@ -283,6 +321,41 @@ fn web_page_selects_phases_from_the_history() {
         wait(200);
     }
     b.screenshot(&shots.join("10-animate.png"));
+
+    // A part of a second: the burst's 20 ms cells (inside its 200 ms; the
+    // daemon's clock may trail the wall clock by up to 40 ms).
+    let loads = b.eval("return window.emberd.loads;").as_u64().unwrap();
+    drag_ticks(&b, burst.0 + 40, burst.1 - 60);
+    wait_loads(&b, loads + 1);
+    b.screenshot(&shots.join("11-burst.png"));
+    let t = b.eval("return window.emberd.frameTotals();");
+    let get = |n: &str| t[n].as_f64().unwrap_or(0.0);
+    let others = get("common") + get("phase_one") + get("phase_two");
+    assert!(
+        get("burst") >= 5.0 && get("burst") > 4.0 * others,
+        "burst is all of its 20 ms cells: {t}"
+    );
+    let info =
+        b.eval("return [location.hash, document.getElementById('selection-info').textContent];");
+    assert!(
+        info[0].as_str().unwrap().contains('.') && info[1].as_str().unwrap().contains("0.1"),
+        "the selection is sub-second, in the URL and the page: {info}"
+    );
+    // The same second whole is mostly common(): only the cells tell.
+    let sec = (burst.0 + 100) / 1000;
+    let whole = parse_folded(
+        &d.get(&format!(
+            "/folded?from={sec}&to={}&comm=%5Ephases%24",
+            sec + 1
+        ))
+        .text(),
+    );
+    let burst_whole = sum_where(&whole, |f| f.contains(&"burst"));
+    let common_whole = sum_where(&whole, |f| f.contains(&"common"));
+    assert!(
+        common_whole > 2 * burst_whole && burst_whole > 0,
+        "the whole second is mostly common(): burst {burst_whole}, common {common_whole}"
+    );
     assert_eq!(
         b.console_errors(),
         Vec::<String>::new(),

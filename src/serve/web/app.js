@@ -1,5 +1,7 @@
 // emberd's web page: the history of one event as a strip of its slots
-// (drag to choose a time range), and the flame graph of that range drawn on
+// (drag to choose a time range), the recent seconds as a FlameScope heat
+// map of 20 ms rows (drag from cell to cell to choose a part of a second),
+// and the flame graph of that range drawn on
 // a canvas (hover, click to zoom, browser back to unzoom, search). All state
 // lives in the URL's fragment, so a view can be shared as a link. Data
 // comes from /heatmap.json and /profile.json of this daemon only.
@@ -17,6 +19,7 @@
   let prof = null; // /profile.json plus its layout
   let rects = null; // drawn flame rectangles, for hit tests
   let drag = null;
+  let tickDrag = null; // [ms, ms] while dragging over the sub-second map
   const api = { state, loads: 0, error: '' };
   window.emberd = api;
 
@@ -161,6 +164,104 @@
       ctx.fillStyle = 'rgba(40,90,220,0.25)';
       ctx.fillRect(timeToX(sel[0]), 0, Math.max(2, timeToX(sel[1]) - timeToX(sel[0])), h - 14);
     }
+    drawTicks();
+  }
+
+  // ---- the sub-second heat map: a column per second, a row per tick ----
+
+  const TICK_ROW = 3; // CSS pixels per 20 ms row
+
+  // The columns (seconds that keep their ticks) and the cell geometry.
+  function tickGrid() {
+    const cols = heat ? heat.ticks : [];
+    const rows = heat ? Math.round(1000 / heat.tick_ms) : 0;
+    return { cols, rows, cw: cols.length ? canvasWidth() / cols.length : 0 };
+  }
+
+  function drawTicks() {
+    const c = $('ticks');
+    const { cols, rows, cw } = tickGrid();
+    c.hidden = cols.length === 0;
+    $('ticks-info').hidden = c.hidden;
+    if (c.hidden) return;
+    const { ctx, w, h } = fitCanvas(c, rows * TICK_ROW + 14);
+    ctx.clearRect(0, 0, w, h);
+    // Colour scale: the 99th percentile of the cells, so one busy start-up
+    // tick does not wash out the rest (FlameScope scales similarly).
+    const all = [];
+    for (const [, v] of cols) for (const x of v) if (x > 0) all.push(x);
+    all.sort((a, b) => a - b);
+    const max = all.length ? all[Math.min(all.length - 1, Math.floor(all.length * 0.99))] : 0;
+    const sel = tickDrag
+      ? [Math.min(...tickDrag), Math.max(...tickDrag) + heat.tick_ms]
+      : [Math.round(state.from * 1000), Math.round(state.to * 1000)];
+    for (let i = 0; i < cols.length; i++) {
+      const [start, v] = cols[i];
+      for (let r = 0; r < rows; r++) {
+        const f = max > 0 ? Math.min(1, v[r] / max) : 0;
+        const t = start * 1000 + r * heat.tick_ms;
+        const inSel = t >= sel[0] && t < sel[1];
+        if (f > 0) {
+          ctx.fillStyle = `rgb(255,${Math.round(235 - 200 * f)},${Math.round(210 - 210 * f)})`;
+          ctx.fillRect(i * cw, r * TICK_ROW, Math.max(1, cw - 0.5), TICK_ROW);
+        }
+        if (inSel) {
+          ctx.fillStyle = 'rgba(40,90,220,0.35)';
+          ctx.fillRect(i * cw, r * TICK_ROW, Math.max(1, cw), TICK_ROW);
+        }
+      }
+    }
+    ctx.fillStyle = '#555';
+    ctx.font = '11px sans-serif';
+    const every = Math.max(1, Math.ceil(cols.length / 8));
+    for (let i = 0; i < cols.length; i += every) {
+      ctx.fillText(new Date(cols[i][0] * 1000).toLocaleTimeString(), i * cw + 2, h - 3);
+    }
+  }
+
+  // The start (unix ms) of the cell under a mouse event, or null.
+  function tickAt(ev) {
+    const { cols, rows, cw } = tickGrid();
+    const b = $('ticks').getBoundingClientRect();
+    const i = Math.floor((ev.clientX - b.left) / cw);
+    const r = Math.floor((ev.clientY - b.top) / TICK_ROW);
+    if (!cols.length) return null;
+    const col = cols[Math.max(0, Math.min(cols.length - 1, i))];
+    return col[0] * 1000 + Math.max(0, Math.min(rows - 1, r)) * heat.tick_ms;
+  }
+
+  // Where the cell of unix ms `t` is, in client coordinates (for tests).
+  api.tickCell = function (t) {
+    const { cols, cw } = tickGrid();
+    const i = cols.findIndex(([s]) => s === Math.floor(t / 1000));
+    if (i < 0) return null;
+    const b = $('ticks').getBoundingClientRect();
+    const r = Math.floor((t % 1000) / heat.tick_ms);
+    return { x: b.left + i * cw + cw / 2, y: b.top + r * TICK_ROW + TICK_ROW / 2 };
+  };
+
+  api.tickColumns = () => tickGrid().cols.map(([start]) => start);
+
+  function onTicksDown(ev) {
+    const t = tickAt(ev);
+    if (t === null) return;
+    tickDrag = [t, t];
+    ev.preventDefault();
+    drawTicks();
+  }
+
+  function onTicksMove(ev) {
+    if (!tickDrag) return;
+    const t = tickAt(ev);
+    if (t !== null) tickDrag[1] = t;
+    drawTicks();
+  }
+
+  function onTicksUp() {
+    if (!tickDrag) return;
+    const a = Math.min(...tickDrag), b = Math.max(...tickDrag) + heat.tick_ms;
+    tickDrag = null;
+    select(a / 1000, b / 1000);
   }
 
   function heatX(ev) {
@@ -185,21 +286,33 @@
     const a = Math.floor(Math.min(drag.t0, drag.t1));
     const b = Math.ceil(Math.max(drag.t0, drag.t1));
     drag = null;
+    select(a, Math.max(b, a + 1));
+  }
+
+  // A new time range [a, b) in unix seconds (fractions for parts of a
+  // second): the selection, or the second range of a comparison.
+  function select(a, b) {
     if (pendingCompare) {
       // The first range is the before; this one the after.
-      state.before = state.from + ',' + state.to;
+      state.before = Math.floor(state.from) + ',' + Math.ceil(state.to);
       pendingCompare = false;
     } else {
       state.before = '';
     }
     state.phases = 0;
     state.from = a;
-    state.to = Math.max(b, a + 1);
+    state.to = b;
     state.zoom = '';
     writeHash(true);
     loadProfile();
   }
   let pendingCompare = false;
+
+  // Unix seconds as a query parameter, to the millisecond.
+  function timeParam(t) {
+    const ms = Math.round(t * 1000);
+    return ms % 1000 ? `${Math.floor(ms / 1000)}.${String(ms % 1000).padStart(3, '0')}` : String(ms / 1000);
+  }
 
   // ---- the flame graph ----
 
@@ -212,11 +325,12 @@
     }
     drawHeat();
     const p = filters();
-    p.set('from', state.from);
-    p.set('to', state.to);
-    const from = new Date(state.from * 1000).toLocaleTimeString();
-    const to = new Date(state.to * 1000).toLocaleTimeString();
-    $('selection-info').textContent = `${from} to ${to} (${state.to - state.from} s)`;
+    p.set('from', timeParam(state.from));
+    p.set('to', timeParam(state.to));
+    const ms = (t) => Math.round(t * 1000) % 1000;
+    const clock = (t) => new Date(t * 1000).toLocaleTimeString() + (ms(state.from) || ms(state.to) ? '.' + String(ms(t)).padStart(3, '0') : '');
+    const secs = Math.round((state.to - state.from) * 1000) / 1000;
+    $('selection-info').textContent = `${clock(state.from)} to ${clock(state.to)} (${secs} s)`;
     status('loading...');
     try {
       const t = await fetchJson('profile.json?' + p);
@@ -562,17 +676,18 @@
     let url;
     if (state.before) {
       p.set('before', state.before);
-      p.set('after', state.from + ',' + state.to);
+      p.set('after', Math.floor(state.from) + ',' + Math.ceil(state.to));
       url = 'diff.svg?' + p;
       const t = (x) => new Date(x * 1000).toLocaleTimeString();
       const [b0, b1] = state.before.split(',').map(Number);
       status(`before ${t(b0)}-${t(b1)}, after ${t(state.from)}-${t(state.to)}: red grew, blue shrank, hatched is gone`);
     } else {
       // The range in K windows of whole seconds (at least one each).
-      const k = Math.max(1, Math.min(state.phases, state.to - state.from));
+      const [from, to] = [Math.floor(state.from), Math.ceil(state.to)];
+      const k = Math.max(1, Math.min(state.phases, to - from));
       for (let i = 0; i < k; i++) {
-        const a = state.from + Math.round((state.to - state.from) * i / k);
-        const b = state.from + Math.round((state.to - state.from) * (i + 1) / k);
+        const a = from + Math.round((to - from) * i / k);
+        const b = from + Math.round((to - from) * (i + 1) / k);
         p.append('window', a + ',' + b);
       }
       url = 'animation.svg?' + p;
@@ -764,6 +879,9 @@
     hm.addEventListener('mousedown', onHeatDown);
     window.addEventListener('mousemove', onHeatMove);
     window.addEventListener('mouseup', onHeatUp);
+    $('ticks').addEventListener('mousedown', onTicksDown);
+    window.addEventListener('mousemove', onTicksMove);
+    window.addEventListener('mouseup', onTicksUp);
     const fl = $('flame');
     fl.addEventListener('mousemove', onFlameMove);
     fl.addEventListener('mouseleave', () => { $('tooltip').hidden = true; });
