@@ -160,6 +160,26 @@ fn web_page_selects_phases_from_the_history() {
         "the window is in the URL: {state}"
     );
 
+    // Exclude drops phase_one's stacks, in the URL too; cleared again.
+    let set_exclude = |v: &str| {
+        let loads = b.eval("return window.emberd.loads;").as_u64().unwrap();
+        b.eval(&format!(
+            "var e = document.getElementById('exclude'); e.value = '{v}';
+             e.dispatchEvent(new Event('change', {{bubbles: true}}));"
+        ));
+        wait_loads(&b, loads + 1);
+    };
+    set_exclude("phase_one");
+    let (one, _, all) = totals(&b);
+    let hash = b.eval("return location.hash;");
+    assert!(
+        one == 0.0 && all["common"].as_f64().unwrap_or(0.0) > 0.0,
+        "exclude=phase_one leaves common, not phase_one: {all}"
+    );
+    assert!(hash.as_str().unwrap().contains("exclude=phase_one"), "{hash}");
+    set_exclude("");
+    assert!(totals(&b).0 > 100.0, "phase_one is back");
+
     // Search.
     b.eval(
         "var s = document.getElementById('search'); s.value = 'phase_';

@@ -13,7 +13,7 @@
   const $ = (id) => document.getElementById(id);
   const state = {
     event: 'cpu', range: 3600, from: 0, to: 0, zoom: '', search: '', icicle: false,
-    comm: '', pid: '', group: 'process', sandwich: '', before: '', phases: 0, sort: 'self',
+    comm: '', pid: '', tid: '', include: '', exclude: '', group: 'process', sandwich: '', before: '', phases: 0, sort: 'self',
   };
   let heat = null; // /heatmap.json
   let prof = null; // /profile.json plus its layout
@@ -34,6 +34,9 @@
     state.icicle = h.get('icicle') === '1';
     state.comm = h.get('comm') || '';
     state.pid = h.get('pid') || '';
+    state.tid = h.get('tid') || '';
+    state.include = h.get('include') || '';
+    state.exclude = h.get('exclude') || '';
     state.group = h.get('group') || 'process';
     state.sandwich = h.get('sandwich') || '';
     state.before = h.get('before') || '';
@@ -43,7 +46,8 @@
 
   function writeHash(push) {
     const h = new URLSearchParams();
-    for (const k of ['event', 'range', 'from', 'to', 'zoom', 'search', 'comm', 'pid', 'group',
+    for (const k of ['event', 'range', 'from', 'to', 'zoom', 'search', 'comm', 'pid', 'tid',
+      'include', 'exclude', 'group',
       'sandwich', 'before', 'phases', 'sort']) {
       if (state[k] !== '' && state[k] !== 0) h.set(k, state[k]);
     }
@@ -58,6 +62,9 @@
     const p = new URLSearchParams({ event: state.event, group: state.group });
     if (state.comm) p.set('comm', state.comm);
     if (state.pid) p.set('pid', state.pid);
+    if (state.tid) p.set('tid', state.tid);
+    if (state.include) p.set('include', state.include);
+    if (state.exclude) p.set('exclude', state.exclude);
     return p;
   }
 
@@ -77,6 +84,9 @@
     $('range').value = String(state.range);
     $('comm').value = state.comm;
     $('pid').value = state.pid;
+    $('tid').value = state.tid;
+    $('include').value = state.include;
+    $('exclude').value = state.exclude;
     $('group').value = state.group;
     $('search').value = state.search;
     $('icicle').checked = state.icicle;
@@ -805,10 +815,12 @@
   // ---- wiring ----
 
   function onHashChange() {
-    const before = [state.event, state.range, state.from, state.to, state.comm, state.pid, state.group].join();
+    const key = () => [state.event, state.range, state.from, state.to, state.comm, state.pid,
+      state.tid, state.include, state.exclude, state.group].join();
+    const before = key();
     readHash();
     syncControls();
-    const after = [state.event, state.range, state.from, state.to, state.comm, state.pid, state.group].join();
+    const after = key();
     if (before !== after) {
       loadHeat().then(loadProfile);
     } else {
@@ -826,6 +838,9 @@
       state.range = +$('range').value;
       state.comm = $('comm').value.trim();
       state.pid = $('pid').value.trim();
+      state.tid = $('tid').value.trim();
+      state.include = $('include').value.trim();
+      state.exclude = $('exclude').value.trim();
       state.group = $('group').value;
       if (clearWindow) { state.from = 0; state.to = 0; }
       state.zoom = '';
@@ -837,6 +852,9 @@
     $('group').addEventListener('change', reload(false));
     $('comm').addEventListener('change', reload(false));
     $('pid').addEventListener('change', reload(false));
+    $('tid').addEventListener('change', reload(false));
+    $('include').addEventListener('change', reload(false));
+    $('exclude').addEventListener('change', reload(false));
     $('refresh').addEventListener('click', reload(true));
     $('search').addEventListener('input', () => {
       state.search = $('search').value;
