@@ -2,9 +2,12 @@
 /*
  * New-process notices, shared by profile.bpf.c and events.bpf.c (each object
  * gets its own maps). A process missing from `seen_tgids` is new (or has just
- * exec'd): it is put in `new_tgids`, which the agent polls several times a
- * second to read the process's mappings while it is still alive (a
- * short-lived process may be gone by the next drain). The caller defines
+ * exec'd): its tgid goes to the `new_tgids` ring buffer, which wakes the
+ * agent to read the process's mappings while it is still alive (a
+ * short-lived process may be gone by the next drain). A ring buffer, not a
+ * map the agent polls: an idle host then wakes the agent once a second,
+ * not twenty times, and an empty ring costs nothing to look at (walking an
+ * empty hash map visits every bucket). The caller defines
  * `on_new_process_dropped()` to count a full `new_tgids`, and `on_exec()`.
  */
 #ifndef EMBERD_NEW_PROCESS_H
@@ -18,10 +21,8 @@ struct {
 } seen_tgids SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);   /* tgid */
-	__type(value, __u8);
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024); /* 4096 notices of 16 bytes */
 } new_tgids SEC(".maps");
 
 static __always_inline void on_new_process_dropped(void);
@@ -35,7 +36,7 @@ static __always_inline void note_process(__u32 tgid)
 	if (tgid == 0 || bpf_map_lookup_elem(&seen_tgids, &tgid))
 		return;
 	bpf_map_update_elem(&seen_tgids, &tgid, &one, BPF_ANY);
-	if (bpf_map_update_elem(&new_tgids, &tgid, &one, BPF_ANY) != 0)
+	if (bpf_ringbuf_output(&new_tgids, &tgid, sizeof(tgid), 0) != 0)
 		on_new_process_dropped();
 }
 

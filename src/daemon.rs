@@ -402,11 +402,16 @@ fn collect_loop(
             metrics.observe_drain_time(t.elapsed());
         }
         // Large renderings free big buffers; hand the memory back to the
-        // system instead of keeping the peak resident.
+        // system instead of keeping the peak resident. Only after one (or
+        // once a minute, for the store's own collections): a trim walks
+        // the whole heap, which was a few percent of the collector's time
+        // when done every drain.
         #[cfg(target_env = "gnu")]
-        // SAFETY: malloc_trim only releases free heap memory.
-        unsafe {
-            libc::malloc_trim(0);
+        if crate::serve::take_rendered() || drains.is_multiple_of(60) {
+            // SAFETY: malloc_trim only releases free heap memory.
+            unsafe {
+                libc::malloc_trim(0);
+            }
         }
         let event_counters = pipeline.event_counters().and_then(Result::ok);
         if let Some(counters) = &event_counters {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::collect::events::{
     EventCounters, EventKind, EventOptions, EventSampler, EventsDrain, HeapChange, RawEvent,
 };
+use crate::collect::new_process::NewProcessRing;
 use crate::collect::{CollectError, Counters, CpuSampler, SamplerOptions, UnwindCounters};
 use crate::symbolize::{Misses, SymbolizedSample, Symbolizer, SymbolizerOptions};
 use crate::unwind::{UnwindStats, Unwinder};
@@ -14,12 +15,15 @@ use crate::unwind::{UnwindStats, Unwinder};
 /// How often the BPF maps are drained and symbolized.
 pub const DRAIN_INTERVAL: Duration = Duration::from_secs(1);
 
-/// How often new processes are looked for between drains: a process that
-/// lives at least this long is named even if it exits before the drain.
-///
-/// Also how long a new process is unwound with frame pointers before its
-/// tables are in: 50 ms keeps that to a few samples.
+/// How often, while a new process's mappings are still being re-read or
+/// unwind tables built, the collector comes back to them between drains.
+/// (New processes themselves wake it through the notice ring at once; an
+/// idle host wakes it once a second.)
 pub const NEW_PROCESS_POLL: Duration = Duration::from_millis(50);
+
+/// Least time between two wakes for new processes: under process churn
+/// (hundreds a second) notices are taken in batches, not one wake each.
+const NEW_PROCESS_MIN_GAP: Duration = Duration::from_millis(10);
 
 /// How long a poll waits for unwind tables being built (see
 /// [`Unwinder::poll`]).
@@ -49,6 +53,7 @@ pub struct Pipeline {
     events: Option<EventSampler>,
     symbolizer: Symbolizer,
     unwinder: Unwinder,
+    new_processes: NewProcessRing,
     events_drain_failures: u64,
 }
 
@@ -90,6 +95,11 @@ impl Pipeline {
         if let Some(e) = &events {
             tracing::info!("event hooks: {:?}", e.hooks());
         }
+        let mut rings = vec![sampler.new_tgids()?];
+        if let Some(e) = &events {
+            rings.push(e.new_tgids()?);
+        }
+        let new_processes = NewProcessRing::new(rings)?;
         let mut unwinder = Unwinder::new(sampler.unwind_maps()?);
         if sampler.options().unwind_tables && sampler.options().pid.is_none() {
             unwinder.note_all();
@@ -99,6 +109,7 @@ impl Pipeline {
             events,
             symbolizer,
             unwinder,
+            new_processes,
             events_drain_failures: 0,
         };
         pipeline.watch_running_processes();
@@ -124,10 +135,8 @@ impl Pipeline {
     /// then drains and names what was sampled.
     pub fn step(&mut self, until: Instant, stop: &AtomicBool) -> Result<Batch, CollectError> {
         loop {
-            let mut pids = self.sampler.new_processes()?;
-            if let Some(e) = &mut self.events {
-                pids.extend(e.new_processes()?);
-            }
+            let woke = Instant::now();
+            let pids = self.new_processes.take()?;
             self.symbolizer.refresh_new_processes();
             for pid in pids {
                 if let Some(e) = &mut self.events {
@@ -143,7 +152,21 @@ impl Pipeline {
             if now >= until || stop.load(Ordering::SeqCst) {
                 break;
             }
-            std::thread::sleep(NEW_PROCESS_POLL.min(until - now));
+            if now - woke < NEW_PROCESS_MIN_GAP {
+                std::thread::sleep((NEW_PROCESS_MIN_GAP - (now - woke)).min(until - now));
+            }
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            // Until the drain, or the next notice; sooner while new
+            // processes are re-read or their tables built.
+            let wait = if self.symbolizer.refreshing() || self.unwinder.building() {
+                NEW_PROCESS_POLL
+            } else {
+                until - now
+            };
+            self.new_processes.wait(wait.min(until - now))?;
         }
         let started = Instant::now();
         let drain = self.sampler.drain()?;

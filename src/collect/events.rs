@@ -862,9 +862,14 @@ impl EventSampler {
         UnwindCounters::read(&self.skel.maps.unwind_counters)
     }
 
-    /// Processes seen for the first time (or since exec) by these programs.
-    pub fn new_processes(&mut self) -> Result<Vec<Pid>, CollectError> {
-        super::drain_new_tgids(&self.skel.maps.new_tgids)
+    /// A handle on these programs' ring buffer of new-process notices.
+    pub fn new_tgids(&self) -> Result<libbpf_rs::MapHandle, CollectError> {
+        libbpf_rs::MapHandle::try_from(&self.skel.maps.new_tgids).map_err(|source| {
+            CollectError::Drain {
+                map: "new_tgids",
+                source,
+            }
+        })
     }
 
     /// Empties the counts map and the heap ring buffer.

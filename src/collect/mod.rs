@@ -9,6 +9,7 @@
 mod counters;
 pub mod events;
 pub mod malloc;
+pub mod new_process;
 mod perf_event;
 pub mod stack;
 
@@ -375,11 +376,13 @@ impl CpuSampler {
         Ok(out)
     }
 
-    /// Processes seen for the first time (or first since exec) since the last
-    /// call. Cheap enough to call several times a second, so that the
-    /// mappings of a short-lived process are read while it lives.
-    pub fn new_processes(&mut self) -> Result<Vec<Pid>, CollectError> {
-        drain_new_tgids(&self.skel.maps.new_tgids)
+    /// A handle on the ring buffer of new-process notices (see
+    /// [`new_process::NewProcessRing`]).
+    pub fn new_tgids(&self) -> Result<MapHandle, CollectError> {
+        MapHandle::try_from(&self.skel.maps.new_tgids).map_err(|source| CollectError::Drain {
+            map: "new_tgids",
+            source,
+        })
     }
 
     /// Flips the buffers and empties the one the program wrote until now.
@@ -515,21 +518,6 @@ pub(crate) fn percpu_sum(
         .iter()
         .filter_map(|b| Some(u64::from_ne_bytes(b.get(..8)?.try_into().ok()?)))
         .sum())
-}
-
-/// Empties a `new_tgids` map (see `bpf/profile.bpf.c`) and returns its pids.
-pub(crate) fn drain_new_tgids(map: &MapMut<'_>) -> Result<Vec<Pid>, CollectError> {
-    let batch = map
-        .lookup_and_delete_batch(map.max_entries().min(256), MapFlags::ANY, MapFlags::ANY)
-        .map_err(|source| CollectError::Drain {
-            map: "new_tgids",
-            source,
-        })?;
-    let mut pids: Vec<Pid> = batch
-        .filter_map(|(k, _)| Some(Pid(u32::from_ne_bytes(k.get(..4)?.try_into().ok()?))))
-        .collect();
-    pids.extend(drain_tgids(map));
-    Ok(pids)
 }
 
 /// Empties a map keyed by tgid key by key and returns its pids (what a

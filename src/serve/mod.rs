@@ -87,9 +87,20 @@ where
         .acquire()
         .await
         .map_err(|e| AppError::Internal(e.to_string()))?;
-    tokio::task::spawn_blocking(render)
+    let out = tokio::task::spawn_blocking(render)
         .await
-        .map_err(|e| AppError::Internal(e.to_string()))?
+        .map_err(|e| AppError::Internal(e.to_string()))?;
+    RENDERED.store(true, std::sync::atomic::Ordering::Relaxed);
+    out
+}
+
+/// Set when a rendering finished: its buffers were freed, and the
+/// collector hands the memory back to the system at its next drain.
+static RENDERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a rendering finished since the last call.
+pub fn take_rendered() -> bool {
+    RENDERED.swap(false, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Answers from the cache, rendering with `render` on a miss. `span` is the

@@ -17,6 +17,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use intern::FastMap;
 pub use intern::{FrameId, Interner, NameId, StackId};
 
 use crate::collect::{Pid, Tid};
@@ -92,7 +93,7 @@ const TICK_BYTES: usize = std::mem::size_of::<TickCount>();
 struct Slot {
     start: u64,
     len: u64,
-    entries: HashMap<EntryKey, u64>,
+    entries: FastMap<EntryKey, u64>,
     /// The entries split by tick, while `fine` holds.
     ticks: Vec<TickCount>,
     /// Whether `ticks` accounts for every sample of `entries`: not once an
@@ -106,7 +107,7 @@ impl Slot {
         Self {
             start,
             len,
-            entries: HashMap::new(),
+            entries: FastMap::default(),
             ticks: Vec::new(),
             fine: len == 1,
         }
@@ -361,7 +362,11 @@ impl Store {
         }
         if self.bytes() > self.options.memory_budget {
             self.gc();
-            while self.bytes() > self.options.memory_budget && self.slots.len() > 1 {
+            // Down to 90%: the collection after the drops rebuilds the
+            // whole interner, which should not happen at every drain of a
+            // store that is full.
+            let target = self.options.memory_budget / 10 * 9;
+            while self.bytes() > target && self.slots.len() > 1 {
                 self.drop_oldest();
                 self.dropped_for_budget += 1;
                 if self.dropped_since_gc >= 8 {
@@ -438,8 +443,8 @@ impl Store {
         }
         self.dropped_since_gc = 0;
         let old = std::mem::take(&mut self.interner);
-        let mut stack_map: HashMap<StackId, StackId> = HashMap::new();
-        let mut name_map: HashMap<NameId, NameId> = HashMap::new();
+        let mut stack_map: FastMap<StackId, StackId> = FastMap::default();
+        let mut name_map: FastMap<NameId, NameId> = FastMap::default();
         let mut ids = Vec::new();
         let interner = &mut self.interner;
         let mut remap = |k: &mut EntryKey| {
@@ -494,7 +499,7 @@ impl Store {
     /// a partly covered coarse slot counted whole (its length says so),
     /// and per tick where the slot keeps its ticks.
     pub fn timeline(&self, sel: &Selection) -> Vec<TimeSlot> {
-        let mut comm_ok: HashMap<(NameId, NameId), bool> = HashMap::new();
+        let mut comm_ok: FastMap<(NameId, NameId), bool> = FastMap::default();
         self.slots
             .iter()
             .filter(|slot| slot.start + slot.len > sel.from && slot.start < sel.to)
@@ -528,7 +533,7 @@ impl Store {
         &self,
         k: &EntryKey,
         sel: &Selection,
-        comm_ok: &mut HashMap<(NameId, NameId), bool>,
+        comm_ok: &mut FastMap<(NameId, NameId), bool>,
     ) -> bool {
         if (k.pid == 0 && !sel.idle)
             || sel.pid.is_some_and(|p| p != k.pid)
@@ -554,9 +559,9 @@ impl Store {
     /// 1 s window in old history holds about 1 s of samples, as its title
     /// and pprof duration say, not 60.
     pub fn query(&self, sel: &Selection) -> QueryResult {
-        let mut agg: HashMap<EntryKey, u64> = HashMap::new();
+        let mut agg: FastMap<EntryKey, u64> = FastMap::default();
         let mut covered: Option<(u64, u64)> = None;
-        let mut comm_ok: HashMap<(NameId, NameId), bool> = HashMap::new();
+        let mut comm_ok: FastMap<(NameId, NameId), bool> = FastMap::default();
         let (from_ms, to_ms) = sel
             .ms
             .unwrap_or((sel.from.saturating_mul(1000), sel.to.saturating_mul(1000)));

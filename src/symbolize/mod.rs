@@ -243,6 +243,13 @@ struct MapsSnapshot {
     /// Estimated heap bytes ([`ProcessMaps::approx_bytes`] and the name).
     bytes: usize,
 }
+/// How long a process's mappings (and name) are trusted without a
+/// re-read. They are read when the process appears or execs, and again
+/// whenever a sampled address falls outside them (a library loaded, a JIT
+/// region mapped); this age bounds the rest (a mapping replaced by another
+/// at the same addresses, a renamed main thread). Reading
+/// `/proc/PID/maps` every drain was most of the daemon's steady cost.
+pub const MAPS_MAX_AGE: Duration = Duration::from_secs(60);
 /// How long a new process's mappings keep being re-read.
 pub const RECENT_REFRESH: Duration = Duration::from_secs(2);
 /// New processes tracked for refresh at once.
@@ -376,6 +383,12 @@ impl Symbolizer {
         if self.recent.len() < MAX_RECENT {
             self.recent.push((pid, now));
         }
+    }
+
+    /// Whether processes noted lately are still being re-read (see
+    /// [`Symbolizer::refresh_new_processes`]).
+    pub fn refreshing(&self) -> bool {
+        !self.recent.is_empty()
     }
 
     /// Re-reads the mappings of processes noted in the last
@@ -525,14 +538,14 @@ impl Symbolizer {
             .map(|s| {
                 let thread_comm: Arc<str> = Arc::from(s.comm.as_str());
                 let snapshots = &self.snapshots;
-                // A process whose maps were read this drain had its name read
-                // with them; others (kernel threads, gone processes) are read
-                // now or fall back to what was seen earlier.
+                // A process's name is read with its maps (see
+                // MAPS_MAX_AGE); others (kernel threads, gone processes)
+                // are read now or fall back to what was seen earlier.
                 let process_comm = process_comms
                     .entry(s.pid)
                     .or_insert_with(|| {
                         let snap = snapshots.get(&s.pid);
-                        snap.filter(|m| m.taken == now)
+                        snap.filter(|m| now.duration_since(m.taken) < MAPS_MAX_AGE)
                             .and_then(|m| m.comm.clone())
                             .or_else(|| read_process_comm(s.pid))
                             .or_else(|| snap.and_then(|m| m.comm.clone()))
@@ -616,11 +629,19 @@ impl Symbolizer {
         now: Instant,
     ) -> HashMap<u64, Arc<[Frame]>> {
         let mut out = HashMap::with_capacity(addrs.len());
-        // Fresh maps if the process lives, else those read when it appeared.
-        let maps = match self
-            .snapshot(pid, now)
-            .or_else(|| self.snapshots.get(&pid).map(|s| s.maps.clone()))
-        {
+        // The maps read before while they cover every address and are not
+        // too old; else fresh ones if the process lives, else those read
+        // when it appeared.
+        let cached = self
+            .snapshots
+            .get(&pid)
+            .filter(|s| now.duration_since(s.taken) < MAPS_MAX_AGE)
+            .map(|s| s.maps.clone())
+            .filter(|m| addrs.iter().all(|&a| m.find(a).is_some()));
+        let maps = match cached.or_else(|| {
+            self.snapshot(pid, now)
+                .or_else(|| self.snapshots.get(&pid).map(|s| s.maps.clone()))
+        }) {
             Some(m) => m,
             None => {
                 self.misses.process_gone += addrs.len() as u64;

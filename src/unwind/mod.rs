@@ -433,8 +433,16 @@ impl Unwinder {
         id
     }
 
+    /// Whether tables are being built (a poll soon would upload them).
+    pub fn building(&self) -> bool {
+        self.tables
+            .values()
+            .any(|e| matches!(e.state, TableState::Building))
+    }
+
     /// Takes finished tables, re-reads processes the BPF unwinder asked
-    /// about, and forgets exited processes. Called several times a second.
+    /// about, and forgets exited processes. Called at every drain, and
+    /// every 50 ms while tables are built or new processes appear.
     ///
     /// Waits up to `wait` for tables still being built: a new process is
     /// unwound with frame pointers until its tables are in, and most files

@@ -176,7 +176,10 @@ fn web_page_selects_phases_from_the_history() {
         one == 0.0 && all["common"].as_f64().unwrap_or(0.0) > 0.0,
         "exclude=phase_one leaves common, not phase_one: {all}"
     );
-    assert!(hash.as_str().unwrap().contains("exclude=phase_one"), "{hash}");
+    assert!(
+        hash.as_str().unwrap().contains("exclude=phase_one"),
+        "{hash}"
+    );
     set_exclude("");
     assert!(totals(&b).0 > 100.0, "phase_one is back");
 

@@ -1,0 +1,76 @@
+//! New-process notices (`new_tgids` in `bpf/new_process.h`): the programs
+//! put a process's tgid in a ring buffer the first time they see it (and
+//! after an exec), and the collector, waiting on that ring between drains,
+//! reads the process's mappings while it still lives.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use libbpf_rs::{MapHandle, RingBuffer, RingBufferBuilder};
+
+use super::{CollectError, Pid};
+
+/// The notice rings of both BPF objects, read and waited on together.
+pub struct NewProcessRing {
+    ring: RingBuffer<'static>,
+    pids: Rc<RefCell<Vec<Pid>>>,
+}
+
+impl std::fmt::Debug for NewProcessRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewProcessRing").finish_non_exhaustive()
+    }
+}
+
+fn drain_error(source: libbpf_rs::Error) -> CollectError {
+    CollectError::Drain {
+        map: "new_tgids",
+        source,
+    }
+}
+
+impl NewProcessRing {
+    /// A reader of the rings `maps` (from [`super::CpuSampler::new_tgids`]
+    /// and [`super::events::EventSampler::new_tgids`]).
+    pub fn new(maps: Vec<MapHandle>) -> Result<Self, CollectError> {
+        let pids = Rc::new(RefCell::new(Vec::new()));
+        let mut builder = RingBufferBuilder::new();
+        for map in maps {
+            // The ring reader borrows its maps for its whole life, which is
+            // the collector's: the handles (a few bytes each) are leaked.
+            let map: &'static MapHandle = Box::leak(Box::new(map));
+            let sink = pids.clone();
+            builder
+                .add(map, move |data: &[u8]| {
+                    if let Some(b) = data.get(..4) {
+                        sink.borrow_mut()
+                            .push(Pid(u32::from_ne_bytes(b.try_into().expect("4 bytes"))));
+                    }
+                    0
+                })
+                .map_err(drain_error)?;
+        }
+        Ok(Self {
+            ring: builder.build().map_err(drain_error)?,
+            pids,
+        })
+    }
+
+    /// Processes noticed since the last call, without waiting.
+    pub fn take(&self) -> Result<Vec<Pid>, CollectError> {
+        self.ring.consume().map_err(drain_error)?;
+        Ok(std::mem::take(&mut *self.pids.borrow_mut()))
+    }
+
+    /// Waits up to `timeout` for a notice (returns at once if one is
+    /// waiting); [`NewProcessRing::take`] then reads them.
+    pub fn wait(&self, timeout: Duration) -> Result<(), CollectError> {
+        // poll() also consumes what arrived; take() hands it out. A signal
+        // only ends the wait early.
+        match self.ring.poll(timeout) {
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => Ok(()),
+            r => r.map_err(drain_error),
+        }
+    }
+}
