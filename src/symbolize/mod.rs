@@ -552,7 +552,13 @@ impl Symbolizer {
                             .unwrap_or_else(|| thread_comm.clone())
                     })
                     .clone();
-                let mut frames = Vec::new();
+                // Sized once: growing it frame by frame was most of the
+                // collector's allocation calls.
+                let depth = |st: &RawStack| match st {
+                    RawStack::Ips { ips, .. } => ips.len() + 1,
+                    _ => 1,
+                };
+                let mut frames = Vec::with_capacity(depth(&s.user) + depth(&s.kernel) + 4);
                 let empty = HashMap::new();
                 let names = user_frames.get(&s.pid).unwrap_or(&empty);
                 push_stack(&mut frames, &s.user, |a| names.get(&a).cloned());
