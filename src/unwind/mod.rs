@@ -53,6 +53,14 @@ pub mod defaults {
     /// A process's mappings are read again at most this often when the BPF
     /// unwinder finds a pc outside them.
     pub const REFRESH_INTERVAL: Duration = Duration::from_secs(2);
+    /// For this long after a process is noted (it appeared or exec'd),
+    /// its mappings may be read again as often as every
+    /// [`YOUNG_REFRESH_INTERVAL`]: the notice can come before the dynamic
+    /// loader has mapped the libraries, and waiting [`REFRESH_INTERVAL`]
+    /// then failed every stack through them for up to 2 s.
+    pub const YOUNG: Duration = Duration::from_secs(2);
+    /// See [`YOUNG`].
+    pub const YOUNG_REFRESH_INTERVAL: Duration = Duration::from_millis(50);
     /// How often exited processes are looked for.
     pub const EXIT_SCAN: Duration = Duration::from_secs(5);
 }
@@ -143,6 +151,8 @@ struct ProcMapping {
 struct ProcState {
     mappings: Vec<ProcMapping>,
     read_at: Instant,
+    /// When the process was noted (appeared or exec'd); kept by refreshes.
+    noted_at: Instant,
 }
 
 /// What the builder thread is asked to compile.
@@ -324,6 +334,12 @@ impl Unwinder {
     /// and gives the BPF unwinder its mappings. Called when a process is
     /// first sampled (or has exec'd), and when the unwinder asks.
     pub fn note_process(&mut self, pid: Pid) {
+        self.read_process(pid, Instant::now());
+    }
+
+    /// Reads a process's executable mappings (see [`Unwinder::note_process`]);
+    /// `noted_at` is when it appeared or exec'd.
+    fn read_process(&mut self, pid: Pid, noted_at: Instant) {
         let Ok(process) = Process::new(pid.0 as i32) else {
             return;
         };
@@ -386,6 +402,7 @@ impl Unwinder {
         let state = ProcState {
             mappings,
             read_at: now,
+            noted_at,
         };
         self.upload(pid, &state);
         self.processes.insert(pid, state);
@@ -485,12 +502,19 @@ impl Unwinder {
             }
         }
         for pid in crate::collect::drain_tgids(&self.refresh_map) {
-            let fresh = self
-                .processes
-                .get(&pid)
-                .is_some_and(|p| p.read_at.elapsed() < defaults::REFRESH_INTERVAL);
+            let (fresh, noted_at) = match self.processes.get(&pid) {
+                Some(p) => {
+                    let interval = if p.noted_at.elapsed() < defaults::YOUNG {
+                        defaults::YOUNG_REFRESH_INTERVAL
+                    } else {
+                        defaults::REFRESH_INTERVAL
+                    };
+                    (p.read_at.elapsed() < interval, p.noted_at)
+                }
+                None => (false, Instant::now()),
+            };
             if !fresh {
-                self.note_process(pid);
+                self.read_process(pid, noted_at);
             }
         }
         if self.last_exit_scan.elapsed() >= defaults::EXIT_SCAN {
