@@ -55,4 +55,21 @@ int handle__sched_process_exec(void *ctx)
 	return 0;
 }
 
+/*
+ * TP_PROTO(struct task_struct *p)
+ * Runs in the exiting task. When a process's main thread exits, its tgid
+ * leaves `seen_tgids`, so a later process that reuses the pid is noticed
+ * (and its mappings read) instead of inheriting the old one's.
+ */
+SEC("raw_tracepoint/sched_process_exit")
+int handle__sched_process_exit(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+
+	if ((__u32)id == tgid)
+		bpf_map_delete_elem(&seen_tgids, &tgid);
+	return 0;
+}
+
 #endif /* EMBERD_NEW_PROCESS_H */

@@ -21,6 +21,9 @@ pub const DRAIN_INTERVAL: Duration = Duration::from_secs(1);
 /// idle host wakes it once a second.)
 pub const NEW_PROCESS_POLL: Duration = Duration::from_millis(50);
 
+/// Longest wait on the notice ring before the stop flag is looked at.
+const STOP_CHECK: Duration = Duration::from_millis(250);
+
 /// Least time between two wakes for new processes: under process churn
 /// (hundreds a second) notices are taken in batches, not one wake each.
 const NEW_PROCESS_MIN_GAP: Duration = Duration::from_millis(10);
@@ -54,6 +57,7 @@ pub struct Pipeline {
     symbolizer: Symbolizer,
     unwinder: Unwinder,
     new_processes: NewProcessRing,
+    last_refresh: Instant,
     events_drain_failures: u64,
 }
 
@@ -110,6 +114,7 @@ impl Pipeline {
             symbolizer,
             unwinder,
             new_processes,
+            last_refresh: Instant::now(),
             events_drain_failures: 0,
         };
         pipeline.watch_running_processes();
@@ -137,7 +142,12 @@ impl Pipeline {
         loop {
             let woke = Instant::now();
             let pids = self.new_processes.take()?;
-            self.symbolizer.refresh_new_processes();
+            // Re-reading the recent processes is paced, whatever the rate
+            // of notices (under churn a wake comes every 10 ms).
+            if woke - self.last_refresh >= NEW_PROCESS_POLL {
+                self.last_refresh = woke;
+                self.symbolizer.refresh_new_processes();
+            }
             for pid in pids {
                 if let Some(e) = &mut self.events {
                     e.watch_process(pid);
@@ -166,7 +176,10 @@ impl Pipeline {
             } else {
                 until - now
             };
-            self.new_processes.wait(wait.min(until - now))?;
+            // At most 250 ms at a time: the daemon's stop flag is set from
+            // another thread and does not end the wait.
+            self.new_processes
+                .wait(wait.min(until - now).min(STOP_CHECK))?;
         }
         let started = Instant::now();
         let drain = self.sampler.drain()?;

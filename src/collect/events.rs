@@ -675,6 +675,10 @@ impl EventSampler {
                 .handle__sched_process_exec
                 .attach()
                 .map_err(|source| CollectError::LoadEvents { source })?,
+            skel.progs
+                .handle__sched_process_exit
+                .attach()
+                .map_err(|source| CollectError::LoadEvents { source })?,
         ];
         if sched {
             for prog in [

@@ -327,6 +327,12 @@ impl CpuSampler {
             .attach()
             .map_err(|source| CollectError::Load { source })?;
         links.push(exec_link);
+        let exit_link = skel
+            .progs
+            .handle__sched_process_exit
+            .attach()
+            .map_err(|source| CollectError::Load { source })?;
+        links.push(exit_link);
         Ok(Self {
             skel,
             _links: links,

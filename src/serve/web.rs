@@ -98,10 +98,14 @@ fn render_heatmap(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
         crate::clock::to_wall(q.selection.from),
         crate::clock::to_wall(q.selection.to),
     );
+    // Only CPU samples carry their tick; the event stores' slots have none
+    // (an empty one would show as a blank column).
+    let cpu = q.event == Event::Cpu;
     let slots: Vec<crate::store::TimeSlot> = slots
         .into_iter()
         .map(|s| crate::store::TimeSlot {
             start: crate::clock::to_wall(s.start),
+            ticks: if cpu { s.ticks } else { Vec::new() },
             ..s
         })
         .collect();

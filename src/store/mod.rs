@@ -38,8 +38,9 @@ pub mod defaults {
 pub struct StoreOptions {
     /// How long samples are kept (default [`defaults::RETENTION`]).
     pub retention: Duration,
-    /// Estimated byte budget, enforced by dropping the oldest slots first
-    /// (default [`defaults::MEMORY_BUDGET`]).
+    /// Estimated byte budget (default [`defaults::MEMORY_BUDGET`]): when
+    /// it is passed, per-tick samples go first (oldest first), then the
+    /// oldest slots until the store is at 90% of it.
     pub memory_budget: usize,
     /// Age up to which slots stay one second long (default 5 min).
     pub fine_for: Duration,
@@ -349,6 +350,8 @@ impl Store {
             self.drop_oldest();
         }
         if self.bytes() > self.options.memory_budget {
+            // Frames of expired slots first: they may be all the excess.
+            self.gc();
             let mut i = 0;
             while self.bytes() > self.options.memory_budget && i < self.slots.len() {
                 let slot = &mut self.slots[i];

@@ -458,8 +458,9 @@ impl Unwinder {
     }
 
     /// Takes finished tables, re-reads processes the BPF unwinder asked
-    /// about, and forgets exited processes. Called at every drain, and
-    /// every 50 ms while tables are built or new processes appear.
+    /// about, and forgets exited processes. Called at every drain, at
+    /// every new-process notice (at most every 10 ms), and every 50 ms
+    /// while tables are built or new processes are re-read.
     ///
     /// Waits up to `wait` for tables still being built: a new process is
     /// unwound with frame pointers until its tables are in, and most files

@@ -232,9 +232,10 @@
   // The start (unix ms) of the cell under a mouse event, or null.
   function tickAt(ev) {
     const { cols, rows, cw } = tickGrid();
-    const b = $('ticks').getBoundingClientRect();
-    const i = Math.floor((ev.clientX - b.left) / cw);
-    const r = Math.floor((ev.clientY - b.top) / TICK_ROW);
+    // Cells start inside the canvas's border.
+    const c = $('ticks'), b = c.getBoundingClientRect();
+    const i = Math.floor((ev.clientX - b.left - c.clientLeft) / cw);
+    const r = Math.floor((ev.clientY - b.top - c.clientTop) / TICK_ROW);
     if (!cols.length) return null;
     const col = cols[Math.max(0, Math.min(cols.length - 1, i))];
     return col[0] * 1000 + Math.max(0, Math.min(rows - 1, r)) * heat.tick_ms;
@@ -245,9 +246,12 @@
     const { cols, cw } = tickGrid();
     const i = cols.findIndex(([s]) => s === Math.floor(t / 1000));
     if (i < 0) return null;
-    const b = $('ticks').getBoundingClientRect();
+    const c = $('ticks'), b = c.getBoundingClientRect();
     const r = Math.floor((t % 1000) / heat.tick_ms);
-    return { x: b.left + i * cw + cw / 2, y: b.top + r * TICK_ROW + TICK_ROW / 2 };
+    return {
+      x: b.left + c.clientLeft + i * cw + cw / 2,
+      y: b.top + c.clientTop + r * TICK_ROW + TICK_ROW / 2,
+    };
   };
 
   api.tickColumns = () => tickGrid().cols.map(([start]) => start);
