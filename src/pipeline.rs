@@ -21,6 +21,9 @@ pub const DRAIN_INTERVAL: Duration = Duration::from_secs(1);
 /// idle host wakes it once a second.)
 pub const NEW_PROCESS_POLL: Duration = Duration::from_millis(50);
 
+/// How long after a new-process notice its maps are read.
+const NEW_PROCESS_SETTLE: Duration = Duration::from_millis(10);
+
 /// Longest wait on the notice ring before the stop flag is looked at.
 const STOP_CHECK: Duration = Duration::from_millis(250);
 
@@ -180,6 +183,15 @@ impl Pipeline {
             // another thread and does not end the wait.
             self.new_processes
                 .wait(wait.min(until - now).min(STOP_CHECK))?;
+            if self.new_processes.pending() {
+                // A notice can come while an exec'd process's loader is
+                // still mapping its libraries: give it a moment, so its
+                // maps (for names, unwind tables, malloc's uprobes on libc)
+                // are read complete.
+                std::thread::sleep(
+                    NEW_PROCESS_SETTLE.min(until.saturating_duration_since(Instant::now())),
+                );
+            }
         }
         let started = Instant::now();
         let drain = self.sampler.drain()?;

@@ -63,6 +63,11 @@ impl NewProcessRing {
         Ok(std::mem::take(&mut *self.pids.borrow_mut()))
     }
 
+    /// Whether notices are waiting to be taken.
+    pub fn pending(&self) -> bool {
+        !self.pids.borrow().is_empty()
+    }
+
     /// Waits up to `timeout` for a notice (returns at once if one is
     /// waiting); [`NewProcessRing::take`] then reads them.
     pub fn wait(&self, timeout: Duration) -> Result<(), CollectError> {
