@@ -21,15 +21,13 @@ pub const DRAIN_INTERVAL: Duration = Duration::from_secs(1);
 /// idle host wakes it once a second.)
 pub const NEW_PROCESS_POLL: Duration = Duration::from_millis(50);
 
-/// How long after a new-process notice its maps are read.
+/// How long after a new-process notice its maps are read. Also paces the
+/// wakes under process churn (hundreds a second): notices are taken in
+/// batches, not one wake each.
 const NEW_PROCESS_SETTLE: Duration = Duration::from_millis(10);
 
 /// Longest wait on the notice ring before the stop flag is looked at.
 const STOP_CHECK: Duration = Duration::from_millis(250);
-
-/// Least time between two wakes for new processes: under process churn
-/// (hundreds a second) notices are taken in batches, not one wake each.
-const NEW_PROCESS_MIN_GAP: Duration = Duration::from_millis(10);
 
 /// How long a poll waits for unwind tables being built (see
 /// [`Unwinder::poll`]).
@@ -163,13 +161,6 @@ impl Pipeline {
             self.unwinder.poll(UNWIND_TABLE_WAIT);
             let now = Instant::now();
             if now >= until || stop.load(Ordering::SeqCst) {
-                break;
-            }
-            if now - woke < NEW_PROCESS_MIN_GAP {
-                std::thread::sleep((NEW_PROCESS_MIN_GAP - (now - woke)).min(until - now));
-            }
-            let now = Instant::now();
-            if now >= until {
                 break;
             }
             // Until the drain, or the next notice; sooner while new
