@@ -17,7 +17,7 @@ pub mod defaults {
     /// History kept, seconds.
     pub const RETENTION_SECONDS: u64 = 3600;
     /// Store budget, MiB.
-    pub const MEMORY_BUDGET_MIB: u64 = 128;
+    pub const MEMORY_BUDGET_MIB: u64 = 16;
 }
 
 /// Settings as written in the file or on the command line, unchecked.
@@ -42,7 +42,7 @@ pub struct RawConfig {
     pub frequency_hz: Option<u64>,
     /// `retention_seconds = 3600`.
     pub retention_seconds: Option<u64>,
-    /// `memory_budget_mib = 128`: the store's byte budget.
+    /// `memory_budget_mib = 16`: the store's byte budget.
     pub memory_budget_mib: Option<u64>,
     /// `stack_map_entries = 16384`: entries of each BPF stack map (default:
     /// 16384, or 256 per CPU on hosts with more than 64).
@@ -52,13 +52,13 @@ pub struct RawConfig {
     pub counts_map_entries: Option<u32>,
     /// `perf_map_max_mib = 64`: larger perf maps are not read.
     pub perf_map_max_mib: Option<u64>,
-    /// `perf_map_budget_mib = 64`: bytes of parsed perf maps kept, all
+    /// `perf_map_budget_mib = 16`: bytes of parsed perf maps kept, all
     /// processes together.
     pub perf_map_budget_mib: Option<u64>,
-    /// `symbol_cache_mib = 64`: bytes of named addresses cached (kernel and
+    /// `symbol_cache_mib = 8`: bytes of named addresses cached (kernel and
     /// files together; a full cache is emptied).
     pub symbol_cache_mib: Option<u64>,
-    /// `process_snapshot_mib = 16`: bytes of process mappings remembered
+    /// `process_snapshot_mib = 4`: bytes of process mappings remembered
     /// (so samples of exited processes are named); oldest dropped first.
     pub process_snapshot_mib: Option<u64>,
     /// `unwind_table_budget_mib = 16`: bytes of unwind rows the BPF
@@ -439,7 +439,7 @@ mod tests {
         };
         let c = Config::from_raw(file.overridden_by(flags)).unwrap();
         assert_eq!((c.frequency_hz, c.retention.as_secs()), (199, 600));
-        assert_eq!(c.memory_budget, 128 << 20);
+        assert_eq!(c.memory_budget, 16 << 20);
         assert!(c.listen.ip().is_loopback());
     }
 }

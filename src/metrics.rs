@@ -111,6 +111,7 @@ pub struct Metrics {
     latency: Family<RouteLabel, Histogram>,
     drain: Histogram,
     rss: Gauge,
+    heap_in_use: Gauge,
     cpu_seconds: Gauge<f64, AtomicU64>,
     hook_runs: Family<HookLabel, Counter>,
     events_sampled: Family<EventLabel, Counter>,
@@ -215,6 +216,12 @@ impl Metrics {
             "emberd's resident set size",
             rss.clone(),
         );
+        let heap_in_use = Gauge::default();
+        registry.register(
+            "process_heap_in_use_bytes",
+            "Bytes of emberd's heap in use (malloc's count); RSS minus this is mapped files, stacks and free memory the allocator keeps",
+            heap_in_use.clone(),
+        );
         let cpu_seconds = Gauge::<f64, AtomicU64>::default();
         registry.register(
             "process_cpu_seconds",
@@ -316,6 +323,7 @@ impl Metrics {
             latency,
             drain,
             rss,
+            heap_in_use,
             cpu_seconds,
             last: Mutex::new(Default::default()),
         }
@@ -703,6 +711,13 @@ impl Metrics {
         if let Some((rss, cpu)) = self_usage() {
             self.rss.set(rss as i64);
             self.cpu_seconds.set(cpu);
+        }
+        #[cfg(target_env = "gnu")]
+        {
+            // SAFETY: mallinfo2 only reads the allocator's counters.
+            let m = unsafe { libc::mallinfo2() };
+            self.heap_in_use
+                .set(i64::try_from(m.uordblks + m.hblkhd).unwrap_or(i64::MAX));
         }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)

@@ -348,7 +348,7 @@ pub struct OtherSide {
     /// Thread.
     pub tid: Tid,
     /// Thread name.
-    pub comm: String,
+    pub comm: std::sync::Arc<str>,
     /// Kernel stack.
     pub kernel: RawStack,
     /// User stack.
@@ -917,7 +917,7 @@ impl EventSampler {
             let sample = RawSample {
                 pid: Pid(k.tgid),
                 tid: Tid(k.pid),
-                comm: super::comm_to_string(&k.comm),
+                comm: super::comm_name(&k.comm),
                 kernel: stack(k.kstack)?,
                 user: stack(k.ustack)?,
                 count: value,
@@ -927,7 +927,7 @@ impl EventSampler {
                 Ok(OtherSide {
                     pid: Pid(k.waker_tgid),
                     tid: Tid(k.waker_pid),
-                    comm: super::comm_to_string(&k.waker_comm),
+                    comm: super::comm_name(&k.waker_comm),
                     kernel: stack(k.waker_kstack)?,
                     user: stack(k.waker_ustack)?,
                 })
@@ -946,7 +946,7 @@ impl EventSampler {
                     sample: RawSample {
                         pid: Pid(r.tgid),
                         tid: Tid(r.pid),
-                        comm: super::comm_to_string(&r.comm),
+                        comm: super::comm_name(&r.comm),
                         kernel: RawStack::None,
                         user: stack(r.ustack)?,
                         count: r.bytes,

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::Duration;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -97,8 +98,9 @@ pub enum RawStack {
     Lost,
     /// Instruction pointers, innermost first.
     Ips {
-        /// Instruction pointers, leaf first.
-        ips: Vec<u64>,
+        /// Instruction pointers, leaf first; shared by every key drained
+        /// with the same stack.
+        ips: Arc<[u64]>,
         /// How the walk ended: at the root, or why not.
         end: StackEnd,
     },
@@ -112,7 +114,7 @@ pub struct RawSample {
     /// The sampled thread.
     pub tid: Tid,
     /// The thread's name at sampling time.
-    pub comm: String,
+    pub comm: Arc<str>,
     /// Kernel stack.
     pub kernel: RawStack,
     /// User stack.
@@ -469,7 +471,7 @@ fn drain_buffer(counts: &MapMut<'_>, stacks: &MapMut<'_>) -> Result<Drain, Colle
         drain.samples.push(RawSample {
             pid: Pid(key.tgid),
             tid: Tid(key.pid),
-            comm: comm_to_string(&key.comm),
+            comm: comm_name(&key.comm),
             kernel,
             user,
             count,
@@ -537,6 +539,35 @@ pub(crate) fn drain_tgids(map: &impl MapCore) -> Vec<Pid> {
         let _ = map.delete(&k);
     }
     pids
+}
+
+/// A task name from the kernel's 16-byte `comm`, shared: the same few
+/// names come at every drain, and making each key's name anew was two
+/// allocations a key.
+fn comm_name(comm: &[i8]) -> Arc<str> {
+    use std::cell::RefCell;
+    thread_local! {
+        static NAMES: RefCell<crate::store::FastMap<[u8; 16], Arc<str>>> =
+            RefCell::default();
+    }
+    let mut raw = [0u8; 16];
+    for (d, &c) in raw.iter_mut().zip(comm) {
+        *d = c as u8;
+    }
+    NAMES.with(|names| {
+        let mut names = names.borrow_mut();
+        if let Some(n) = names.get(&raw) {
+            return n.clone();
+        }
+        // Bounded: thread names of a host with churn are many over time.
+        if names.len() >= 4096 {
+            names.clear();
+        }
+        let len = raw.iter().position(|&c| c == 0).unwrap_or(raw.len());
+        let name: Arc<str> = Arc::from(String::from_utf8_lossy(&raw[..len]).as_ref());
+        names.insert(raw, name.clone());
+        name
+    })
 }
 
 fn comm_to_string(comm: &[i8]) -> String {

@@ -97,7 +97,7 @@ pub(crate) fn parse_stored(v: &[u8]) -> Option<RawStack> {
     // buffer carries no alignment guarantee.
     let nr = u32::from_ne_bytes(v.get(16..20)?.try_into().ok()?) as usize;
     let end = u32::from_ne_bytes(v.get(20..24)?.try_into().ok()?);
-    let ips: Vec<u64> = v
+    let ips: std::sync::Arc<[u64]> = v
         .get(24..)?
         .chunks_exact(8)
         .take(nr)

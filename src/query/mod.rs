@@ -420,41 +420,84 @@ impl Query {
         scale: impl Fn(u64) -> u64,
         suffix: &str,
     ) {
-        let mut stack_text: HashMap<crate::store::StackId, FoldedStack> = HashMap::new();
+        use std::fmt::Write;
+        // Rows of one grouping frame and stack are merged by id first, so a
+        // line's text is made once, not once per thread (an hour of a busy
+        // host is ten times more rows than lines).
+        let mut merged: crate::store::FastMap<(GroupKey, crate::store::StackId), u64> =
+            Default::default();
         for row in &result.rows {
             let value = scale(row.value);
             if value == 0 {
                 continue;
             }
-            let frames = stack_text.entry(row.stack).or_insert_with(|| {
-                let names: Vec<String> = result
-                    .frames(row.stack)
-                    .map(|f| format!("{f}{suffix}"))
-                    .collect();
-                FoldedStack::from_frames(names.iter().map(String::as_str))
-            });
-            let root = self
-                .group
-                .root_frame(&row.process_comm, &row.thread_comm, row.pid, row.tid);
-            let stack = match root {
-                Some(r) => FoldedStack::with_root(&r, frames),
-                None if frames.as_str().is_empty() => FoldedStack::from_frames(["[empty]"]),
-                None => frames.clone(),
+            let key = match self.group {
+                Grouping::Host => GroupKey::default(),
+                Grouping::Process => GroupKey {
+                    name: Some(row.process_comm.clone()),
+                    ..Default::default()
+                },
+                Grouping::Pid => GroupKey {
+                    name: Some(row.process_comm.clone()),
+                    pid: row.pid.0,
+                    tid: 0,
+                },
+                Grouping::Thread => GroupKey {
+                    name: Some(row.thread_comm.clone()),
+                    pid: row.pid.0,
+                    tid: row.tid.0,
+                },
             };
-            if self
-                .include
-                .as_ref()
-                .is_some_and(|re| !re.is_match(stack.as_str()))
-                || self
-                    .exclude
-                    .as_ref()
-                    .is_some_and(|re| re.is_match(stack.as_str()))
+            *merged.entry((key, row.stack)).or_insert(0) += value;
+        }
+        let mut stack_text: crate::store::FastMap<crate::store::StackId, String> =
+            Default::default();
+        let mut name = String::new();
+        for ((key, stack), value) in merged {
+            let frames = stack_text.entry(stack).or_insert_with(|| {
+                let mut text = String::new();
+                for f in result.frames(stack) {
+                    name.clear();
+                    let _ = write!(name, "{f}{suffix}");
+                    FoldedStack::push_frame(&mut text, &name);
+                }
+                text
+            });
+            let mut text = String::with_capacity(frames.len() + 24);
+            if let Some(n) = &key.name {
+                name.clear();
+                let _ = match self.group {
+                    Grouping::Pid => write!(name, "{n}-{}", key.pid),
+                    Grouping::Thread => write!(name, "{n}-{}/{}", key.pid, key.tid),
+                    _ => write!(name, "{n}"),
+                };
+                FoldedStack::push_frame(&mut text, &name);
+            }
+            if frames.is_empty() && text.is_empty() {
+                text.push_str("[empty]");
+            } else if !frames.is_empty() {
+                if !text.is_empty() {
+                    text.push(';');
+                }
+                text.push_str(frames);
+            }
+            if self.include.as_ref().is_some_and(|re| !re.is_match(&text))
+                || self.exclude.as_ref().is_some_and(|re| re.is_match(&text))
             {
                 continue;
             }
-            profile.add(stack, value);
+            profile.add(FoldedStack::from_text(text), value);
         }
     }
+}
+
+/// The grouping frame of a folded line, by value: rows that share it and a
+/// stack fold into one line.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+struct GroupKey {
+    name: Option<std::sync::Arc<str>>,
+    pid: u32,
+    tid: u32,
 }
 
 pub(crate) fn parse_u64(param: &str, v: &str) -> Result<u64, QueryError> {

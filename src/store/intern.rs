@@ -16,6 +16,23 @@ pub struct StackId(u32);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NameId(u32);
 
+/// Index of an interned thread (process, thread and their names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ThreadId(u32);
+
+/// A thread as the store counts it: who ran, under which names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ThreadKey {
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// The thread's name.
+    pub thread_comm: NameId,
+    /// The process's name.
+    pub process_comm: NameId,
+}
+
 /// Hash maps of the store: ahash (randomly keyed, so crafted symbol names
 /// cannot flood a bucket) instead of SipHash, which took a quarter of the
 /// collector's time interning every frame of every drained sample.
@@ -30,12 +47,25 @@ pub struct Interner {
     stack_ids: FastMap<Arc<[FrameId]>, StackId>,
     names: Vec<Arc<str>>,
     name_ids: FastMap<Arc<str>, NameId>,
+    threads: Vec<ThreadKey>,
+    thread_ids: FastMap<ThreadKey, ThreadId>,
     bytes: usize,
 }
 
-/// Estimated bytes of one hash-map slot beyond its key and value (control
-/// byte, load factor) plus a vector slot.
-const MAP_OVERHEAD: usize = 16;
+/// Bytes of a heap allocation of `n` bytes: glibc rounds to 16 and adds 8.
+pub(crate) fn heap_bytes(n: usize) -> usize {
+    (n + 8).next_multiple_of(16)
+}
+
+/// Bytes of a hash map's table: its buckets (a quarter to an eighth more
+/// than its capacity) of key, value and a control byte each.
+pub(crate) fn map_bytes<K, V>(m: &FastMap<K, V>) -> usize {
+    if m.capacity() == 0 {
+        return 0;
+    }
+    let buckets = (m.capacity() * 8 / 7).next_power_of_two();
+    buckets * (std::mem::size_of::<(K, V)>() + 1)
+}
 
 impl Interner {
     /// The id of `frame`, interning it.
@@ -44,10 +74,10 @@ impl Interner {
             return id;
         }
         let id = FrameId(self.frames.len() as u32);
-        self.bytes += 2 * std::mem::size_of::<Frame>()
-            + MAP_OVERHEAD
-            + frame.name.len()
-            + frame.file.as_ref().map_or(0, |f| f.len());
+        // The names' own allocations (the frame structs are counted by
+        // capacity in `bytes`).
+        self.bytes += heap_bytes(16 + frame.name.len())
+            + frame.file.as_ref().map_or(0, |f| heap_bytes(16 + f.len()));
         self.frames.push(frame.clone());
         self.frame_ids.insert(frame.clone(), id);
         id
@@ -60,7 +90,7 @@ impl Interner {
         }
         let id = StackId(self.stacks.len() as u32);
         let arc: Arc<[FrameId]> = Arc::from(frames);
-        self.bytes += std::mem::size_of_val(frames) + 3 * 16 + MAP_OVERHEAD;
+        self.bytes += heap_bytes(16 + std::mem::size_of_val(frames));
         self.stacks.push(arc.clone());
         self.stack_ids.insert(arc, id);
         id
@@ -72,10 +102,26 @@ impl Interner {
             return id;
         }
         let id = NameId(self.names.len() as u32);
-        self.bytes += name.len() + 2 * 16 + MAP_OVERHEAD;
+        self.bytes += heap_bytes(16 + name.len());
         self.names.push(name.clone());
         self.name_ids.insert(name.clone(), id);
         id
+    }
+
+    /// The id of a thread under its names.
+    pub fn thread(&mut self, key: ThreadKey) -> ThreadId {
+        if let Some(&id) = self.thread_ids.get(&key) {
+            return id;
+        }
+        let id = ThreadId(self.threads.len() as u32);
+        self.threads.push(key);
+        self.thread_ids.insert(key, id);
+        id
+    }
+
+    /// The thread of an id.
+    pub fn get_thread(&self, id: ThreadId) -> ThreadKey {
+        self.threads[id.0 as usize]
     }
 
     /// The frame of an id.
@@ -98,9 +144,19 @@ impl Interner {
         &self.names[id.0 as usize]
     }
 
-    /// Estimated heap bytes.
+    /// Estimated heap bytes: the tables by their capacity, and what their
+    /// entries point to.
     pub fn bytes(&self) -> usize {
+        use std::mem::size_of;
         self.bytes
+            + self.frames.capacity() * size_of::<Frame>()
+            + map_bytes(&self.frame_ids)
+            + self.stacks.capacity() * size_of::<Arc<[FrameId]>>()
+            + map_bytes(&self.stack_ids)
+            + self.names.capacity() * size_of::<Arc<str>>()
+            + map_bytes(&self.name_ids)
+            + self.threads.capacity() * size_of::<ThreadKey>()
+            + map_bytes(&self.thread_ids)
     }
 
     /// Number of interned stacks.

@@ -13,12 +13,12 @@
 pub mod heap;
 mod intern;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use intern::FastMap;
-pub use intern::{FrameId, Interner, NameId, StackId};
+pub(crate) use intern::FastMap;
+pub use intern::{FrameId, Interner, NameId, StackId, ThreadId, ThreadKey};
 
 use crate::collect::{Pid, Tid};
 use crate::symbolize::{Frame, SymbolizedSample};
@@ -28,8 +28,8 @@ pub mod defaults {
     use std::time::Duration;
     /// History kept: one hour.
     pub const RETENTION: Duration = Duration::from_secs(3600);
-    /// Estimated bytes the store may use: 128 MiB.
-    pub const MEMORY_BUDGET: usize = 128 << 20;
+    /// Estimated bytes the stores may use, all events together: 16 MiB.
+    pub const MEMORY_BUDGET: usize = 16 << 20;
 }
 
 /// Limits and resolution of the store.
@@ -60,18 +60,20 @@ impl Default for StoreOptions {
     }
 }
 
-/// What one slot entry counts: a thread with one stack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What one slot entry counts: a thread with one stack. Eight bytes: the
+/// thread and its names are interned once, not repeated in every slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct EntryKey {
-    pid: u32,
-    tid: u32,
-    thread_comm: NameId,
-    process_comm: NameId,
+    thread: ThreadId,
     stack: StackId,
 }
 
-/// Bytes of one slot entry (key, value, hash-map overhead).
-const ENTRY_BYTES: usize = std::mem::size_of::<EntryKey>() + 8 + 16;
+/// Bytes of one entry of a sealed slot (a sorted array).
+const SEALED_ENTRY_BYTES: usize = std::mem::size_of::<(EntryKey, u64)>();
+
+/// Seconds after its end at which a slot is sealed: samples are filed by
+/// their tick, and a drain may bring a second's last ticks a little late.
+const SEAL_AFTER: u64 = 5;
 
 /// Sub-second resolution of the 1 s slots: the BPF sampler's tick.
 pub const TICK_MS: u64 = crate::clock::TICK_MS;
@@ -94,7 +96,11 @@ const TICK_BYTES: usize = std::mem::size_of::<TickCount>();
 struct Slot {
     start: u64,
     len: u64,
+    /// Entries of a slot still being filled.
     entries: FastMap<EntryKey, u64>,
+    /// Entries of a sealed slot, sorted: a third of a hash map's bytes,
+    /// which matters for the hour of history (most slots are sealed).
+    sealed: Box<[(EntryKey, u64)]>,
     /// The entries split by tick, while `fine` holds.
     ticks: Vec<TickCount>,
     /// Whether `ticks` accounts for every sample of `entries`: not once an
@@ -109,6 +115,7 @@ impl Slot {
             start,
             len,
             entries: FastMap::default(),
+            sealed: Box::default(),
             ticks: Vec::new(),
             fine: len == 1,
         }
@@ -121,6 +128,49 @@ impl Slot {
     fn drop_ticks(&mut self) {
         self.fine = false;
         self.ticks = Vec::new();
+    }
+
+    /// Every entry, sealed or not.
+    fn iter(&self) -> impl Iterator<Item = (&EntryKey, &u64)> {
+        self.entries
+            .iter()
+            .chain(self.sealed.iter().map(|(k, v)| (k, v)))
+    }
+
+    /// The entries, taken out of the slot.
+    fn take_entries(&mut self) -> impl Iterator<Item = (EntryKey, u64)> {
+        let sealed = std::mem::take(&mut self.sealed);
+        std::mem::take(&mut self.entries)
+            .into_iter()
+            .chain(sealed.into_vec())
+    }
+
+    /// A slot that has a sealed part takes entries into its map again.
+    fn entry(&mut self, key: EntryKey) -> &mut u64 {
+        if !self.sealed.is_empty() {
+            let sealed = std::mem::take(&mut self.sealed);
+            self.entries.extend(sealed.into_vec());
+        }
+        self.entries.entry(key).or_insert(0)
+    }
+
+    fn seal(&mut self) {
+        if self.entries.is_empty() {
+            return;
+        }
+        let mut all: Vec<(EntryKey, u64)> = self.take_entries().collect();
+        all.sort_unstable_by_key(|e| e.0);
+        self.sealed = all.into_boxed_slice();
+        self.ticks.shrink_to_fit();
+    }
+
+    /// Estimated bytes of the entries (ticks apart: [`Slot::tick_bytes`]).
+    fn entry_bytes(&self) -> usize {
+        intern::map_bytes(&self.entries) + self.sealed.len() * SEALED_ENTRY_BYTES
+    }
+
+    fn tick_bytes(&self) -> usize {
+        self.ticks.capacity() * TICK_BYTES
     }
 }
 
@@ -189,8 +239,8 @@ pub struct QueryResult {
     pub rows: Vec<Row>,
     /// The part of the window that holds data.
     pub covered: Option<(u64, u64)>,
-    stacks: HashMap<StackId, Arc<[FrameId]>>,
-    frames: HashMap<FrameId, Frame>,
+    stacks: FastMap<StackId, Arc<[FrameId]>>,
+    frames: FastMap<FrameId, Frame>,
 }
 
 impl QueryResult {
@@ -280,21 +330,20 @@ impl Store {
         for s in samples {
             ids.clear();
             ids.extend(s.frames.iter().map(|f| self.interner.frame(f)));
-            let key = EntryKey {
+            let thread = ThreadKey {
                 pid: s.pid.0,
                 tid: s.tid.0,
                 thread_comm: self.interner.name(&s.thread_comm),
                 process_comm: self.interner.name(&s.process_comm),
+            };
+            let key = EntryKey {
+                thread: self.interner.thread(thread),
                 stack: self.interner.stack(&ids),
             };
             let second = s.at_ms.map_or(at, |ms| (ms / 1000).min(at));
             hint = self.slot_for(second, hint);
             let slot = &mut self.slots[hint];
-            let e = slot.entries.entry(key).or_insert_with(|| {
-                self.entry_bytes += ENTRY_BYTES;
-                0
-            });
-            *e += s.count;
+            *slot.entry(key) += s.count;
             match s.at_ms {
                 Some(ms) if slot.fine && slot.len == 1 && ms / 1000 == slot.start => {
                     slot.ticks.push(TickCount {
@@ -302,15 +351,12 @@ impl Store {
                         tick: ((ms % 1000) / TICK_MS) as u8,
                         count: s.count.min(u32::MAX as u64) as u32,
                     });
-                    self.tick_bytes += TICK_BYTES;
                 }
-                _ if slot.fine => {
-                    self.tick_bytes -= slot.ticks.len() * TICK_BYTES;
-                    slot.drop_ticks();
-                }
+                _ if slot.fine => slot.drop_ticks(),
                 _ => {}
             }
         }
+        self.recount();
         self.compact(at);
     }
 
@@ -341,6 +387,21 @@ impl Store {
         let medium = self.options.medium_for.as_secs();
         self.merge_older_than(now.saturating_sub(fine), 10);
         self.merge_older_than(now.saturating_sub(medium), 60);
+        let mut sealed_any = false;
+        for slot in self.slots.iter_mut().rev() {
+            if slot.start + slot.len + SEAL_AFTER > now {
+                continue;
+            }
+            if slot.entries.is_empty() {
+                // Slots are sealed in order: the rest are sealed already.
+                break;
+            }
+            slot.seal();
+            sealed_any = true;
+        }
+        if sealed_any {
+            self.recount();
+        }
         let horizon = now.saturating_sub(self.options.retention.as_secs());
         while self
             .slots
@@ -356,7 +417,7 @@ impl Store {
             while self.bytes() > self.options.memory_budget && i < self.slots.len() {
                 let slot = &mut self.slots[i];
                 if !slot.ticks.is_empty() {
-                    self.tick_bytes -= slot.ticks.len() * TICK_BYTES;
+                    self.tick_bytes -= slot.tick_bytes();
                     slot.drop_ticks();
                     self.ticks_dropped_for_budget += 1;
                 }
@@ -372,7 +433,10 @@ impl Store {
             while self.bytes() > target && self.slots.len() > 1 {
                 self.drop_oldest();
                 self.dropped_for_budget += 1;
-                if self.dropped_since_gc >= 8 {
+                // Until a collection, the estimate still counts the frames
+                // of dropped slots: collect often enough that a store of a
+                // few slots (a small budget) does not drop them all.
+                if self.dropped_since_gc >= (self.slots.len() / 32).clamp(1, 8) {
                     self.gc();
                 }
             }
@@ -412,29 +476,31 @@ impl Store {
                 j += 1;
             }
             let mut merged = Slot::new(bucket, len);
-            for slot in self.slots.drain(i..j) {
-                for (k, v) in slot.entries {
+            for mut slot in self.slots.drain(i..j) {
+                for (k, v) in slot.take_entries() {
                     *merged.entries.entry(k).or_insert(0) += v;
                 }
             }
+            merged.seal();
             self.slots.insert(i, merged);
             merged_any = true;
             i += 1;
         }
         if merged_any {
-            self.entry_bytes = self
-                .slots
-                .iter()
-                .map(|s| s.entries.len() * ENTRY_BYTES)
-                .sum();
-            self.tick_bytes = self.slots.iter().map(|s| s.ticks.len() * TICK_BYTES).sum();
+            self.recount();
         }
+    }
+
+    /// Recomputes the byte estimates from the slots.
+    fn recount(&mut self) {
+        self.entry_bytes = self.slots.iter().map(Slot::entry_bytes).sum();
+        self.tick_bytes = self.slots.iter().map(Slot::tick_bytes).sum();
     }
 
     fn drop_oldest(&mut self) {
         if let Some(s) = self.slots.pop_front() {
-            self.entry_bytes -= s.entries.len() * ENTRY_BYTES;
-            self.tick_bytes -= s.ticks.len() * TICK_BYTES;
+            self.entry_bytes -= s.entry_bytes();
+            self.tick_bytes -= s.tick_bytes();
             self.dropped_since_gc += 1;
         }
     }
@@ -447,7 +513,7 @@ impl Store {
         self.dropped_since_gc = 0;
         let old = std::mem::take(&mut self.interner);
         let mut stack_map: FastMap<StackId, StackId> = FastMap::default();
-        let mut name_map: FastMap<NameId, NameId> = FastMap::default();
+        let mut thread_map: FastMap<ThreadId, ThreadId> = FastMap::default();
         let mut ids = Vec::new();
         let interner = &mut self.interner;
         let mut remap = |k: &mut EntryKey| {
@@ -458,11 +524,15 @@ impl Store {
                 }
                 interner.stack(&ids)
             });
-            for n in [&mut k.thread_comm, &mut k.process_comm] {
-                *n = *name_map
-                    .entry(*n)
-                    .or_insert_with(|| interner.name(old.get_name(*n)));
-            }
+            k.thread = *thread_map.entry(k.thread).or_insert_with(|| {
+                let t = old.get_thread(k.thread);
+                let key = ThreadKey {
+                    thread_comm: interner.name(old.get_name(t.thread_comm)),
+                    process_comm: interner.name(old.get_name(t.process_comm)),
+                    ..t
+                };
+                interner.thread(key)
+            });
         };
         for slot in &mut self.slots {
             let entries = std::mem::take(&mut slot.entries);
@@ -470,10 +540,19 @@ impl Store {
                 remap(&mut k);
                 *slot.entries.entry(k).or_insert(0) += v;
             }
+            if !slot.sealed.is_empty() {
+                // Ids are renumbered in the order met: the array's order
+                // changes with them.
+                for (k, _) in slot.sealed.iter_mut() {
+                    remap(k);
+                }
+                slot.sealed.sort_unstable_by_key(|e| e.0);
+            }
             for t in &mut slot.ticks {
                 remap(&mut t.key);
             }
         }
+        self.recount();
     }
 
     /// Estimated bytes in use.
@@ -508,7 +587,6 @@ impl Store {
             .filter(|slot| slot.start + slot.len > sel.from && slot.start < sel.to)
             .map(|slot| {
                 let value = slot
-                    .entries
                     .iter()
                     .filter(|(k, _)| self.passes(k, sel, &mut comm_ok))
                     .map(|(_, v)| *v)
@@ -538,6 +616,7 @@ impl Store {
         sel: &Selection,
         comm_ok: &mut FastMap<(NameId, NameId), bool>,
     ) -> bool {
+        let k = self.interner.get_thread(k.thread);
         if (k.pid == 0 && !sel.idle)
             || sel.pid.is_some_and(|p| p != k.pid)
             || sel.tid.is_some_and(|t| t != k.tid)
@@ -588,7 +667,7 @@ impl Store {
                 }
                 continue;
             }
-            for (k, &v) in &slot.entries {
+            for (k, &v) in slot.iter() {
                 if !self.passes(k, sel, &mut comm_ok) {
                     continue;
                 }
@@ -604,8 +683,8 @@ impl Store {
         }
         agg.retain(|_, v| *v > 0);
         let covered = covered.map(|(a, b)| (a / 1000, b.div_ceil(1000)));
-        let mut stacks: HashMap<StackId, Arc<[FrameId]>> = HashMap::new();
-        let mut frames: HashMap<FrameId, Frame> = HashMap::new();
+        let mut stacks: FastMap<StackId, Arc<[FrameId]>> = FastMap::default();
+        let mut frames: FastMap<FrameId, Frame> = FastMap::default();
         for k in agg.keys() {
             stacks.entry(k.stack).or_insert_with(|| {
                 let ids = self.interner.get_stack_arc(k.stack);
@@ -619,13 +698,16 @@ impl Store {
         }
         let rows = agg
             .into_iter()
-            .map(|(k, value)| Row {
-                pid: Pid(k.pid),
-                tid: Tid(k.tid),
-                thread_comm: self.interner.get_name(k.thread_comm).clone(),
-                process_comm: self.interner.get_name(k.process_comm).clone(),
-                stack: k.stack,
-                value,
+            .map(|(k, value)| {
+                let t = self.interner.get_thread(k.thread);
+                Row {
+                    pid: Pid(t.pid),
+                    tid: Tid(t.tid),
+                    thread_comm: self.interner.get_name(t.thread_comm).clone(),
+                    process_comm: self.interner.get_name(t.process_comm).clone(),
+                    stack: k.stack,
+                    value,
+                }
             })
             .collect();
         QueryResult {

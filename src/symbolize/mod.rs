@@ -46,8 +46,15 @@ impl SymbolizerOptions {
 }
 /// Bytes a cached named address costs, about (key, Arc'd frames, name).
 pub const CACHED_FRAME_BYTES: usize = 160;
-/// ELF files and perf maps unused for this long are dropped from the caches.
+/// Perf maps and process snapshots unused for this long are dropped from
+/// the caches.
 const IDLE_EVICT: Duration = Duration::from_secs(120);
+/// ELF files whose names were not needed for this long are dropped from
+/// blazesym's cache: a file's parsed DWARF is large (libc's debug file
+/// decompresses to 11 MiB), while the names already found stay cached by
+/// address, so an idle file costs a re-parse only when a new address of it
+/// shows up.
+const ELF_IDLE_EVICT: Duration = Duration::from_secs(10);
 
 /// What kind of code a frame is; decides its folded suffix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -196,13 +203,16 @@ pub mod defaults {
     /// A perf map larger than this is refused (counted as `too_large`): 64
     /// MiB is about 500 000 JIT entries, days of a busy node process.
     pub const PERF_MAP_MAX_FILE_BYTES: u64 = 64 << 20;
-    /// Bytes of parsed perf maps kept, all processes together.
-    pub const PERF_MAP_BUDGET_BYTES: usize = 64 << 20;
-    /// Bytes of the symbol caches, both together.
-    pub const SYMBOL_CACHE_BYTES: usize = 64 << 20;
-    /// Bytes of process-mapping snapshots: 16 MiB is about 20 000
+    /// Bytes of parsed perf maps kept, all processes together: 16 MiB is
+    /// about 150 000 JIT entries.
+    pub const PERF_MAP_BUDGET_BYTES: usize = 16 << 20;
+    /// Bytes of the symbol caches, both together: 8 MiB is about 50 000
+    /// named addresses (an hour of a busy build host used 23 MiB of the 64
+    /// it once had; a full cache costs a re-read of names, not samples).
+    pub const SYMBOL_CACHE_BYTES: usize = 8 << 20;
+    /// Bytes of process-mapping snapshots: 4 MiB is about 5 000
     /// processes of 10 mappings.
-    pub const SNAPSHOT_BUDGET_BYTES: usize = 16 << 20;
+    pub const SNAPSHOT_BUDGET_BYTES: usize = 4 << 20;
 }
 
 impl Default for SymbolizerOptions {
@@ -536,7 +546,7 @@ impl Symbolizer {
         let out = samples
             .into_iter()
             .map(|s| {
-                let thread_comm: Arc<str> = Arc::from(s.comm.as_str());
+                let thread_comm = s.comm.clone();
                 let snapshots = &self.snapshots;
                 // A process's name is read with its maps (see
                 // MAPS_MAX_AGE); others (kernel threads, gone processes)
@@ -811,20 +821,24 @@ impl Symbolizer {
             return c.map.clone();
         }
         // The same file, grown: parse only what was appended.
-        let (base, from) = match cached {
-            Some(c)
-                if c.stamp.is_some_and(|s| {
-                    s.dev == stamp.dev && s.ino == stamp.ino && s.size <= stamp.size
-                }) =>
-            {
-                (Some(c.map.clone()), c.parsed)
-            }
-            _ => (None, 0),
+        let grown = cached.is_some_and(|c| {
+            c.stamp
+                .is_some_and(|s| s.dev == stamp.dev && s.ino == stamp.ino && s.size <= stamp.size)
+        });
+        // Taken out of the cache, so that it is merged in place unless a
+        // query still holds it.
+        let (base, from) = match grown.then(|| self.perf_maps.remove(&pid)).flatten() {
+            Some(c) => (Some(c.map), c.parsed),
+            None => (None, 0),
         };
         let (tail, parsed) = perfmap::parse_complete_lines(&file, from, stamp.size);
         self.misses.perf_map_malformed_lines += tail.malformed_lines;
         let map = match base {
-            Some(b) => b.merged(tail),
+            Some(b) => {
+                let mut b = Arc::try_unwrap(b).unwrap_or_else(|shared| (*shared).clone());
+                b.merge(tail);
+                b
+            }
             None => tail,
         };
         self.cache_perf_map(pid, Some(stamp), parsed, map, now)
@@ -879,7 +893,7 @@ impl Symbolizer {
         let idle: Vec<PathBuf> = self
             .elf_last_used
             .iter()
-            .filter(|(_, t)| now.duration_since(**t) >= IDLE_EVICT)
+            .filter(|(_, t)| now.duration_since(**t) >= ELF_IDLE_EVICT)
             .map(|(p, _)| p.clone())
             .collect();
         for path in idle {

@@ -789,11 +789,20 @@ fn builder_thread(jobs: mpsc::Receiver<BuildJob>, done: mpsc::Sender<Built>) {
             BuildSource::File(path) => read_capped(&path).and_then(|b| build(&b)),
             BuildSource::Vdso => own_vdso().and_then(|b| build(&b)),
         };
+        let elapsed = started.elapsed();
+        // A build's scratch (parsed CFI of a large library: tens of MiB)
+        // is freed by now; give its pages back rather than keep the peak
+        // resident. Builds are rare (a new binary), a trim is a millisecond.
+        #[cfg(target_env = "gnu")]
+        // SAFETY: malloc_trim only releases free heap memory.
+        unsafe {
+            libc::malloc_trim(0);
+        }
         if done
             .send(Built {
                 id: job.id,
                 result,
-                elapsed: started.elapsed(),
+                elapsed,
             })
             .is_err()
         {

@@ -12,7 +12,7 @@ fn sample(pid: u32, user_ips: Vec<u64>) -> RawSample {
         comm: "test".into(),
         kernel: RawStack::None,
         user: RawStack::Ips {
-            ips: user_ips,
+            ips: user_ips.into(),
             end: emberd::collect::StackEnd::Root,
         },
         count: 1,
