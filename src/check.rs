@@ -267,7 +267,7 @@ pub fn run() -> Vec<Item> {
         detail: if ptrace {
             "can read other users' /proc/PID/maps and binaries".into()
         } else {
-            "without CAP_SYS_PTRACE other users' frames show as [exited]+0xADDR".into()
+            "without CAP_SYS_PTRACE other users' frames show as [exited]".into()
         },
     });
     let tracefs = std::fs::read_to_string("/proc/mounts")
