@@ -1007,12 +1007,6 @@ impl EventSampler {
             self.options.max_block_ns + 2_000_000_000
         };
         let horizon = ktime_ns().saturating_sub(keep);
-        let batch = stacks
-            .lookup_batch(stacks.max_entries().min(1024), MapFlags::ANY, MapFlags::ANY)
-            .map_err(|source| CollectError::Drain {
-                map: "event_stacks",
-                source,
-            })?;
         // Requests in flight hold their stacks until they complete, however
         // long that takes.
         let in_flight = &self.skel.maps.io_in_flight;
@@ -1030,16 +1024,17 @@ impl EventSampler {
                 }
             }
         }
-        let stale: Vec<Vec<u8>> = batch
-            .filter(|(k, v)| {
-                stack::last_used(v).is_some_and(|used| used < horizon)
-                    && !k
-                        .get(..8)
-                        .and_then(|b| b.try_into().ok())
-                        .is_some_and(|b| held.contains(&u64::from_ne_bytes(b)))
-            })
-            .map(|(k, _)| k)
-            .collect();
+        let mut stale: Vec<Vec<u8>> = Vec::new();
+        super::batch_each(stacks, false, |k, v| {
+            if stack::last_used(v).is_some_and(|used| used < horizon)
+                && !k
+                    .get(..8)
+                    .and_then(|b| b.try_into().ok())
+                    .is_some_and(|b| held.contains(&u64::from_ne_bytes(b)))
+            {
+                stale.push(k.to_vec());
+            }
+        });
         for k in stale {
             let _ = stacks.delete(&k);
         }

@@ -434,17 +434,11 @@ fn drain_buffer(counts: &MapMut<'_>, stacks: &MapMut<'_>) -> Result<Drain, Colle
     // The buffer has no writers now: take every stack it holds, which also
     // frees the stacks of samples whose count could not be inserted.
     let mut stored: HashMap<u64, RawStack> = HashMap::new();
-    let batch = stacks
-        .lookup_and_delete_batch(stacks.max_entries().min(1024), MapFlags::ANY, MapFlags::ANY)
-        .map_err(|source| CollectError::Drain {
-            map: "stacks",
-            source,
-        })?;
-    for (k, v) in batch {
-        if let (Some(k), Some(s)) = (k.get(..8), stack::parse_stored(&v)) {
+    batch_each(stacks, true, |k, v| {
+        if let (Some(k), Some(s)) = (k.get(..8), stack::parse_stored(v)) {
             stored.insert(u64::from_ne_bytes(k.try_into().expect("8 bytes")), s);
         }
-    }
+    });
     // Whatever the batch iterator left behind (it stops silently on errors).
     for k in stacks.keys().collect::<Vec<_>>() {
         if let (Some(key), Ok(Some(v))) = (k.get(..8), stacks.lookup(&k, MapFlags::ANY))
@@ -493,10 +487,7 @@ pub(crate) fn drain_counts<K: plain::Plain + Copy>(
         Some((key, val))
     };
     // One syscall for the whole map in the common case.
-    let batch = counts
-        .lookup_and_delete_batch(counts.max_entries().min(1024), MapFlags::ANY, MapFlags::ANY)
-        .map_err(|source| CollectError::Drain { map: name, source })?;
-    out.extend(batch.filter_map(|(k, v)| parse(&k, &v)));
+    batch_each(counts, true, |k, v| out.extend(parse(k, v)));
     // libbpf-rs's batch iterator stops silently on an error; whatever it left
     // behind is drained key by key so nothing is lost.
     let rest: Vec<Vec<u8>> = counts.keys().collect();
@@ -512,20 +503,130 @@ pub(crate) fn drain_counts<K: plain::Plain + Copy>(
     Ok(out)
 }
 
+/// Calls `each` with every key and value of `map`, read in batches of up to
+/// 1024 (and deleted with `delete`), into two buffers for the whole walk:
+/// libbpf-rs's batch iterator copies each key and value into vectors of
+/// their own, a fifth of the idle collector's allocation calls. Stops at
+/// the map's end or at the first error other than an interrupted call:
+/// callers drain what is left key by key.
+pub(crate) fn batch_each(map: &impl MapCore, delete: bool, mut each: impl FnMut(&[u8], &[u8])) {
+    let count = map.max_entries().clamp(1, 1024) as usize;
+    // Hash maps take a batch position at least 4 bytes long.
+    let key_size = (map.key_size() as usize).max(4);
+    let value_size = map.value_size() as usize;
+    let mut keys = vec![0u8; key_size * count];
+    let mut values = vec![0u8; value_size * count];
+    let mut prev = vec![0u8; key_size];
+    let mut next = vec![0u8; key_size];
+    let mut first = true;
+    let opts = libbpf_rs::libbpf_sys::bpf_map_batch_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_batch_opts>() as _,
+        ..Default::default()
+    };
+    loop {
+        let mut n = count as u32;
+        let op = if delete {
+            libbpf_rs::libbpf_sys::bpf_map_lookup_and_delete_batch
+        } else {
+            libbpf_rs::libbpf_sys::bpf_map_lookup_batch
+        };
+        // SAFETY: every buffer is as large as `count` entries (or one
+        // batch position) of the sizes the map was created with.
+        let ret = unsafe {
+            op(
+                map.as_fd().as_raw_fd(),
+                if first {
+                    std::ptr::null_mut()
+                } else {
+                    prev.as_mut_ptr().cast()
+                },
+                next.as_mut_ptr().cast(),
+                keys.as_mut_ptr().cast(),
+                values.as_mut_ptr().cast(),
+                &mut n,
+                &opts,
+            )
+        };
+        let end = if ret != 0 {
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                // The map's end: the count returned is still right.
+                Some(libc::ENOENT) => true,
+                _ => return,
+            }
+        } else {
+            false
+        };
+        let n = (n as usize).min(count);
+        for i in 0..n {
+            each(
+                &keys[i * key_size..i * key_size + map.key_size() as usize],
+                &values[i * value_size..(i + 1) * value_size],
+            );
+        }
+        if end || n < count {
+            return;
+        }
+        std::mem::swap(&mut prev, &mut next);
+        first = false;
+    }
+}
+
 /// Entry `index` of a per-CPU array of u64 counters, summed over CPUs.
 pub(crate) fn percpu_sum(
     map: &impl MapCore,
     name: &'static str,
     index: u32,
 ) -> Result<u64, CollectError> {
-    let per_cpu = map
-        .lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)
-        .map_err(|source| CollectError::Drain { map: name, source })?
-        .unwrap_or_default();
-    Ok(per_cpu
-        .iter()
-        .filter_map(|b| Some(u64::from_ne_bytes(b.get(..8)?.try_into().ok()?)))
-        .sum())
+    if map.value_size() != 8 {
+        let per_cpu = map
+            .lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|source| CollectError::Drain { map: name, source })?
+            .unwrap_or_default();
+        return Ok(per_cpu
+            .iter()
+            .filter_map(|b| Some(u64::from_ne_bytes(b.get(..8)?.try_into().ok()?)))
+            .sum());
+    }
+    // Into one buffer of a u64 per possible CPU: libbpf-rs's per-CPU
+    // lookup makes a vector per CPU, and the counters are read at every
+    // drain (a tenth of the idle collector's allocation calls).
+    thread_local! {
+        static VALUES: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    // SAFETY: a plain libbpf query.
+    let cpus = unsafe { libbpf_rs::libbpf_sys::libbpf_num_possible_cpus() };
+    let cpus = usize::try_from(cpus).map_err(|_| CollectError::Drain {
+        map: name,
+        source: libbpf_rs::Error::from(std::io::Error::from_raw_os_error(-cpus)),
+    })?;
+    VALUES.with(|values| {
+        let mut values = values.borrow_mut();
+        values.clear();
+        values.resize(cpus, 0);
+        let key = index;
+        // SAFETY: the key is the map's 4-byte index; the buffer holds one
+        // 8-byte value per possible CPU, as the kernel writes for a per-CPU
+        // map of 8-byte values.
+        let ret = unsafe {
+            libbpf_rs::libbpf_sys::bpf_map_lookup_elem(
+                map.as_fd().as_raw_fd(),
+                (&raw const key).cast(),
+                values.as_mut_ptr().cast(),
+            )
+        };
+        if ret != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::ENOENT) {
+                return Ok(0);
+            }
+            return Err(CollectError::Drain {
+                map: name,
+                source: libbpf_rs::Error::from(err),
+            });
+        }
+        Ok(values.iter().sum())
+    })
 }
 
 /// Empties a map keyed by tgid key by key and returns its pids (what a
