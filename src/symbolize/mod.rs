@@ -955,9 +955,16 @@ fn single(name: impl Into<Arc<str>>, kind: FrameKind) -> Arc<[Frame]> {
 /// a call at a function's very end (noreturn) in the right function and
 /// inline scope.
 fn lookup_addrs(ips: &[u64]) -> impl Iterator<Item = u64> + '_ {
-    ips.iter()
-        .enumerate()
-        .map(|(i, &ip)| if i == 0 { ip } else { ip.saturating_sub(1) })
+    (0..ips.len()).map(|i| lookup_addr(ips, i))
+}
+
+/// Entry `i` of [`lookup_addrs`].
+fn lookup_addr(ips: &[u64], i: usize) -> u64 {
+    if i == 0 {
+        ips[0]
+    } else {
+        ips[i].saturating_sub(1)
+    }
 }
 
 /// Functions a process or thread starts in: a stack that reaches one is complete.
@@ -1011,20 +1018,24 @@ fn push_stack(
         RawStack::None => {}
         RawStack::Lost => frames.push(Frame::new("[lost]", FrameKind::Marker)),
         RawStack::Ips { ips, end } => {
-            let mut addrs: Vec<u64> = lookup_addrs(ips).collect();
+            // Walked by index, not collected: a vector per stack was an
+            // allocation per drained key.
+            let mut len = ips.len();
             if *end == StackEnd::NotReady {
                 // Frame pointers over a frameless binary read data as return
                 // addresses: keep the frames up to the first one in no mapping.
-                if let Some(i) = addrs.iter().position(|&a| {
+                if let Some(i) = lookup_addrs(ips).position(|a| {
                     name(a).is_some_and(|f| f.iter().any(|f| f.name.starts_with("[unmapped]")))
                 }) {
-                    addrs.truncate(i.max(1));
+                    len = len.min(i.max(1));
                 }
             }
-            if let Some(marker) = end_marker(*end, addrs.last().and_then(|&a| name(a))) {
+            let addr_at = |i: usize| lookup_addr(ips, i);
+            let outermost = len.checked_sub(1).map(addr_at).and_then(&mut name);
+            if let Some(marker) = end_marker(*end, outermost) {
                 frames.push(Frame::new(marker, FrameKind::Marker));
             }
-            for addr in addrs.into_iter().rev() {
+            for addr in (0..len).rev().map(addr_at) {
                 match name(addr) {
                     Some(f) => frames.extend(f.iter().cloned()),
                     None => {

@@ -28,15 +28,19 @@ pub enum Refusal {
     /// The path could not be opened inside the process's root (a symlink
     /// out of it, a loop, no permission).
     Unresolvable,
+    /// Last written before the process started: another process's file
+    /// under a reused pid (runtimes leave their perf maps behind).
+    Stale,
 }
 
 impl Refusal {
     /// Every reason, for metrics.
-    pub const ALL: [Refusal; 4] = [
+    pub const ALL: [Refusal; 5] = [
         Refusal::NotRegular,
         Refusal::WrongOwner,
         Refusal::TooLarge,
         Refusal::Unresolvable,
+        Refusal::Stale,
     ];
 
     /// The `reason` label in `/metrics`.
@@ -46,6 +50,7 @@ impl Refusal {
             Refusal::WrongOwner => "wrong_owner",
             Refusal::TooLarge => "too_large",
             Refusal::Unresolvable => "unresolvable",
+            Refusal::Stale => "older_than_process",
         }
     }
 }
@@ -86,7 +91,33 @@ pub fn open_in_root(pid: Pid, rel: &Path, max_bytes: u64) -> Opened {
     if meta.len() > max_bytes {
         return Opened::Refused(Refusal::TooLarge);
     }
+    // A second of slack: file times and the start time have different
+    // granularities.
+    if process_start(pid).is_some_and(|start| meta.mtime() + 1 < start) {
+        return Opened::Refused(Refusal::Stale);
+    }
     Opened::File { file, meta }
+}
+
+/// When the process started, in unix seconds: the boot time plus its start
+/// in clock ticks since boot (`/proc/PID/stat` field 22).
+fn process_start(pid: Pid) -> Option<i64> {
+    static BOOT: std::sync::OnceLock<Option<i64>> = std::sync::OnceLock::new();
+    let boot = (*BOOT.get_or_init(|| {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        stat.lines()
+            .find_map(|l| l.strip_prefix("btime "))?
+            .trim()
+            .parse()
+            .ok()
+    }))?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the name, which may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let ticks: i64 = rest.split_whitespace().nth(19)?.parse().ok()?;
+    // SAFETY: sysconf only reads a system constant.
+    let hz = i64::from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as i32).max(1);
+    Some(boot + ticks / hz)
 }
 
 /// `openat2(/proc/PID/root, rel, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`,

@@ -67,6 +67,44 @@ fn perf_map_is_read_and_reloaded() {
     assert_eq!(&*out[0].frames[0].name, "LazyCompile:*second x.js:1");
 }
 
+/// A perf map last written before its process started belongs to an
+/// earlier process under the same pid (runtimes leave their maps in /tmp,
+/// and pids wrap): it is refused as stale, and the address stays unnamed.
+#[test]
+fn perf_map_older_than_its_process_is_refused() {
+    let w = Workload::spawn(Command::new("sleep").arg("30"));
+    let pid = w.pid();
+    let addr = anon_addr(pid);
+    let dir = scratch().join("stale-perfmaps");
+    std::fs::create_dir_all(&dir).unwrap();
+    let map = dir.join(format!("perf-{pid}.map"));
+    std::fs::write(
+        &map,
+        format!("0x{addr:016x} 0x100 LazyCompile:*left_behind x.js:1\n"),
+    )
+    .unwrap();
+    // Written an hour before the process started.
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&map)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let mut options = SymbolizerOptions::default();
+    options.perf_map_dir = dir.clone();
+    let mut sym = Symbolizer::new(options);
+    let out = sym.symbolize(vec![sample(pid, vec![addr + 0x10])]);
+    let name = out[0].frames[0].to_string();
+    assert!(!name.contains("left_behind"), "{name}");
+    let stale = sym
+        .misses()
+        .perf_map_refused
+        .get(&emberd::symbolize::untrusted::Refusal::Stale)
+        .copied();
+    assert_eq!(stale, Some(1), "{:?}", sym.misses().perf_map_refused);
+}
+
 /// Addresses no source can name become `module+0xoffset`, never `[unknown]`:
 /// an address in a file without a symbol there, an unmapped one, one of a
 /// process that is gone.
