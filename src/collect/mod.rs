@@ -579,14 +579,11 @@ pub(crate) fn percpu_sum(
     index: u32,
 ) -> Result<u64, CollectError> {
     if map.value_size() != 8 {
-        let per_cpu = map
-            .lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)
-            .map_err(|source| CollectError::Drain { map: name, source })?
-            .unwrap_or_default();
-        return Ok(per_cpu
-            .iter()
-            .filter_map(|b| Some(u64::from_ne_bytes(b.get(..8)?.try_into().ok()?)))
-            .sum());
+        return Err(CollectError::Drain {
+            map: name,
+            // Every counter array emberd's programs define holds u64s.
+            source: libbpf_rs::Error::from(std::io::Error::from_raw_os_error(libc::EINVAL)),
+        });
     }
     // Into one buffer of a u64 per possible CPU: libbpf-rs's per-CPU
     // lookup makes a vector per CPU, and the counters are read at every

@@ -818,16 +818,20 @@ impl Symbolizer {
             size: meta.len(),
             mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
         };
-        let cached = self.perf_maps.get_mut(&pid);
-        if let Some(c) = &cached
+        if let Some(c) = self.perf_maps.get_mut(&pid)
             && c.stamp == Some(stamp)
         {
-            let c = self.perf_maps.get_mut(&pid).expect("just found");
             c.last_used = now;
             return c.map.clone();
         }
+        if untrusted::older_than_process(pid, &meta) {
+            let r = untrusted::Refusal::Stale;
+            *self.misses.perf_map_refused.entry(r).or_default() += 1;
+            tracing::debug!("perf map of pid {pid} refused: {}", r.label());
+            return self.cache_perf_map(pid, None, 0, PerfMap::default(), now);
+        }
         // The same file, grown: parse only what was appended.
-        let grown = cached.is_some_and(|c| {
+        let grown = self.perf_maps.get(&pid).is_some_and(|c| {
             c.stamp
                 .is_some_and(|s| s.dev == stamp.dev && s.ino == stamp.ino && s.size <= stamp.size)
         });

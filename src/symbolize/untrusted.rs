@@ -91,12 +91,15 @@ pub fn open_in_root(pid: Pid, rel: &Path, max_bytes: u64) -> Opened {
     if meta.len() > max_bytes {
         return Opened::Refused(Refusal::TooLarge);
     }
-    // A second of slack: file times and the start time have different
-    // granularities.
-    if process_start(pid).is_some_and(|start| meta.mtime() + 1 < start) {
-        return Opened::Refused(Refusal::Stale);
-    }
     Opened::File { file, meta }
+}
+
+/// Whether a file opened for process `pid` was last written before the
+/// process started (with a second of slack: file times and the start time
+/// have different granularities). Asked only when the file is to be
+/// parsed, not on every open.
+pub fn older_than_process(pid: Pid, meta: &std::fs::Metadata) -> bool {
+    process_start(pid).is_some_and(|start| meta.mtime() + 1 < start)
 }
 
 /// When the process started, in unix seconds: the boot time plus its start
