@@ -10,6 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use regex::{Regex, RegexBuilder};
 
 use crate::profile::{FoldedStack, Grouping, Profile};
+use crate::render::palette::Palette;
 use crate::store::{QueryResult, Selection};
 
 pub mod compare;
@@ -194,14 +195,12 @@ impl Event {
     }
 
     /// The default palette, after flamegraph.pl's habits.
-    pub fn palette(self) -> inferno::flamegraph::Palette {
-        use inferno::flamegraph::Palette;
-        use inferno::flamegraph::color::{BasicPalette, MultiPalette};
+    pub fn palette(self) -> Palette {
         match self {
-            Event::Cpu | Event::HotCold => Palette::Multi(MultiPalette::Java),
-            Event::OffCpu => Palette::Basic(BasicPalette::Io),
-            Event::Wakeup => Palette::Multi(MultiPalette::Wakeup),
-            Event::OffWake => Palette::Basic(BasicPalette::Aqua),
+            Event::Cpu | Event::HotCold => Palette::Java,
+            Event::OffCpu => Palette::Io,
+            Event::Wakeup => Palette::Wakeup,
+            Event::OffWake => Palette::Aqua,
             Event::PageFault
             | Event::Brk
             | Event::Mmap
@@ -209,8 +208,8 @@ impl Event {
             | Event::Malloc
             | Event::MallocObjects
             | Event::MallocInUse
-            | Event::MallocInUseObjects => Palette::Basic(BasicPalette::Mem),
-            Event::BlockIo => Palette::Basic(BasicPalette::Io),
+            | Event::MallocInUseObjects => Palette::Mem,
+            Event::BlockIo => Palette::Io,
         }
     }
 }
@@ -220,8 +219,8 @@ impl Event {
 pub struct SvgParams {
     /// `title`.
     pub title: Option<String>,
-    /// `colors`: an inferno/flamegraph.pl palette name.
-    pub colors: Option<inferno::flamegraph::Palette>,
+    /// `colors`: a flamegraph.pl palette name.
+    pub colors: Option<Palette>,
     /// `hash`: colour by function name hash.
     pub hash: bool,
     /// `inverted`: icicle graph.
@@ -370,28 +369,43 @@ impl Query {
         };
         let svg = SvgParams {
             title: get("title").map(|t| {
-                if t.len() > 512 { t[..t.floor_char_boundary(512)].to_owned() } else { t.to_owned() }
+                if t.len() > 512 {
+                    t[..t.floor_char_boundary(512)].to_owned()
+                } else {
+                    t.to_owned()
+                }
             }),
             colors: get("colors")
-                .map(|c| {
-                    c.parse::<inferno::flamegraph::Palette>().map_err(|_| {
-                        bad("colors", format!("unknown palette {c:?}; use e.g. hot, mem, io, wakeup, java, js, perl, python, rust, aqua, blue, green, red, yellow, purple, orange"))
-                    })
-                })
+                .map(|c| c.parse::<Palette>().map_err(|e| bad("colors", e)))
                 .transpose()?,
-            hash: get("hash").map(|v| parse_bool("hash", v)).transpose()?.unwrap_or(false),
-            inverted: get("inverted").map(|v| parse_bool("inverted", v)).transpose()?.unwrap_or(false),
-            reverse: get("reverse").map(|v| parse_bool("reverse", v)).transpose()?.unwrap_or(false),
+            hash: get("hash")
+                .map(|v| parse_bool("hash", v))
+                .transpose()?
+                .unwrap_or(false),
+            inverted: get("inverted")
+                .map(|v| parse_bool("inverted", v))
+                .transpose()?
+                .unwrap_or(false),
+            reverse: get("reverse")
+                .map(|v| parse_bool("reverse", v))
+                .transpose()?
+                .unwrap_or(false),
             minwidth: get("minwidth")
                 .map(|v| match v.parse::<f64>() {
                     Ok(w) if w.is_finite() && (0.0..=10_000.0).contains(&w) => Ok(w),
-                    _ => Err(bad("minwidth", format!("{v:?} is not a width in pixels (0-10000)"))),
+                    _ => Err(bad(
+                        "minwidth",
+                        format!("{v:?} is not a width in pixels (0-10000)"),
+                    )),
                 })
                 .transpose()?,
             width: get("width")
                 .map(|v| match v.parse::<usize>() {
                     Ok(w) if (100..=100_000).contains(&w) => Ok(w),
-                    _ => Err(bad("width", format!("{v:?} is not a width in pixels (100-100000)"))),
+                    _ => Err(bad(
+                        "width",
+                        format!("{v:?} is not a width in pixels (100-100000)"),
+                    )),
                 })
                 .transpose()?,
         };
@@ -452,14 +466,26 @@ impl Query {
         }
         let mut stack_text: crate::store::FastMap<crate::store::StackId, String> =
             Default::default();
+        // A frame's text is made once, however many stacks hold it.
+        let mut frame_text: crate::store::FastMap<crate::store::FrameId, String> =
+            Default::default();
         let mut name = String::new();
         for ((key, stack), value) in merged {
             let frames = stack_text.entry(stack).or_insert_with(|| {
                 let mut text = String::new();
-                for f in result.frames(stack) {
-                    name.clear();
-                    let _ = write!(name, "{f}{suffix}");
-                    FoldedStack::push_frame(&mut text, &name);
+                for &id in result.frame_ids(stack) {
+                    let Some(f) = result.frame(id) else { continue };
+                    let part = frame_text.entry(id).or_insert_with(|| {
+                        let mut part = String::new();
+                        name.clear();
+                        let _ = write!(name, "{f}{suffix}");
+                        FoldedStack::push_frame(&mut part, &name);
+                        part
+                    });
+                    if !text.is_empty() {
+                        text.push(';');
+                    }
+                    text.push_str(part);
                 }
                 text
             });

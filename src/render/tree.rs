@@ -171,6 +171,20 @@ fn add(into: &mut [u64], values: &[u64]) {
 /// Escapes text for SVG content and attribute values.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
+    escape_into(&mut out, s);
+    out
+}
+
+/// Appends `s` to `out` escaped as [`escape`] does, without a copy when
+/// nothing needs escaping (most frame names).
+pub fn escape_into(out: &mut String, s: &str) {
+    let plain = s
+        .bytes()
+        .all(|b| b >= 0x20 && !matches!(b, b'&' | b'<' | b'>' | b'"' | b'\'' | 0xef));
+    if plain {
+        out.push_str(s);
+        return;
+    }
     for c in s.chars() {
         match c {
             '&' => out.push_str("&amp;"),
@@ -184,7 +198,6 @@ pub fn escape(s: &str) -> String {
             c => out.push(c),
         }
     }
-    out
 }
 
 /// The label that fits `width_px` at 12 px Verdana (flamegraph.pl's

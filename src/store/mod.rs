@@ -246,11 +246,20 @@ pub struct QueryResult {
 impl QueryResult {
     /// The frames of a stack, root first.
     pub fn frames(&self, stack: StackId) -> impl Iterator<Item = &Frame> {
-        self.stacks
-            .get(&stack)
-            .into_iter()
-            .flat_map(|ids| ids.iter())
+        self.frame_ids(stack)
+            .iter()
             .filter_map(|f| self.frames.get(f))
+    }
+
+    /// The interned ids of a stack's frames, root first: a frame shared by
+    /// many stacks has one id, so per-frame work can be done once.
+    pub fn frame_ids(&self, stack: StackId) -> &[FrameId] {
+        self.stacks.get(&stack).map_or(&[], |ids| ids)
+    }
+
+    /// The frame an id names.
+    pub fn frame(&self, id: FrameId) -> Option<&Frame> {
+        self.frames.get(&id)
     }
 }
 

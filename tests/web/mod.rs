@@ -395,3 +395,93 @@ fn web_page_selects_phases_from_the_history() {
     let r = d.get("/heatmap.json?event=hotcold");
     assert_eq!(r.status, 400, "{}", r.text());
 }
+
+/// The daemon's SVG flame graph in a real browser: the 70/30 workload's
+/// frames in proportion, a click zooms to a frame (its callers fade and stay
+/// full width, everything beside it goes), Reset Zoom undoes it, and a
+/// search reports the share of samples under the matching frames.
+#[test]
+fn flamegraph_svg_zooms_and_searches_in_a_browser() {
+    require_root();
+    let bin = build_c("cpu_70_30");
+    let d = Daemon::start(&[], &[]);
+    let _w = Workload::spawn(Command::new(&bin).arg("8"));
+    wait(6_000);
+    let b = Browser::start();
+    b.goto(&format!(
+        "http://127.0.0.1:{}/flamegraph.svg?seconds=5&comm=%5Ecpu_70_30%24",
+        d.port
+    ));
+    // Share of the graph's width per function, and the root's width.
+    let widths = |b: &Browser| {
+        b.eval(
+            "var out = {};
+             var gs = document.querySelectorAll('#frames > g');
+             for (var i = 0; i < gs.length; i++) {
+               var t = gs[i].querySelector('title').textContent;
+               var name = t.slice(0, t.lastIndexOf(' ('));
+               var hidden = gs[i].classList.contains('hide');
+               out[name] = hidden ? -1 : gs[i].querySelector('rect').getBBox().width;
+             }
+             return out;",
+        )
+    };
+    let w = widths(&b);
+    let full = w["all"].as_f64().expect("a root frame");
+    let (a, bw) = (w["hot_a"].as_f64().unwrap(), w["hot_b"].as_f64().unwrap());
+    assert!(full > 1100.0, "root spans the graph: {w}");
+    let share = a / (a + bw);
+    assert!(
+        (0.6..0.8).contains(&share),
+        "hot_a is ~70% of hot_a + hot_b: {share:.2} ({w})"
+    );
+
+    // Zoom to hot_b with a real click.
+    b.eval(
+        "var gs = document.querySelectorAll('#frames > g');
+         for (var i = 0; i < gs.length; i++)
+           if (gs[i].querySelector('title').textContent.indexOf('hot_b (') === 0) gs[i].id = 'zoom-me';",
+    );
+    b.click("#zoom-me");
+    let z = widths(&b);
+    assert!(
+        (z["hot_b"].as_f64().unwrap() - full).abs() < 1.0,
+        "hot_b fills the width: {z}"
+    );
+    assert_eq!(z["hot_a"].as_f64(), Some(-1.0), "hot_a is hidden: {z}");
+    assert!((z["all"].as_f64().unwrap() - full).abs() < 1.0);
+    assert_eq!(
+        b.eval("return document.querySelector('#frames > g.parent') !== null && !document.getElementById('unzoom').classList.contains('hide');"),
+        Value::Bool(true),
+        "callers fade, Reset Zoom shows"
+    );
+    b.click("#unzoom");
+    let u = widths(&b);
+    assert!(
+        (u["hot_a"].as_f64().unwrap() - a).abs() < 0.5,
+        "unzoomed: {u}"
+    );
+
+    // Search: the prompt answered with a regex.
+    b.eval("window.prompt = function () { return '^hot_a$'; };");
+    b.click("#search");
+    let matched = b.eval("return document.getElementById('matched').textContent;");
+    let pct: f64 = matched
+        .as_str()
+        .and_then(|s| s.strip_prefix("Matched: "))
+        .and_then(|s| s.strip_suffix('%'))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no match share: {matched}"));
+    assert!(
+        (pct - 100.0 * a / full).abs() < 1.0,
+        "{pct}% vs {}",
+        100.0 * a / full
+    );
+    // The browser asks for /favicon.ico by itself for a bare SVG document.
+    let errors: Vec<String> = b
+        .console_errors()
+        .into_iter()
+        .filter(|e| !e.contains("/favicon.ico"))
+        .collect();
+    assert_eq!(errors, Vec::<String>::new(), "no console errors");
+}
