@@ -408,10 +408,18 @@ fn collect_loop(
         for (kind, s) in batch.events {
             by_kind.entry(kind).or_default().push(s);
         }
+        let mut stored = Vec::new();
         for (kind, st) in event_stores.iter() {
             let samples = by_kind.remove(kind).unwrap_or_default();
             add(&mut st.write().unwrap_or_else(|e| e.into_inner()), &samples);
+            stored.push(samples);
         }
+        pipeline.recycle(
+            batch
+                .samples
+                .into_iter()
+                .chain(stored.into_iter().flatten()),
+        );
         if drains.is_multiple_of(60) && tracing::enabled!(tracing::Level::DEBUG) {
             let show = |name: &str, st: &RwLock<Store>| {
                 let s = st.read().unwrap_or_else(|e| e.into_inner()).stats();

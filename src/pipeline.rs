@@ -294,6 +294,15 @@ impl Pipeline {
         self.events_drain_failures
     }
 
+    /// Hands stored samples back for their frame vectors to be reused
+    /// (see [`Symbolizer::recycle`]).
+    pub fn recycle(
+        &mut self,
+        samples: impl IntoIterator<Item = crate::symbolize::SymbolizedSample>,
+    ) {
+        self.symbolizer.recycle(samples);
+    }
+
     /// Bytes of the symbolizer's caches: (perf maps, symbols, snapshots).
     pub fn cache_bytes(&self) -> (usize, usize, usize) {
         self.symbolizer.cache_bytes()

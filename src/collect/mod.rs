@@ -434,13 +434,20 @@ fn drain_buffer(counts: &MapMut<'_>, stacks: &MapMut<'_>) -> Result<Drain, Colle
     // The buffer has no writers now: take every stack it holds, which also
     // frees the stacks of samples whose count could not be inserted.
     let mut stored: HashMap<u64, RawStack> = HashMap::new();
-    batch_each(stacks, true, |k, v| {
+    let complete = batch_each(stacks, true, |k, v| {
         if let (Some(k), Some(s)) = (k.get(..8), stack::parse_stored(v)) {
             stored.insert(u64::from_ne_bytes(k.try_into().expect("8 bytes")), s);
         }
     });
-    // Whatever the batch iterator left behind (it stops silently on errors).
-    for k in stacks.keys().collect::<Vec<_>>() {
+    // Whatever the batch left behind after an error. Only then: walking an
+    // empty hash map for its first key visits every bucket, a tenth of the
+    // daemon's CPU when done after every batch.
+    let rest = if complete {
+        Vec::new()
+    } else {
+        stacks.keys().collect::<Vec<_>>()
+    };
+    for k in rest {
         if let (Some(key), Ok(Some(v))) = (k.get(..8), stacks.lookup(&k, MapFlags::ANY))
             && let Some(s) = stack::parse_stored(&v)
         {
@@ -487,10 +494,14 @@ pub(crate) fn drain_counts<K: plain::Plain + Copy>(
         Some((key, val))
     };
     // One syscall for the whole map in the common case.
-    batch_each(counts, true, |k, v| out.extend(parse(k, v)));
-    // libbpf-rs's batch iterator stops silently on an error; whatever it left
-    // behind is drained key by key so nothing is lost.
-    let rest: Vec<Vec<u8>> = counts.keys().collect();
+    let complete = batch_each(counts, true, |k, v| out.extend(parse(k, v)));
+    // After an error, whatever the batch left behind is drained key by key
+    // so nothing is lost (see drain_buffer for why not always).
+    let rest: Vec<Vec<u8>> = if complete {
+        Vec::new()
+    } else {
+        counts.keys().collect()
+    };
     for k in rest {
         if let Some(v) = counts
             .lookup(&k, MapFlags::ANY)
@@ -507,9 +518,14 @@ pub(crate) fn drain_counts<K: plain::Plain + Copy>(
 /// 1024 (and deleted with `delete`), into two buffers for the whole walk:
 /// libbpf-rs's batch iterator copies each key and value into vectors of
 /// their own, a fifth of the idle collector's allocation calls. Stops at
-/// the map's end or at the first error other than an interrupted call:
-/// callers drain what is left key by key.
-pub(crate) fn batch_each(map: &impl MapCore, delete: bool, mut each: impl FnMut(&[u8], &[u8])) {
+/// the map's end, returning true, or at the first error other than an
+/// interrupted call, returning false: callers then drain what is left key
+/// by key.
+pub(crate) fn batch_each(
+    map: &impl MapCore,
+    delete: bool,
+    mut each: impl FnMut(&[u8], &[u8]),
+) -> bool {
     let count = map.max_entries().clamp(1, 1024) as usize;
     // Hash maps take a batch position at least 4 bytes long.
     let key_size = (map.key_size() as usize).max(4);
@@ -552,7 +568,7 @@ pub(crate) fn batch_each(map: &impl MapCore, delete: bool, mut each: impl FnMut(
                 Some(libc::EINTR) => continue,
                 // The map's end: the count returned is still right.
                 Some(libc::ENOENT) => true,
-                _ => return,
+                _ => return false,
             }
         } else {
             false
@@ -565,7 +581,7 @@ pub(crate) fn batch_each(map: &impl MapCore, delete: bool, mut each: impl FnMut(
             );
         }
         if end || n < count {
-            return;
+            return true;
         }
         std::mem::swap(&mut prev, &mut next);
         first = false;

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use libbpf_rs::{MapCore, MapFlags};
+use libbpf_rs::MapCore;
 
 use super::{CollectError, RawStack};
 
@@ -137,16 +137,44 @@ pub(crate) fn stack_by_key(
 
 /// Reads one stack of a stack map by key; a missing key is [`RawStack::Lost`].
 pub(crate) fn read_stored(map: &impl MapCore, key: u64) -> Result<RawStack, CollectError> {
-    let value = map
-        .lookup(&key.to_ne_bytes(), MapFlags::ANY)
-        .map_err(|source| CollectError::Drain {
+    use std::os::fd::AsRawFd;
+    // Into one reused buffer: libbpf-rs's lookup returns a new vector per
+    // call, and every event stack of a drain is read this way.
+    thread_local! {
+        static VALUE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    if map.key_size() != 8 {
+        return Err(CollectError::Drain {
             map: "stacks",
-            source,
-        })?;
-    Ok(value
-        .as_deref()
-        .and_then(parse_stored)
-        .unwrap_or(RawStack::Lost))
+            source: libbpf_rs::Error::from(std::io::Error::from_raw_os_error(libc::EINVAL)),
+        });
+    }
+    VALUE.with(|value| {
+        let mut value = value.borrow_mut();
+        value.clear();
+        value.resize(map.value_size() as usize, 0);
+        let key = key.to_ne_bytes();
+        // SAFETY: the key is the map's 8 bytes; the buffer is as large as
+        // the map's values.
+        let ret = unsafe {
+            libbpf_rs::libbpf_sys::bpf_map_lookup_elem(
+                map.as_fd().as_raw_fd(),
+                key.as_ptr().cast(),
+                value.as_mut_ptr().cast(),
+            )
+        };
+        if ret != 0 {
+            let err = std::io::Error::last_os_error();
+            return match err.raw_os_error() {
+                Some(libc::ENOENT) => Ok(RawStack::Lost),
+                _ => Err(CollectError::Drain {
+                    map: "stacks",
+                    source: libbpf_rs::Error::from(err),
+                }),
+            };
+        }
+        Ok(parse_stored(&value).unwrap_or(RawStack::Lost))
+    })
 }
 
 /// Cumulative counters of one object's user-stack unwinder

@@ -252,7 +252,13 @@ struct MapsSnapshot {
     taken: Instant,
     /// Estimated heap bytes ([`ProcessMaps::approx_bytes`] and the name).
     bytes: usize,
+    /// The pid inside the process's own namespace (names its perf map),
+    /// read once per snapshot when a perf map is first wanted: reading
+    /// `/proc/PID/status` at every drain was a tenth of the idle
+    /// collector's allocation calls.
+    ns_pid: Option<u32>,
 }
+
 /// How long a process's mappings (and name) are trusted without a
 /// re-read. They are read when the process appears or execs, and again
 /// whenever a sampled address falls outside them (a library loaded, a JIT
@@ -264,10 +270,26 @@ pub const MAPS_MAX_AGE: Duration = Duration::from_secs(60);
 pub const RECENT_REFRESH: Duration = Duration::from_secs(2);
 /// New processes tracked for refresh at once.
 const MAX_RECENT: usize = 256;
+/// Names of processes without a snapshot kept at once (see `Symbolizer::comms`).
+const COMMS_MAX: usize = 4096;
+/// Frame vectors kept for reuse (see [`Symbolizer::recycle`]): about one
+/// idle drain's samples; at most 256 x 128 frames of 56 bytes, 1.8 MiB.
+pub const SPARE_FRAMES_MAX: usize = 256;
+/// Largest frame vector kept for reuse, in frames (a deep stack with its
+/// inlined frames; deeper ones are freed).
+pub const SPARE_FRAMES_CAPACITY: usize = 128;
 
 /// Names addresses of sampled stacks; keeps caches across drains.
 pub struct Symbolizer {
     snapshots: HashMap<Pid, MapsSnapshot>,
+    /// Names of processes that have no snapshot (kernel threads have no
+    /// mappings), read from `/proc/PID/comm` and trusted as long as a
+    /// snapshot's name: reading them at every drain was several allocations
+    /// per kernel thread a second. Forgotten when a process is noted anew.
+    comms: HashMap<Pid, (Arc<str>, Instant)>,
+    /// Emptied frame vectors of stored samples, reused for the next
+    /// drain's (see [`Symbolizer::recycle`]).
+    spare_frames: Vec<Vec<Frame>>,
     recent: Vec<(Pid, Instant)>,
     modules: HashMap<FileId, Arc<Module>>,
     blaze: blazesym::symbolize::Symbolizer,
@@ -341,6 +363,8 @@ impl Symbolizer {
         };
         Self {
             snapshots: HashMap::new(),
+            comms: HashMap::new(),
+            spare_frames: Vec::new(),
             snapshot_bytes: 0,
             recent: Vec::new(),
             modules: HashMap::new(),
@@ -382,12 +406,31 @@ impl Symbolizer {
         self.misses.clone()
     }
 
+    /// Takes back the frame vectors of samples that have been stored, so the
+    /// next drain fills them instead of allocating a vector per sample (most
+    /// of the idle collector's allocation calls). Keeps at most
+    /// [`SPARE_FRAMES_MAX`] vectors of at most [`SPARE_FRAMES_CAPACITY`]
+    /// frames: a burst's worth is freed.
+    pub fn recycle(&mut self, samples: impl IntoIterator<Item = SymbolizedSample>) {
+        for s in samples {
+            if self.spare_frames.len() >= SPARE_FRAMES_MAX {
+                break;
+            }
+            let mut frames = s.frames;
+            if frames.capacity() <= SPARE_FRAMES_CAPACITY {
+                frames.clear();
+                self.spare_frames.push(frames);
+            }
+        }
+    }
+
     /// Reads and remembers the mappings of a process that just appeared, so
     /// that its samples can be named even if it exits before the next drain.
     /// A new process is still mapping its libraries (ld.so), so its snapshot
     /// is refreshed by [`Symbolizer::refresh_new_processes`] for a while.
     pub fn note_process(&mut self, pid: Pid) {
         let now = Instant::now();
+        self.comms.remove(&pid);
         self.snapshot(pid, now);
         self.recent.retain(|(p, _)| *p != pid);
         if self.recent.len() < MAX_RECENT {
@@ -447,6 +490,7 @@ impl Symbolizer {
                 comm,
                 taken: now,
                 bytes,
+                ns_pid: None,
             },
         );
         Some(maps)
@@ -499,12 +543,12 @@ impl Symbolizer {
             s.frames.retain(|f| !is_bpf(f));
             if let Some(label) = label {
                 s.frames
-                    .push(Frame::new(format!("[{label}]"), FrameKind::Marker));
+                    .push(shared_frame(&format!("[{label}]"), FrameKind::Marker));
             }
             if waker_iter.peek() == Some(&i) {
                 waker_iter.next();
                 if let Some(w) = named.next() {
-                    s.frames.push(Frame::new("--", FrameKind::Marker));
+                    s.frames.push(shared_frame("--", FrameKind::Marker));
                     s.frames
                         .extend(
                             w.frames
@@ -516,7 +560,8 @@ impl Symbolizer {
                                     f
                                 }),
                         );
-                    s.frames.push(Frame::new(&*w.thread_comm, FrameKind::Waker));
+                    s.frames
+                        .push(shared_frame(&w.thread_comm, FrameKind::Waker));
                 }
             }
             out.push((kind, s));
@@ -548,16 +593,36 @@ impl Symbolizer {
             .map(|s| {
                 let thread_comm = s.comm.clone();
                 let snapshots = &self.snapshots;
+                let comms = &mut self.comms;
+                let spare = &mut self.spare_frames;
                 // A process's name is read with its maps (see
                 // MAPS_MAX_AGE); others (kernel threads, gone processes)
-                // are read now or fall back to what was seen earlier.
+                // are read now (kept as long) or fall back to what was
+                // seen earlier.
                 let process_comm = process_comms
                     .entry(s.pid)
                     .or_insert_with(|| {
                         let snap = snapshots.get(&s.pid);
-                        snap.filter(|m| now.duration_since(m.taken) < MAPS_MAX_AGE)
+                        let fresh = |t: Instant| now.duration_since(t) < MAPS_MAX_AGE;
+                        snap.filter(|m| fresh(m.taken))
                             .and_then(|m| m.comm.clone())
-                            .or_else(|| read_process_comm(s.pid))
+                            .or_else(|| {
+                                comms
+                                    .get(&s.pid)
+                                    .filter(|(_, t)| fresh(*t))
+                                    .map(|(c, _)| c.clone())
+                            })
+                            .or_else(|| {
+                                let c = read_process_comm(s.pid)?;
+                                if comms.len() >= COMMS_MAX {
+                                    comms.retain(|_, (_, t)| fresh(*t));
+                                    if comms.len() >= COMMS_MAX {
+                                        comms.clear();
+                                    }
+                                }
+                                comms.insert(s.pid, (c.clone(), now));
+                                Some(c)
+                            })
                             .or_else(|| snap.and_then(|m| m.comm.clone()))
                             .unwrap_or_else(|| thread_comm.clone())
                     })
@@ -568,7 +633,8 @@ impl Symbolizer {
                     RawStack::Ips { ips, .. } => ips.len() + 1,
                     _ => 1,
                 };
-                let mut frames = Vec::with_capacity(depth(&s.user) + depth(&s.kernel) + 4);
+                let mut frames = spare.pop().unwrap_or_default();
+                frames.reserve(depth(&s.user) + depth(&s.kernel) + 4);
                 let empty = HashMap::new();
                 let names = user_frames.get(&s.pid).unwrap_or(&empty);
                 push_stack(&mut frames, &s.user, |a| names.get(&a).cloned());
@@ -794,7 +860,11 @@ impl Symbolizer {
     /// The perf map of `pid`, read safely (see [`untrusted`]): parsed
     /// whole when new or replaced, and only its appended lines when it grew.
     fn perf_map(&mut self, pid: Pid, now: Instant) -> Arc<PerfMap> {
-        let ns_pid = procmaps::namespace_pid(pid).unwrap_or(pid.0);
+        let read_ns_pid = || procmaps::namespace_pid(pid).unwrap_or(pid.0);
+        let ns_pid = match self.snapshots.get_mut(&pid) {
+            Some(snap) => *snap.ns_pid.get_or_insert_with(read_ns_pid),
+            None => read_ns_pid(),
+        };
         let dir = &self.options.perf_map_dir;
         let rel = dir
             .strip_prefix("/")
@@ -1013,6 +1083,34 @@ fn end_marker(end: StackEnd, outermost: Option<Arc<[Frame]>>) -> Option<String> 
 }
 
 /// Appends one side of a stack root first, with data-quality markers.
+/// A frame of emberd's own (a marker, a waker's thread name) shared by
+/// every sample that carries it: the same few come at every drain, and a
+/// new name for each was two allocations a sample. The table is emptied
+/// when it reaches [`SHARED_FRAMES_MAX`] names.
+fn shared_frame(text: &str, kind: FrameKind) -> Frame {
+    use std::cell::RefCell;
+    thread_local! {
+        // One table per kind: a frame's name is its key, borrowed for lookups.
+        static FRAMES: RefCell<HashMap<FrameKind, HashMap<Arc<str>, Frame>>> = RefCell::default();
+    }
+    FRAMES.with(|frames| {
+        let mut frames = frames.borrow_mut();
+        let table = frames.entry(kind).or_default();
+        if let Some(f) = table.get(text) {
+            return f.clone();
+        }
+        if table.len() >= SHARED_FRAMES_MAX {
+            table.clear();
+        }
+        let f = Frame::new(text, kind);
+        table.insert(f.name.clone(), f.clone());
+        f
+    })
+}
+
+/// Bound of [`shared_frame`]'s table.
+const SHARED_FRAMES_MAX: usize = 1024;
+
 fn push_stack(
     frames: &mut Vec<Frame>,
     stack: &RawStack,
@@ -1020,7 +1118,7 @@ fn push_stack(
 ) {
     match stack {
         RawStack::None => {}
-        RawStack::Lost => frames.push(Frame::new("[lost]", FrameKind::Marker)),
+        RawStack::Lost => frames.push(shared_frame("[lost]", FrameKind::Marker)),
         RawStack::Ips { ips, end } => {
             // Walked by index, not collected: a vector per stack was an
             // allocation per drained key.
@@ -1037,7 +1135,7 @@ fn push_stack(
             let addr_at = |i: usize| lookup_addr(ips, i);
             let outermost = len.checked_sub(1).map(addr_at).and_then(&mut name);
             if let Some(marker) = end_marker(*end, outermost) {
-                frames.push(Frame::new(marker, FrameKind::Marker));
+                frames.push(shared_frame(&marker, FrameKind::Marker));
             }
             for addr in (0..len).rev().map(addr_at) {
                 match name(addr) {
@@ -1048,5 +1146,37 @@ fn push_stack(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marker_frames_are_shared_and_spare_vectors_bounded() {
+        let a = shared_frame("[lost]", FrameKind::Marker);
+        let b = shared_frame("[lost]", FrameKind::Marker);
+        assert!(Arc::ptr_eq(&a.name, &b.name), "one name for every [lost]");
+        let w = shared_frame("[lost]", FrameKind::Waker);
+        assert_eq!(w.kind, FrameKind::Waker, "kinds are kept apart");
+        // SPARE_FRAMES_MAX's memory bound assumes this size.
+        assert!(std::mem::size_of::<Frame>() <= 56);
+
+        let mut s = Symbolizer::new(SymbolizerOptions::default());
+        let sample = |n: usize| SymbolizedSample {
+            pid: Pid(1),
+            tid: crate::collect::Tid(1),
+            thread_comm: "t".into(),
+            process_comm: "p".into(),
+            frames: Vec::with_capacity(n),
+            count: 1,
+            at_ms: None,
+        };
+        s.recycle([sample(8), sample(SPARE_FRAMES_CAPACITY + 1)]);
+        assert_eq!(s.spare_frames.len(), 1, "oversized vectors are freed");
+        s.recycle((0..2 * SPARE_FRAMES_MAX).map(|_| sample(4)));
+        assert_eq!(s.spare_frames.len(), SPARE_FRAMES_MAX);
+        assert!(s.spare_frames.iter().all(Vec::is_empty));
     }
 }

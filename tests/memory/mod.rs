@@ -35,7 +35,9 @@ fn record_with(hooks: Hooks, out: &str, args: &[&str]) -> (Profile, String) {
                 "private",
                 "sh",
                 "-c",
-                "mount -t tracefs nodev /sys/kernel/tracing && exec \"$0\" \"$@\"",
+                // Mounted in a private namespace unless the host already
+                // has it (most distributions do).
+                "{ mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing; } && exec \"$0\" \"$@\"",
                 bin,
             ]);
             c
