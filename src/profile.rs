@@ -188,6 +188,11 @@ impl Profile {
         self.stacks.is_empty()
     }
 
+    /// Stacks and values, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&FoldedStack, u64)> {
+        self.stacks.iter().map(|(k, &v)| (k, v))
+    }
+
     /// Stacks and values, sorted by stack (the folded format's habit, which
     /// also makes output deterministic).
     pub fn sorted(&self) -> Vec<(&FoldedStack, u64)> {

@@ -124,7 +124,26 @@ fn build_tree<'a>(lines: &[(&'a str, u64)]) -> Vec<Node<'a>> {
 /// Appends `v` hundredths as `int.frac` (two digits): coordinates without
 /// float formatting, which was a fifth of a render.
 fn push_fixed(s: &mut String, hundredths: u64) {
-    let _ = write!(s, "{}.{:02}", hundredths / 100, hundredths % 100);
+    push_u64(s, hundredths / 100);
+    s.push('.');
+    s.push(char::from(b'0' + (hundredths / 10 % 10) as u8));
+    s.push(char::from(b'0' + (hundredths % 10) as u8));
+}
+
+/// Appends `v` in decimal, without the formatting machinery (a few
+/// integers per frame, thousands of frames per graph).
+fn push_u64(s: &mut String, mut v: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    s.push_str(std::str::from_utf8(&buf[i..]).expect("ASCII digits"));
 }
 
 fn hundredths(px: f64) -> u64 {
@@ -133,12 +152,18 @@ fn hundredths(px: f64) -> u64 {
 
 /// Appends `v` with thousands separators.
 fn push_count(s: &mut String, v: u64) {
-    let digits = v.to_string();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            s.push(',');
-        }
-        s.push(c);
+    let start = s.len();
+    push_u64(s, v);
+    let digits = s.len() - start;
+    // Commas from the left: after the first (digits % 3) digits, then
+    // every three.
+    let mut at = start + digits % 3;
+    if at == start {
+        at += 3;
+    }
+    while at < s.len() {
+        s.insert(at, ',');
+        at += 4;
     }
 }
 
@@ -178,27 +203,43 @@ fn push_label(s: &mut String, name: &str, width_px: f64) {
     }
 }
 
+/// Orders folded lines by their frames, not their bytes: "a;b-x" sorts
+/// before "a;b;c" as text, which would split a;b's subtree in two. Ranking
+/// `;` below every other byte gives the frames' order without splitting
+/// the lines (splitting them was a tenth of a render).
+fn frame_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    // Lines share long prefixes (a process's root frames): compare eight
+    // bytes at a time to the first difference.
+    let n = a.len().min(b.len());
+    let mut common = 0;
+    while common + 8 <= n && a[common..common + 8] == b[common..common + 8] {
+        common += 8;
+    }
+    while common < n && a[common] == b[common] {
+        common += 1;
+    }
+    let rank = |c: u8| if c == b';' { 0 } else { u16::from(c) + 1 };
+    match (a.get(common), b.get(common)) {
+        (Some(&x), Some(&y)) => rank(x).cmp(&rank(y)),
+        (x, y) => x.is_some().cmp(&y.is_some()),
+    }
+}
+
 /// Writes `profile` as an interactive SVG. An empty profile gives a valid SVG
 /// that says there was nothing to show.
 pub fn write<W: Write>(profile: &Profile, options: &SvgOptions, mut w: W) -> io::Result<()> {
     let reversed: Vec<(String, u64)>;
     let mut lines: Vec<(&str, u64)> = if options.reverse {
         reversed = profile
-            .sorted()
-            .into_iter()
+            .iter()
             .map(|(s, v)| (s.as_str().rsplit(';').collect::<Vec<_>>().join(";"), v))
             .collect();
         reversed.iter().map(|(s, v)| (s.as_str(), *v)).collect()
     } else {
-        profile
-            .sorted()
-            .into_iter()
-            .map(|(s, v)| (s.as_str(), v))
-            .collect()
+        profile.iter().map(|(s, v)| (s.as_str(), v)).collect()
     };
-    // By frames, not bytes: "a;b-x" sorts before "a;b;c" as text, which
-    // would split a;b's subtree in two.
-    lines.sort_unstable_by(|a, b| a.0.split(';').cmp(b.0.split(';')));
+    lines.sort_unstable_by(|a, b| frame_order(a.0, b.0));
     let nodes = build_tree(&lines);
     let total = nodes[0].total;
 
@@ -315,19 +356,32 @@ text {{ font-family: Verdana, sans-serif; font-size: 12px; fill: rgb(0,0,0); }}
         s.push(' ');
         escape_into(&mut s, &options.count_name);
         let pct = (u128::from(n.total) * 10_000 + u128::from(total) / 2) / u128::from(total);
-        let _ = write!(s, ", {}.{:02}%)</title><rect x=\"", pct / 100, pct % 100);
+        s.push_str(", ");
+        push_fixed(&mut s, pct as u64);
+        s.push_str("%)</title><rect x=\"");
         push_fixed(&mut s, hundredths(x));
-        let _ = write!(s, "\" y=\"{y}\" width=\"");
+        s.push_str("\" y=\"");
+        push_u64(&mut s, y);
+        s.push_str("\" width=\"");
         push_fixed(&mut s, hundredths(wd));
-        let _ = write!(
-            s,
-            "\" height=\"{}\" fill=\"{color}\" data-x=\"{}\" data-w=\"{}\"/><text x=\"",
-            FRAME_H as u64 - 1,
-            n.start,
-            n.total
-        );
+        s.push_str("\" height=\"");
+        push_u64(&mut s, FRAME_H as u64 - 1);
+        s.push_str("\" fill=\"rgb(");
+        for (i, c) in [color.r, color.g, color.b].into_iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            push_u64(&mut s, u64::from(c));
+        }
+        s.push_str(")\" data-x=\"");
+        push_u64(&mut s, n.start);
+        s.push_str("\" data-w=\"");
+        push_u64(&mut s, n.total);
+        s.push_str("\"/><text x=\"");
         push_fixed(&mut s, hundredths(x + 3.0));
-        let _ = write!(s, "\" y=\"{}.5\">", y + 10);
+        s.push_str("\" y=\"");
+        push_u64(&mut s, y + 10);
+        s.push_str(".5\">");
         push_label(&mut s, n.name, wd);
         s.push_str("</text></g>\n");
     }
@@ -551,6 +605,16 @@ mod tests {
     }
 
     #[test]
+    fn lines_order_by_frames() {
+        let mut v = vec!["a;b-x", "a;b;c", "a;b", "a", "b", "a;b;c;d"];
+        v.sort_by(|a, b| frame_order(a, b));
+        assert_eq!(v, ["a", "a;b", "a;b;c", "a;b;c;d", "a;b-x", "b"]);
+        let mut w = v.clone();
+        w.sort_by(|a, b| a.split(';').cmp(b.split(';')));
+        assert_eq!(v, w, "the same order as comparing frame by frame");
+    }
+
+    #[test]
     fn labels_fit_their_frames() {
         let mut s = String::new();
         push_label(&mut s, "phase_two", 200.0);
@@ -562,7 +626,25 @@ mod tests {
         push_label(&mut s, "phase_two", 10.0);
         assert_eq!(s, "");
         s.clear();
-        push_count(&mut s, 1_234_567);
-        assert_eq!(s, "1,234,567");
+        for (v, text) in [
+            (1_234_567, "1,234,567"),
+            (0, "0"),
+            (999, "999"),
+            (1000, "1,000"),
+            (123_456, "123,456"),
+        ] {
+            s.clear();
+            push_count(&mut s, v);
+            assert_eq!(s, text);
+        }
+        s.clear();
+        push_u64(&mut s, 0);
+        s.push(' ');
+        push_u64(&mut s, u64::MAX);
+        s.push(' ');
+        push_fixed(&mut s, 1205);
+        s.push(' ');
+        push_fixed(&mut s, 7);
+        assert_eq!(s, "0 18446744073709551615 12.05 0.07");
     }
 }
