@@ -251,12 +251,13 @@ pub fn write<W: Write>(profile: &Profile, options: &SvgOptions, mut w: W) -> io:
         0.0
     };
     let visible = |n: &Node<'_>| n.total as f64 * px_per >= min_width;
-    let mut max_depth = 0;
+    let (mut max_depth, mut drawn) = (0, 0);
     let mut i = 0;
     while i < nodes.len() {
         let n = &nodes[i];
         if visible(n) {
             max_depth = max_depth.max(n.depth);
+            drawn += 1;
             i += 1;
         } else {
             i = n.end as usize;
@@ -277,7 +278,8 @@ pub fn write<W: Write>(profile: &Profile, options: &SvgOptions, mut w: W) -> io:
         }
     };
 
-    let mut s = String::with_capacity(16 * 1024 + nodes.len() * 200);
+    // About 200 bytes a frame drawn, plus the script and header.
+    let mut s = String::with_capacity(16 * 1024 + drawn * 200);
     let _ = write!(
         s,
         r##"<?xml version="1.0" standalone="no"?>
