@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use super::palette::{Palette, Rgb};
-use super::tree::{FRAME_H, PAD, escape_into};
+use super::tree::{FRAME_H, PAD, escape_into, label_cut};
 use crate::profile::Profile;
 
 /// What the SVG says about itself.
@@ -185,21 +185,10 @@ fn push_value(s: &mut String, v: u64, factor: f64) {
 /// Appends the label that fits `width_px` at 12 px Verdana (flamegraph.pl's
 /// 0.59 em per character), cut with `..`; nothing if not three characters fit.
 fn push_label(s: &mut String, name: &str, width_px: f64) {
-    let fits = ((width_px - 6.0) / (12.0 * 0.59)).floor();
-    if fits < 3.0 {
-        return;
-    }
-    let fits = fits as usize;
-    match name.char_indices().nth(fits) {
-        None => escape_into(s, name),
-        Some(_) => {
-            let cut = name
-                .char_indices()
-                .nth(fits - 2)
-                .map_or(name.len(), |(i, _)| i);
-            escape_into(s, &name[..cut]);
-            s.push_str("..");
-        }
+    let (shown, cut) = label_cut(name, width_px);
+    escape_into(s, shown);
+    if cut {
+        s.push_str("..");
     }
 }
 

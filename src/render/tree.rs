@@ -204,17 +204,32 @@ pub fn escape_into(out: &mut String, s: &str) {
 /// estimate of 0.59 em per character), with `..` when cut; empty if not even
 /// three characters fit.
 pub fn fit_label(name: &str, width_px: f64) -> String {
+    let (shown, cut) = label_cut(name, width_px);
+    let mut s = shown.to_owned();
+    if cut {
+        s.push_str("..");
+    }
+    s
+}
+
+/// The part of `name` that fits `width_px` (see [`fit_label`]) and whether
+/// it was cut (then `..` follows it), without copying the name.
+pub fn label_cut(name: &str, width_px: f64) -> (&str, bool) {
     let fits = ((width_px - 6.0) / (12.0 * 0.59)).floor();
     if fits < 3.0 {
-        return String::new();
+        return ("", false);
     }
     let fits = fits as usize;
-    if name.chars().count() <= fits {
-        return name.to_owned();
+    match name.char_indices().nth(fits) {
+        None => (name, false),
+        Some(_) => {
+            let end = name
+                .char_indices()
+                .nth(fits - 2)
+                .map_or(name.len(), |(i, _)| i);
+            (&name[..end], true)
+        }
     }
-    let mut s: String = name.chars().take(fits - 2).collect();
-    s.push_str("..");
-    s
 }
 
 /// A warm colour stable per name (flamegraph.pl's `hot` with a name hash).
