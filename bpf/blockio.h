@@ -80,6 +80,7 @@ struct io_start {
 	__u64 ustack;
 	__u32 tgid;
 	__u32 pid;
+	__u32 requeued;        /* block_rq_requeue saw it: its next issue continues it */
 	char comm[EMBERD_COMM_LEN];
 	char dev[EMBERD_LABEL_LEN];
 };
@@ -100,8 +101,8 @@ struct {
 	__type(value, struct io_start);
 } io_scratch SEC(".maps");
 
-/* A start older than this with no completion was lost (a merge or requeue
- * the hooks did not see): a new start of the same request replaces it. */
+/* A requeued request that has not been issued again within this long was
+ * dropped: a new start of the same address replaces it. */
 #define IO_STALE_NS (30ULL * 1000 * 1000 * 1000)
 
 /*
@@ -131,16 +132,24 @@ static __always_inline void io_started(void *ctx, struct request___emberd *rq)
 		return;
 	old = bpf_map_lookup_elem(&io_in_flight, &key);
 	if (old) {
-		/* Issued again (requeued, or block_rq_issue after a requeue): the
-		 * first start stands. */
-		if (now - old->ts < IO_STALE_NS)
+		/* Issued again after a requeue: the first start stands, the wait
+		 * includes the requeue. Otherwise the old request's completion
+		 * was missed and the kernel reused its address (requests are
+		 * preallocated per tag): keeping the old start would charge the
+		 * new request all the time since, hundreds of ms where it waited
+		 * tens of us. */
+		if (old->requeued && now - old->ts < IO_STALE_NS) {
+			old->requeued = 0;
 			return;
+		}
+		ecount(ECOUNTER_BLOCKIO_END_NOT_SEEN);
 		io_forget(key, old, now);
 	}
 	s = bpf_map_lookup_elem(&io_scratch, &zero);
 	if (!s)
 		return;
 	s->ts = now;
+	s->requeued = 0;
 	s->tgid = id >> 32;
 	s->pid = tid;
 	bpf_get_current_comm(&s->comm, sizeof(s->comm));
@@ -251,6 +260,23 @@ SEC("tp_btf/block_rq_complete")
 int BPF_PROG(handle__block_rq_complete, struct request___emberd *rq)
 {
 	io_done(rq);
+	return 0;
+}
+
+/* Put back for a later issue (a busy device): see io_started. */
+static __always_inline void io_requeued(struct request___emberd *rq)
+{
+	__u64 key = (__u64)rq;
+	struct io_start *s = bpf_map_lookup_elem(&io_in_flight, &key);
+
+	if (s)
+		s->requeued = 1;
+}
+
+SEC("tp_btf/block_rq_requeue")
+int BPF_PROG(handle__block_rq_requeue, struct request___emberd *rq)
+{
+	io_requeued(rq);
 	return 0;
 }
 

@@ -253,6 +253,7 @@ enum emberd_event_counter {
 	ECOUNTER_FREE_TRACKED,     /* frees of sampled allocations (in-use view) */
 	ECOUNTER_MALLOC_LIVE_FULL, /* live-allocation table full: a sample counts as allocated only */
 	ECOUNTER_HEAP_RING_FULL,   /* heap ring buffer full: an alloc or free record lost */
+	ECOUNTER_BLOCKIO_END_NOT_SEEN, /* a request's address started again with no completion seen: its start is dropped */
 	ECOUNTER_MAX,
 };
 

@@ -511,6 +511,12 @@ impl Metrics {
                 p.blockio_full,
             ),
             (
+                "blockio",
+                "end_not_seen",
+                c.blockio_end_not_seen,
+                p.blockio_end_not_seen,
+            ),
+            (
                 "malloc",
                 "live_table_full",
                 c.malloc_live_full,

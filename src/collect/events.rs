@@ -435,6 +435,9 @@ pub struct EventCounters {
     pub blockio_unmatched: u64,
     /// Requests lost to a full in-flight table.
     pub blockio_full: u64,
+    /// Requests whose completion was not seen (their address started
+    /// again): never charged.
+    pub blockio_end_not_seen: u64,
     /// Allocation calls seen in chosen processes.
     pub malloc_calls: u64,
     /// Allocations sampled.
@@ -594,6 +597,9 @@ fn load(
     p.handle__block_io_done.set_autoload(io);
     p.handle__block_rq_issue.set_autoload(rq);
     p.handle__block_rq_complete.set_autoload(rq);
+    // block_io_start fires once per request; block_rq_issue again after
+    // a requeue, which this hook tells from a reused address.
+    p.handle__block_rq_requeue.set_autoload(rq);
     p.handle__block_rq_merge
         .set_autoload(hooks.block.is_some() && hooks.rq_merge);
     p.handle__alloc_enter.set_autoload(malloc);
@@ -745,6 +751,7 @@ impl EventSampler {
             Some(BlockHooks::RqIssueComplete) => {
                 links.push(attach(skel.progs.handle__block_rq_issue.attach())?);
                 links.push(attach(skel.progs.handle__block_rq_complete.attach())?);
+                links.push(attach(skel.progs.handle__block_rq_requeue.attach())?);
             }
             None => {}
         }
@@ -830,7 +837,7 @@ impl EventSampler {
     /// Cumulative counters, summed over CPUs.
     pub fn counters(&self) -> Result<EventCounters, CollectError> {
         let map = &self.skel.maps.event_counters;
-        let mut v = [0u64; 23];
+        let mut v = [0u64; 24];
         for (i, slot) in v.iter_mut().enumerate() {
             *slot = super::percpu_sum(map, "event_counters", i as u32)?;
         }
@@ -858,6 +865,7 @@ impl EventSampler {
             free_tracked: v[20],
             malloc_live_full: v[21],
             heap_ring_full: v[22],
+            blockio_end_not_seen: v[23],
         })
     }
 
