@@ -61,6 +61,10 @@ pub struct RawConfig {
     /// `process_snapshot_mib = 4`: bytes of process mappings remembered
     /// (so samples of exited processes are named); oldest dropped first.
     pub process_snapshot_mib: Option<u64>,
+    /// `dwarf_budget_mib = 8`: parsed DWARF held at once, all files
+    /// together; a file whose DWARF alone is larger is named from its
+    /// symbol table (no inlined frames or source lines).
+    pub dwarf_budget_mib: Option<u64>,
     /// `unwind_table_budget_mib = 16`: bytes of unwind rows the BPF
     /// unwinder holds (kernel memory, allocated at start).
     pub unwind_table_budget_mib: Option<u64>,
@@ -125,6 +129,7 @@ impl RawConfig {
             perf_map_budget_mib: other.perf_map_budget_mib.or(self.perf_map_budget_mib),
             symbol_cache_mib: other.symbol_cache_mib.or(self.symbol_cache_mib),
             process_snapshot_mib: other.process_snapshot_mib.or(self.process_snapshot_mib),
+            dwarf_budget_mib: other.dwarf_budget_mib.or(self.dwarf_budget_mib),
             unwind_table_budget_mib: other
                 .unwind_table_budget_mib
                 .or(self.unwind_table_budget_mib),
@@ -368,6 +373,10 @@ impl Config {
                 }
                 if let Some(m) = raw.process_snapshot_mib {
                     o.snapshot_budget_bytes = (m.clamp(1, 65536) << 20) as usize;
+                }
+                if let Some(m) = raw.dwarf_budget_mib {
+                    // 0 is allowed: symbol tables only, for every file.
+                    o.dwarf_budget_bytes = (m.min(65536) << 20) as usize;
                 }
                 o
             },

@@ -471,13 +471,14 @@ fn collect_loop(
                 pipeline.events_drain_failures(),
             );
         }
-        let (perf_maps, symbols, snapshots) = pipeline.cache_bytes();
+        let caches = pipeline.cache_bytes();
         metrics.observe_memory(&[
             ("store", totals.bytes),
             ("store_ticks", totals.tick_bytes),
-            ("perf_maps", perf_maps),
-            ("symbol_caches", symbols),
-            ("process_snapshots", snapshots),
+            ("perf_maps", caches.perf_maps),
+            ("symbol_caches", caches.symbols),
+            ("process_snapshots", caches.snapshots),
+            ("dwarf", caches.dwarf),
             ("unwind_rows", pipeline.unwind_stats().bytes as usize),
         ]);
         if let Ok((cpu, events)) = pipeline.unwind_counters() {

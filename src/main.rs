@@ -71,15 +71,19 @@ struct DaemonArgs {
     /// Larger perf maps are not read, MiB [default: 64].
     #[arg(long)]
     perf_map_max_mib: Option<u64>,
-    /// Parsed perf maps kept, all processes, MiB [default: 64].
+    /// Parsed perf maps kept, all processes, MiB [default: 16].
     #[arg(long)]
     perf_map_budget_mib: Option<u64>,
-    /// Named addresses cached (kernel and files), MiB [default: 64].
+    /// Named addresses cached (kernel and files), MiB [default: 8].
     #[arg(long)]
     symbol_cache_mib: Option<u64>,
-    /// Process mappings remembered (to name samples of exited processes), MiB [default: 16].
+    /// Process mappings remembered (to name samples of exited processes), MiB [default: 4].
     #[arg(long)]
     process_snapshot_mib: Option<u64>,
+    /// Parsed DWARF held, all files, MiB; a file whose DWARF is larger is
+    /// named from its symbol table, without inlined frames or lines [default: 8].
+    #[arg(long)]
+    dwarf_budget_mib: Option<u64>,
     /// Record off-CPU time [default: true].
     #[arg(long)]
     offcpu: Option<bool>,
@@ -333,6 +337,7 @@ fn run_daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         perf_map_budget_mib: args.perf_map_budget_mib,
         symbol_cache_mib: args.symbol_cache_mib,
         process_snapshot_mib: args.process_snapshot_mib,
+        dwarf_budget_mib: args.dwarf_budget_mib,
         offcpu: args.offcpu,
         wakeup: args.wakeup,
         offwake: args.offwake,

@@ -303,8 +303,8 @@ impl Pipeline {
         self.symbolizer.recycle(samples);
     }
 
-    /// Bytes of the symbolizer's caches: (perf maps, symbols, snapshots).
-    pub fn cache_bytes(&self) -> (usize, usize, usize) {
+    /// Bytes of the symbolizer's caches.
+    pub fn cache_bytes(&self) -> crate::symbolize::CacheBytes {
         self.symbolizer.cache_bytes()
     }
 

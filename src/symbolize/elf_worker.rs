@@ -9,9 +9,14 @@
 //! as `elf_timeout`), the stuck worker is abandoned and a fresh one takes
 //! over. At most [`MAX_ABANDONED`] workers are abandoned; past that, ELF
 //! symbolization is off for good (logged), and sampling goes on.
+//!
+//! The worker also bounds what blazesym holds of parsed DWARF (see
+//! [`DwarfBudget`]): a file's debug sections are decompressed and kept whole
+//! while the file is in use, 13 MiB for Debian's libc6-dbg and far more for
+//! a large C++ or Go binary with debug info, which no other bound counted.
 
-use std::collections::HashSet;
-use std::path::PathBuf;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::time::Duration;
@@ -57,6 +62,8 @@ pub struct Reply {
     pub module: Arc<Module>,
     /// Frames per offset (`None`: no symbol), or why the file could not be read.
     pub frames: Result<Vec<Option<Arc<[Frame]>>>, String>,
+    /// Estimated bytes of DWARF blazesym holds after this request.
+    pub dwarf_bytes: usize,
 }
 
 /// Why a request got no reply.
@@ -83,6 +90,7 @@ pub struct ElfWorker {
     worker: Option<Worker>,
     abandoned: usize,
     slow: HashSet<FileId>,
+    dwarf_budget: usize,
 }
 
 impl std::fmt::Debug for ElfWorker {
@@ -94,19 +102,15 @@ impl std::fmt::Debug for ElfWorker {
     }
 }
 
-impl Default for ElfWorker {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl ElfWorker {
-    /// A worker is started on first use.
-    pub fn new() -> Self {
+    /// A worker is started on first use; blazesym may hold at most
+    /// `dwarf_budget` bytes of parsed DWARF (see [`DwarfBudget`]).
+    pub fn new(dwarf_budget: usize) -> Self {
         Self {
             worker: None,
             abandoned: 0,
             slow: HashSet::new(),
+            dwarf_budget,
         }
     }
 
@@ -162,9 +166,10 @@ impl ElfWorker {
         if self.worker.is_none() {
             let (jobs, job_rx) = mpsc::sync_channel(64);
             let (reply_tx, replies) = mpsc::sync_channel(1);
+            let budget = self.dwarf_budget;
             std::thread::Builder::new()
                 .name("emberd-elf".into())
-                .spawn(move || run(job_rx, reply_tx))
+                .spawn(move || run(job_rx, reply_tx, budget))
                 .map_err(|_| Failure::Off)?;
             self.worker = Some(Worker { jobs, replies });
         }
@@ -172,19 +177,230 @@ impl ElfWorker {
     }
 }
 
-fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>) {
+/// Where a file's names come from.
+#[derive(Debug, Clone)]
+enum Plan {
+    /// blazesym's usual way: DWARF (with inlined frames and lines) when
+    /// the file or its debug file has it, else the symbol table.
+    Full {
+        /// Estimated bytes of the DWARF it parses (0: none).
+        dwarf: usize,
+    },
+    /// The DWARF alone is over the budget: the symbol table of `symtab`
+    /// (the separate debug file when there is one: a stripped library's
+    /// own table has only its exported functions), looked up by virtual
+    /// address, as a debug file's segments have no file contents.
+    NamesOnly {
+        symtab: PathBuf,
+        /// (file offset, size, virtual address) of the file's loaded segments.
+        segments: Vec<(u64, u64, u64)>,
+    },
+}
+
+/// Plans remembered (per path) before the table is emptied.
+const MAX_PLANS: usize = 4096;
+
+/// The parsed DWARF blazesym holds, by file, within a byte budget.
+///
+/// Estimated as the files' debug sections decompressed (what blazesym
+/// keeps; its parsed units come on top, a third more for libc). A file
+/// whose DWARF fits is parsed after the least recently used others are
+/// dropped to make room; one larger than the whole budget is named from
+/// its symbol table instead, once logged.
+#[derive(Debug)]
+pub struct DwarfBudget {
+    budget: usize,
+    held: HashMap<PathBuf, (usize, u64)>,
+    total: usize,
+    clock: u64,
+}
+
+impl DwarfBudget {
+    fn new(budget: usize) -> Self {
+        Self {
+            budget,
+            held: HashMap::new(),
+            total: 0,
+            clock: 0,
+        }
+    }
+
+    /// Makes room for `bytes` of `path`'s DWARF; returns the files to drop.
+    fn admit(&mut self, path: &Path, bytes: usize) -> Vec<PathBuf> {
+        self.clock += 1;
+        if let Some(h) = self.held.get_mut(path) {
+            h.1 = self.clock;
+            return Vec::new();
+        }
+        let mut dropped = Vec::new();
+        while self.total + bytes > self.budget {
+            let Some(oldest) = self
+                .held
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(p, _)| p.clone())
+            else {
+                break;
+            };
+            self.forget(&oldest);
+            dropped.push(oldest);
+        }
+        if bytes > 0 {
+            self.held.insert(path.to_path_buf(), (bytes, self.clock));
+            self.total += bytes;
+        }
+        dropped
+    }
+
+    fn forget(&mut self, path: &Path) {
+        if let Some((bytes, _)) = self.held.remove(path) {
+            self.total -= bytes;
+        }
+    }
+}
+
+fn evict(blaze: &mut blazesym::symbolize::Symbolizer, path: PathBuf) {
+    let _ = blaze.evict(&blazesym::symbolize::evict::Evict::Elf(
+        blazesym::symbolize::evict::Elf::new(path),
+    ));
+}
+
+/// How to name the offsets of `path` within `budget` bytes of DWARF.
+fn plan(path: &Path, budget: usize) -> Plan {
+    let Some(own) = ElfInfo::read(path) else {
+        // Not readable as ELF here: blazesym says why.
+        return Plan::Full { dwarf: 0 };
+    };
+    let debug = own
+        .debug_file(path)
+        .and_then(|p| ElfInfo::read(&p).map(|info| (p, info)));
+    let dwarf = match &debug {
+        Some((_, info)) if info.dwarf_bytes > 0 => info.dwarf_bytes,
+        _ => own.dwarf_bytes,
+    };
+    if dwarf <= budget {
+        return Plan::Full { dwarf };
+    }
+    let symtab = match debug {
+        Some((p, info)) if info.has_symtab => p,
+        _ => path.to_path_buf(),
+    };
+    tracing::info!(
+        "the DWARF of {} ({} MiB decompressed) is over dwarf_budget_mib ({} MiB): \
+         its frames are named from its symbol table, without inlined frames or source lines; \
+         raise dwarf_budget_mib to have them",
+        path.display(),
+        dwarf.div_ceil(1 << 20),
+        budget >> 20
+    );
+    Plan::NamesOnly {
+        symtab,
+        segments: own.segments,
+    }
+}
+
+/// What [`plan`] needs of an ELF file: read from its headers only.
+struct ElfInfo {
+    dwarf_bytes: usize,
+    has_symtab: bool,
+    build_id: Option<Vec<u8>>,
+    debuglink: Option<String>,
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl ElfInfo {
+    fn read(path: &Path) -> Option<Self> {
+        use object::{Object, ObjectSection, ObjectSegment};
+        let file = std::fs::File::open(path).ok()?;
+        let cache = object::ReadCache::new(file);
+        let elf = object::File::parse(&cache).ok()?;
+        let mut dwarf_bytes = 0u64;
+        let mut has_symtab = false;
+        for s in elf.sections() {
+            let Ok(name) = s.name() else { continue };
+            if name.starts_with(".debug_") || name.starts_with(".zdebug_") {
+                dwarf_bytes += s
+                    .compressed_file_range()
+                    .map_or(s.size(), |r| r.uncompressed_size);
+            }
+            has_symtab |= name == ".symtab";
+        }
+        Some(Self {
+            dwarf_bytes: dwarf_bytes as usize,
+            has_symtab,
+            build_id: elf.build_id().ok().flatten().map(<[u8]>::to_vec),
+            debuglink: elf
+                .gnu_debuglink()
+                .ok()
+                .flatten()
+                .map(|(name, _)| String::from_utf8_lossy(name).into_owned()),
+            segments: elf
+                .segments()
+                .map(|g| {
+                    let (off, size) = g.file_range();
+                    (off, size, g.address())
+                })
+                .collect(),
+        })
+    }
+
+    /// The separate debug file, where blazesym looks for it: by build id,
+    /// then by debug link, under /usr/lib/debug and /lib/debug.
+    fn debug_file(&self, path: &Path) -> Option<PathBuf> {
+        const DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
+        let mut candidates = Vec::new();
+        if let Some(id) = self.build_id.as_deref().filter(|id| id.len() > 1) {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            for d in DIRS {
+                candidates.push(PathBuf::from(format!(
+                    "{d}/.build-id/{}/{}.debug",
+                    &hex[..2],
+                    &hex[2..]
+                )));
+            }
+        }
+        if let Some(link) = &self.debuglink {
+            let dir = path.parent().unwrap_or(Path::new("/"));
+            candidates.push(dir.join(link));
+            candidates.push(dir.join(".debug").join(link));
+            for d in DIRS {
+                candidates.push(
+                    Path::new(d)
+                        .join(dir.strip_prefix("/").unwrap_or(dir))
+                        .join(link),
+                );
+                candidates.push(Path::new(d).join(link));
+            }
+        }
+        candidates.into_iter().find(|c| c != path && c.is_file())
+    }
+}
+
+/// The virtual address of file offset `off` by the file's segments.
+fn virt_offset(segments: &[(u64, u64, u64)], off: u64) -> Option<u64> {
+    segments
+        .iter()
+        .find(|&&(start, size, _)| start <= off && off < start + size)
+        .map(|&(start, _, vaddr)| off - start + vaddr)
+}
+
+fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
     let mut blaze = blazesym::symbolize::Symbolizer::builder()
         .enable_code_info(true)
         .enable_inlined_fns(true)
         .enable_demangling(true)
         .build();
     let stall = std::env::var("EMBERD_TEST_STALL_ELF").ok();
+    let mut budget = DwarfBudget::new(dwarf_budget);
+    let mut plans: HashMap<PathBuf, Plan> = HashMap::new();
     while let Ok(job) = jobs.recv() {
         match job {
             Job::Evict(path) => {
-                let _ = blaze.evict(&blazesym::symbolize::evict::Evict::Elf(
-                    blazesym::symbolize::evict::Elf::new(path),
-                ));
+                budget.forget(&path);
+                if let Some(Plan::NamesOnly { symtab, .. }) = plans.remove(&path) {
+                    evict(&mut blaze, symtab);
+                }
+                evict(&mut blaze, path);
             }
             Job::Symbolize(req) => {
                 // Test hook: behave as a read from a FUSE file whose daemon
@@ -209,33 +425,102 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>) {
                         build_id,
                     })
                 });
-                let src = Source::Elf(Elf::new(path.clone()));
-                let frames = blaze
-                    .symbolize(&src, Input::FileOffset(&req.offsets))
-                    .map(|r| {
-                        r.iter()
-                            .map(|s| match s {
-                                Symbolized::Sym(sym) => Some(frames_of_sym(sym, &module)),
-                                _ => None,
-                            })
-                            .collect()
-                    })
-                    .map_err(|e| e.to_string());
+                if plans.len() >= MAX_PLANS {
+                    plans.clear();
+                }
+                let plan = plans
+                    .entry(path.clone())
+                    .or_insert_with(|| plan(&path, dwarf_budget))
+                    .clone();
+                let t0 = std::time::Instant::now();
+                let named = |r: Vec<Symbolized<'_>>| -> Vec<Option<Arc<[Frame]>>> {
+                    r.iter()
+                        .map(|s| match s {
+                            Symbolized::Sym(sym) => Some(frames_of_sym(sym, &module)),
+                            _ => None,
+                        })
+                        .collect()
+                };
+                let frames = match &plan {
+                    Plan::Full { dwarf } => {
+                        for p in budget.admit(&path, *dwarf) {
+                            evict(&mut blaze, p);
+                        }
+                        let src = Source::Elf(Elf::new(path.clone()));
+                        blaze
+                            .symbolize(&src, Input::FileOffset(&req.offsets))
+                            .map(named)
+                    }
+                    Plan::NamesOnly { symtab, segments } => {
+                        let src = Source::Elf(Elf {
+                            debug_syms: false,
+                            ..Elf::new(symtab.clone())
+                        });
+                        // An offset outside every segment gets address 0,
+                        // which no function holds: no symbol.
+                        let addrs: Vec<u64> = req
+                            .offsets
+                            .iter()
+                            .map(|&o| virt_offset(segments, o).unwrap_or(0))
+                            .collect();
+                        blaze.symbolize(&src, Input::VirtOffset(&addrs)).map(named)
+                    }
+                }
+                .map_err(|e| e.to_string());
+                tracing::debug!(
+                    "named {} offsets of {} in {:?}",
+                    req.offsets.len(),
+                    path.display(),
+                    t0.elapsed()
+                );
                 if scratch {
-                    let _ = blaze.evict(&blazesym::symbolize::evict::Evict::Elf(
-                        blazesym::symbolize::evict::Elf::new(path.clone()),
-                    ));
+                    budget.forget(&path);
+                    if let Some(Plan::NamesOnly { symtab, .. }) = plans.remove(&path) {
+                        evict(&mut blaze, symtab);
+                    }
+                    evict(&mut blaze, path.clone());
                 }
                 let reply = Reply {
                     path,
                     scratch,
                     module,
                     frames,
+                    dwarf_bytes: budget.total,
                 };
                 if replies.send(reply).is_err() {
                     return;
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Files are admitted least recently used out, and a file is counted
+    /// once however often it is named.
+    #[test]
+    fn dwarf_budget_drops_least_recently_used() {
+        let mut b = DwarfBudget::new(10);
+        assert!(b.admit(Path::new("/a"), 4).is_empty());
+        assert!(b.admit(Path::new("/b"), 4).is_empty());
+        assert!(b.admit(Path::new("/a"), 4).is_empty(), "already held");
+        assert_eq!(b.total, 8);
+        assert_eq!(b.admit(Path::new("/c"), 4), [PathBuf::from("/b")]);
+        assert_eq!(b.total, 8);
+        b.forget(Path::new("/a"));
+        assert_eq!(b.total, 4);
+        assert!(b.admit(Path::new("/none"), 0).is_empty());
+        assert_eq!(b.total, 4);
+    }
+
+    #[test]
+    fn file_offsets_become_virtual_addresses_by_segment() {
+        let segs = [(0, 0x1000, 0), (0x1000, 0x2000, 0x3000)];
+        assert_eq!(virt_offset(&segs, 0x10), Some(0x10));
+        assert_eq!(virt_offset(&segs, 0x1010), Some(0x3010));
+        assert_eq!(virt_offset(&segs, 0x5000), None);
     }
 }

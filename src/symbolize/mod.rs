@@ -176,6 +176,19 @@ pub struct Misses {
     pub snapshots_evicted: u64,
 }
 
+/// Estimated bytes each bounded part of the [`Symbolizer`] holds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CacheBytes {
+    /// Parsed perf maps.
+    pub perf_maps: usize,
+    /// Named addresses (kernel and file offsets).
+    pub symbols: usize,
+    /// Process-mapping snapshots.
+    pub snapshots: usize,
+    /// Parsed DWARF held by blazesym.
+    pub dwarf: usize,
+}
+
 /// Options of the [`Symbolizer`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -196,6 +209,10 @@ pub struct SymbolizerOptions {
     /// Bytes of process-mapping snapshots kept (default
     /// [`defaults::SNAPSHOT_BUDGET_BYTES`]); the oldest half goes when full.
     pub snapshot_budget_bytes: usize,
+    /// Bytes of parsed DWARF blazesym may hold, all files together
+    /// (default [`defaults::DWARF_BUDGET_BYTES`]); see
+    /// [`elf_worker::DwarfBudget`].
+    pub dwarf_budget_bytes: usize,
 }
 
 /// Defaults of [`SymbolizerOptions`].
@@ -213,6 +230,11 @@ pub mod defaults {
     /// Bytes of process-mapping snapshots: 4 MiB is about 5 000
     /// processes of 10 mappings.
     pub const SNAPSHOT_BUDGET_BYTES: usize = 4 << 20;
+    /// Bytes of parsed DWARF (debug sections decompressed) held at once:
+    /// 8 MiB holds the DWARF of most programs and libraries, not that of
+    /// Debian's libc6-dbg (9.5 MiB), which is then named from its symbol
+    /// table; a file's inlined frames and lines need its whole DWARF.
+    pub const DWARF_BUDGET_BYTES: usize = 8 << 20;
 }
 
 impl Default for SymbolizerOptions {
@@ -223,6 +245,7 @@ impl Default for SymbolizerOptions {
             perf_map_budget_bytes: defaults::PERF_MAP_BUDGET_BYTES,
             symbol_cache_bytes: defaults::SYMBOL_CACHE_BYTES,
             snapshot_budget_bytes: defaults::SNAPSHOT_BUDGET_BYTES,
+            dwarf_budget_bytes: defaults::DWARF_BUDGET_BYTES,
         }
     }
 }
@@ -301,6 +324,8 @@ pub struct Symbolizer {
     elf: elf_worker::ElfWorker,
     /// Estimated bytes of `snapshots`.
     snapshot_bytes: usize,
+    /// Estimated bytes of parsed DWARF the ELF worker holds (its last reply).
+    dwarf_bytes: usize,
     perf_maps: HashMap<Pid, CachedPerfMap>,
     /// Bytes the cached perf maps hold.
     perf_map_bytes: usize,
@@ -378,7 +403,8 @@ impl Symbolizer {
             kernel_cache: HashMap::new(),
             file_cache: HashMap::new(),
             elf_last_used: HashMap::new(),
-            elf: elf_worker::ElfWorker::new(),
+            elf: elf_worker::ElfWorker::new(options.dwarf_budget_bytes),
+            dwarf_bytes: 0,
             perf_maps: HashMap::new(),
             perf_map_bytes: 0,
             options,
@@ -391,14 +417,18 @@ impl Symbolizer {
         self.kernel_readable
     }
 
-    /// Bytes the symbolizer's caches hold, roughly: (perf maps, symbol
-    /// caches, process snapshots). The symbol caches are bounded by entries
-    /// (half of `symbol_cache_bytes` each, emptied when full) and counted at
-    /// [`CACHED_FRAME_BYTES`] an entry; snapshots by
-    /// [`SymbolizerOptions::snapshot_budget_bytes`].
-    pub fn cache_bytes(&self) -> (usize, usize, usize) {
-        let symbols = (self.kernel_cache.len() + self.file_cache.len()) * CACHED_FRAME_BYTES;
-        (self.perf_map_bytes, symbols, self.snapshot_bytes)
+    /// Bytes the symbolizer's caches hold, roughly. The symbol caches are
+    /// bounded by entries (half of `symbol_cache_bytes` each, emptied when
+    /// full) and counted at [`CACHED_FRAME_BYTES`] an entry; snapshots by
+    /// [`SymbolizerOptions::snapshot_budget_bytes`]; DWARF by
+    /// [`SymbolizerOptions::dwarf_budget_bytes`].
+    pub fn cache_bytes(&self) -> CacheBytes {
+        CacheBytes {
+            perf_maps: self.perf_map_bytes,
+            symbols: (self.kernel_cache.len() + self.file_cache.len()) * CACHED_FRAME_BYTES,
+            snapshots: self.snapshot_bytes,
+            dwarf: self.dwarf_bytes,
+        }
     }
 
     /// Addresses that could not be named so far, by reason.
@@ -806,6 +836,7 @@ impl Symbolizer {
             // filesystem that never answers (see elf_worker).
             let reply = self.elf.symbolize(id, request);
             if let Ok(r) = &reply {
+                self.dwarf_bytes = r.dwarf_bytes;
                 if self.modules.len() >= MAX_CACHED_ADDRS {
                     self.modules.clear();
                 }
@@ -996,7 +1027,15 @@ fn frames_of_sym(sym: &blazesym::symbolize::Sym<'_>, module: &Arc<Module>) -> Ar
     let loc = |ci: Option<&blazesym::symbolize::CodeInfo<'_>>| {
         ci.map(|c| (Arc::<str>::from(c.to_path().display().to_string()), c.line))
     };
-    let mut names: Vec<(&str, FrameKind)> = vec![(&sym.name, FrameKind::User)];
+    // A symbol-table name (no DWARF behind it) may be one of glibc's
+    // hidden internal aliases, `__GI_name` for `name`, where the table has
+    // several names at one address: the public name is the one users know
+    // (and the one DWARF gives).
+    let name = match sym.code_info {
+        None => sym.name.strip_prefix("__GI_").unwrap_or(&sym.name),
+        Some(_) => &sym.name,
+    };
+    let mut names: Vec<(&str, FrameKind)> = vec![(name, FrameKind::User)];
     names.extend(sym.inlined.iter().map(|f| (&*f.name, FrameKind::Inlined)));
     let mut locs: Vec<Option<(Arc<str>, Option<u32>)>> = sym
         .inlined

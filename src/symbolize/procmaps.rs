@@ -3,7 +3,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use procfs::process::{MMapPath, Process};
+use procfs::process::{MMPermissions, MMapPath, Process};
 
 use crate::collect::Pid;
 
@@ -51,37 +51,44 @@ pub(crate) struct ProcessMaps {
 }
 
 impl ProcessMaps {
-    /// Reads `/proc/PID/maps`.
+    /// Reads the executable mappings of `/proc/PID/maps`: sampled
+    /// addresses are code (as perf, which records only executable mmaps).
+    ///
+    /// A fresh vector, not procfs's collected in place: an in-place
+    /// collect keeps the source's allocation, three times the size of
+    /// these mappings, and a process maps ten times more data than code
+    /// (python: 60 of 600 lines). Snapshots held 6.7 MiB under churn where
+    /// their estimate said 2.8.
     pub(crate) fn read(pid: Pid) -> procfs::ProcResult<Self> {
         let maps = Process::new(pid.0 as i32)?.maps()?;
-        let mut mappings: Vec<Mapping> = maps
-            .into_iter()
-            .map(|m| {
-                let kind = match m.pathname {
-                    MMapPath::Path(path) if m.inode != 0 => MappingKind::File {
-                        id: FileId {
-                            dev: libc::makedev(m.dev.0 as u32, m.dev.1 as u32),
-                            ino: m.inode,
-                        },
-                        path,
+        let code = |m: &procfs::process::MemoryMap| m.perms.contains(MMPermissions::EXECUTE);
+        let mut mappings: Vec<Mapping> =
+            Vec::with_capacity(maps.iter().filter(|m| code(m)).count());
+        mappings.extend(maps.into_iter().filter(code).map(|m| {
+            let kind = match m.pathname {
+                MMapPath::Path(path) if m.inode != 0 => MappingKind::File {
+                    id: FileId {
+                        dev: libc::makedev(m.dev.0 as u32, m.dev.1 as u32),
+                        ino: m.inode,
                     },
-                    MMapPath::Path(path) => MappingKind::Anon(path.display().to_string()),
-                    MMapPath::Vdso => MappingKind::Special("[vdso]".into()),
-                    MMapPath::Vsyscall => MappingKind::Special("[vsyscall]".into()),
-                    MMapPath::Vvar => MappingKind::Special("[vvar]".into()),
-                    MMapPath::Heap => MappingKind::Anon("[heap]".into()),
-                    MMapPath::Stack | MMapPath::TStack(_) => MappingKind::Anon("[stack]".into()),
-                    MMapPath::Other(s) => MappingKind::Anon(s),
-                    _ => MappingKind::Anon("[anon]".into()),
-                };
-                Mapping {
-                    start: m.address.0,
-                    end: m.address.1,
-                    offset: m.offset,
-                    kind,
-                }
-            })
-            .collect();
+                    path,
+                },
+                MMapPath::Path(path) => MappingKind::Anon(path.display().to_string()),
+                MMapPath::Vdso => MappingKind::Special("[vdso]".into()),
+                MMapPath::Vsyscall => MappingKind::Special("[vsyscall]".into()),
+                MMapPath::Vvar => MappingKind::Special("[vvar]".into()),
+                MMapPath::Heap => MappingKind::Anon("[heap]".into()),
+                MMapPath::Stack | MMapPath::TStack(_) => MappingKind::Anon("[stack]".into()),
+                MMapPath::Other(s) => MappingKind::Anon(s),
+                _ => MappingKind::Anon("[anon]".into()),
+            };
+            Mapping {
+                start: m.address.0,
+                end: m.address.1,
+                offset: m.offset,
+                kind,
+            }
+        }));
         mappings.sort_by_key(|m| m.start);
         Ok(Self { mappings })
     }
