@@ -838,9 +838,7 @@ impl EventSampler {
     pub fn counters(&self) -> Result<EventCounters, CollectError> {
         let map = &self.skel.maps.event_counters;
         let mut v = [0u64; 24];
-        for (i, slot) in v.iter_mut().enumerate() {
-            *slot = super::percpu_sum(map, "event_counters", i as u32)?;
-        }
+        super::percpu_sums(map, "event_counters", &mut v)?;
         Ok(EventCounters {
             switches: v[0],
             wakeups: v[1],

@@ -201,9 +201,7 @@ impl UnwindCounters {
     /// Reads an `unwind_counters` per-CPU array, summed over CPUs.
     pub(crate) fn read(map: &impl MapCore) -> Result<Self, CollectError> {
         let mut v = [0u64; 6 + 10];
-        for (i, slot) in v.iter_mut().enumerate() {
-            *slot = super::percpu_sum(map, "unwind_counters", i as u32)?;
-        }
+        super::percpu_sums(map, "unwind_counters", &mut v)?;
         let mut ends = [0u64; 10];
         ends.copy_from_slice(&v[6..]);
         Ok(Self {
