@@ -344,20 +344,14 @@ impl ElfInfo {
         })
     }
 
-    /// The separate debug file, where blazesym looks for it: by build id,
-    /// then by debug link, under /usr/lib/debug and /lib/debug.
+    /// The separate debug file, where blazesym looks for it: by build id
+    /// under /usr/lib/debug, then by debug link, also under /lib/debug.
     fn debug_file(&self, path: &Path) -> Option<PathBuf> {
         const DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
         let mut candidates = Vec::new();
+        // The unwinder looks there too, for a stripped file's .eh_frame.
         if let Some(id) = self.build_id.as_deref().filter(|id| id.len() > 1) {
-            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-            for d in DIRS {
-                candidates.push(PathBuf::from(format!(
-                    "{d}/.build-id/{}/{}.debug",
-                    &hex[..2],
-                    &hex[2..]
-                )));
-            }
+            candidates.push(crate::unwind::table::debug_file_path(id));
         }
         if let Some(link) = &self.debuglink {
             let dir = path.parent().unwrap_or(Path::new("/"));
