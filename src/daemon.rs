@@ -389,7 +389,17 @@ fn collect_loop(
         let now_unix = crate::clock::now();
         let mut totals = StoreStats::default();
         let mut dropped_before = 0;
+        // Which processes run, for the stores' merges (they run every 10 s
+        // at most, on slots at least 5 min old): one read of /proc's
+        // directory every 10 s, not a stat per pid per store.
+        let live = (drains % 10 == 1)
+            .then(|| live_pids(now_unix))
+            .flatten()
+            .map(Arc::new);
         let mut add = |st: &mut Store, samples: &[crate::symbolize::SymbolizedSample]| {
+            if let Some(live) = &live {
+                st.set_live_pids(live.clone());
+            }
             dropped_before += st.stats().dropped_for_budget;
             st.insert(now_unix, samples);
             let s = st.stats();
@@ -424,7 +434,7 @@ fn collect_loop(
             let show = |name: &str, st: &RwLock<Store>| {
                 let s = st.read().unwrap_or_else(|e| e.into_inner()).stats();
                 tracing::debug!(
-                    "store {name}: {} bytes ({} of ticks), {} slots, {} stacks",
+                    "store {name}: {} bytes ({} of ticks), {} slots, {} stack nodes",
                     s.bytes,
                     s.tick_bytes,
                     s.slots,
@@ -479,6 +489,7 @@ fn collect_loop(
             ("symbol_caches", caches.symbols),
             ("process_snapshots", caches.snapshots),
             ("dwarf", caches.dwarf),
+            ("kernel_symbols", caches.kernel_symbols),
             ("unwind_rows", pipeline.unwind_stats().bytes as usize),
         ]);
         if let Ok((cpu, events)) = pipeline.unwind_counters() {
@@ -499,4 +510,18 @@ fn collect_loop(
     drop(pipeline);
     tracing::info!("sampler detached");
     Ok(())
+}
+
+/// The pids of the processes running now: the numeric entries of `/proc`
+/// (`None` if it cannot be read: then nothing is taken for exited).
+fn live_pids(now_unix: u64) -> Option<crate::store::LivePids> {
+    let dir = std::fs::read_dir("/proc")
+        .map_err(|e| tracing::debug!("cannot list /proc: {e}"))
+        .ok()?;
+    // A process that starts during the listing has no samples of a slot
+    // ending a second before it.
+    Some(crate::store::LivePids::new(
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()),
+        now_unix.saturating_sub(1),
+    ))
 }

@@ -9,6 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use regex::{Regex, RegexBuilder};
 
+use crate::collect::Pid;
 use crate::profile::{FoldedStack, Grouping, Profile};
 use crate::render::palette::Palette;
 use crate::store::{QueryResult, Selection};
@@ -493,8 +494,10 @@ impl Query {
             if let Some(n) = &key.name {
                 name.clear();
                 let _ = match self.group {
-                    Grouping::Pid => write!(name, "{n}-{}", key.pid),
-                    Grouping::Thread => write!(name, "{n}-{}/{}", key.pid, key.tid),
+                    Grouping::Pid => write!(name, "{n}-{}", Pid(key.pid)),
+                    Grouping::Thread => {
+                        write!(name, "{n}-{}/{}", Pid(key.pid), Pid(key.tid))
+                    }
                     _ => write!(name, "{n}"),
                 };
                 FoldedStack::push_frame(&mut text, &name);
@@ -532,8 +535,12 @@ pub(crate) fn parse_u64(param: &str, v: &str) -> Result<u64, QueryError> {
 }
 
 fn parse_u32(param: &str, v: &str) -> Result<u32, QueryError> {
+    // u32::MAX stands for exited processes in merged history: not an id a
+    // process can have, so not one to select by.
     v.parse()
-        .map_err(|_| bad(param, format!("{v:?} is not a process or thread id")))
+        .ok()
+        .filter(|&id| id != Pid::EXITED.0)
+        .ok_or_else(|| bad(param, format!("{v:?} is not a process or thread id")))
 }
 
 pub(crate) fn parse_bool(param: &str, v: &str) -> Result<bool, QueryError> {

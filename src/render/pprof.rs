@@ -365,19 +365,24 @@ fn fill_samples(
         } else {
             &row.process_comm
         };
-        let mut label = vec![
-            proto::Label {
-                key: k_pid,
-                num: i64::from(row.pid.0),
-                ..Default::default()
-            },
-            proto::Label {
-                key: k_comm,
-                str: b.s(comm),
-                ..Default::default()
-            },
-        ];
-        if query.group == Grouping::Thread {
+        let mut label = vec![proto::Label {
+            key: k_comm,
+            str: b.s(comm),
+            ..Default::default()
+        }];
+        // Samples of exited processes in merged history have no pid.
+        let exited = row.pid == crate::collect::Pid::EXITED;
+        if !exited {
+            label.insert(
+                0,
+                proto::Label {
+                    key: k_pid,
+                    num: i64::from(row.pid.0),
+                    ..Default::default()
+                },
+            );
+        }
+        if query.group == Grouping::Thread && !exited {
             label.push(proto::Label {
                 key: k_tid,
                 num: i64::from(row.tid.0),

@@ -1,14 +1,30 @@
 //! Interned frames, stacks and names: a slot holds small ids, not strings.
+//!
+//! Each table keeps its values once, in a vector, and finds them by a hash
+//! table of indices into it (`hashbrown::HashTable<u32>`): five bytes a
+//! bucket where a map keyed by the value kept a second copy of it.
+//!
+//! - A frame is kept as ids of its interned strings and module (20 bytes,
+//!   not a 56-byte [`Frame`]): the symbolizer names each address on its
+//!   own, so the many lines of one function, each a frame, brought one
+//!   copy of its name and file each.
+//! - Stacks are a prefix tree: a stack is its leaf node, a node is
+//!   (parent, frame), so stacks that share their root-side frames (every
+//!   stack of a process shares `_start`, `main`, ...) share their nodes.
 
+use std::hash::Hash;
 use std::sync::Arc;
 
-use crate::symbolize::Frame;
+use hashbrown::HashTable;
+
+use crate::symbolize::{Frame, FrameKind, Module};
 
 /// Index of an interned frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FrameId(u32);
 
-/// Index of an interned stack (frames root first).
+/// Index of an interned stack (frames root first): its leaf node in the
+/// prefix tree; 0 is the empty stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StackId(u32);
 
@@ -38,18 +54,122 @@ pub struct ThreadKey {
 /// collector's time interning every frame of every drained sample.
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
 
+/// "No string" or "no module" in a [`StoredFrame`].
+const NONE: u32 = u32::MAX;
+
+/// A frame as the interner keeps it: its strings and module by id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct StoredFrame {
+    name: u32,
+    file: u32,
+    line: Option<u32>,
+    module: u32,
+    kind: FrameKind,
+}
+
+/// One node of the stack prefix tree: the stack `parent` with `frame`
+/// added at its leaf end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Node {
+    parent: u32,
+    frame: FrameId,
+}
+
+/// The root node: the empty stack (its frame is never read).
+const ROOT: Node = Node {
+    parent: 0,
+    frame: FrameId(u32::MAX),
+};
+
+/// Values stored once, found by an index table keyed by their hash.
+#[derive(Debug)]
+struct Table<T> {
+    values: Vec<T>,
+    index: HashTable<u32>,
+}
+
+impl<T> Default for Table<T> {
+    fn default() -> Self {
+        Self {
+            values: Vec::new(),
+            index: HashTable::new(),
+        }
+    }
+}
+
+impl<T: Hash + Eq> Table<T> {
+    /// The index of `value`, added (made by `own`) if missing.
+    fn intern<Q>(
+        &mut self,
+        hasher: &ahash::RandomState,
+        value: &Q,
+        own: impl FnOnce(&Q) -> T,
+    ) -> u32
+    where
+        Q: Hash + ?Sized,
+        T: std::borrow::Borrow<Q>,
+        Q: Eq,
+    {
+        let hash = hasher.hash_one(value);
+        let values = &self.values;
+        if let Some(&i) = self
+            .index
+            .find(hash, |&i| values[i as usize].borrow() == value)
+        {
+            return i;
+        }
+        let i = self.values.len() as u32;
+        self.values.push(own(value));
+        let values = &self.values;
+        self.index
+            .insert_unique(hash, i, |&j| hasher.hash_one(values[j as usize].borrow()));
+        i
+    }
+
+    fn get(&self, i: u32) -> &T {
+        &self.values[i as usize]
+    }
+
+    /// Bytes of the vector (by capacity) and of the index's buckets (an
+    /// eighth more than its capacity, four bytes and a control byte each).
+    fn bytes(&self) -> usize {
+        let buckets = if self.index.capacity() == 0 {
+            0
+        } else {
+            (self.index.capacity() * 8 / 7).next_power_of_two()
+        };
+        self.values.capacity() * std::mem::size_of::<T>() + buckets * 5
+    }
+}
+
 /// Frames, stacks and names, each stored once.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Interner {
-    frames: Vec<Frame>,
-    frame_ids: FastMap<Frame, FrameId>,
-    stacks: Vec<Arc<[FrameId]>>,
-    stack_ids: FastMap<Arc<[FrameId]>, StackId>,
-    names: Vec<Arc<str>>,
-    name_ids: FastMap<Arc<str>, NameId>,
-    threads: Vec<ThreadKey>,
-    thread_ids: FastMap<ThreadKey, ThreadId>,
-    bytes: usize,
+    hasher: ahash::RandomState,
+    frames: Table<StoredFrame>,
+    nodes: Table<Node>,
+    /// Names of threads and processes, and the frames' names and files.
+    names: Table<Arc<str>>,
+    modules: Table<Arc<Module>>,
+    threads: Table<ThreadKey>,
+    /// Bytes the names' and modules' strings hold.
+    string_bytes: usize,
+}
+
+impl Default for Interner {
+    fn default() -> Self {
+        let mut nodes = Table::default();
+        nodes.values.push(ROOT);
+        Self {
+            hasher: ahash::RandomState::new(),
+            frames: Table::default(),
+            nodes,
+            names: Table::default(),
+            modules: Table::default(),
+            threads: Table::default(),
+            string_bytes: 0,
+        }
+    }
 }
 
 /// Bytes of a heap allocation of `n` bytes: glibc rounds to 16 and adds 8.
@@ -70,97 +190,170 @@ pub(crate) fn map_bytes<K, V>(m: &FastMap<K, V>) -> usize {
 impl Interner {
     /// The id of `frame`, interning it.
     pub fn frame(&mut self, frame: &Frame) -> FrameId {
-        if let Some(&id) = self.frame_ids.get(frame) {
-            return id;
+        let stored = StoredFrame {
+            name: self.name(&frame.name).0,
+            file: frame.file.as_ref().map_or(NONE, |f| self.name(f).0),
+            line: frame.line,
+            module: frame.module.as_ref().map_or(NONE, |m| self.module(m)),
+            kind: frame.kind,
+        };
+        FrameId(self.frames.intern(&self.hasher, &stored, |f| *f))
+    }
+
+    fn module(&mut self, module: &Arc<Module>) -> u32 {
+        let before = self.modules.values.len();
+        let id = self.modules.intern(&self.hasher, module, Arc::clone);
+        if self.modules.values.len() > before {
+            self.string_bytes += heap_bytes(16 + 48)
+                + heap_bytes(16 + module.path.len())
+                + module
+                    .build_id
+                    .as_ref()
+                    .map_or(0, |b| heap_bytes(16 + b.len()));
         }
-        let id = FrameId(self.frames.len() as u32);
-        // The names' own allocations (the frame structs are counted by
-        // capacity in `bytes`).
-        self.bytes += heap_bytes(16 + frame.name.len())
-            + frame.file.as_ref().map_or(0, |f| heap_bytes(16 + f.len()));
-        self.frames.push(frame.clone());
-        self.frame_ids.insert(frame.clone(), id);
         id
     }
 
-    /// The id of a stack of frame ids.
+    /// The id of a stack of frame ids, root first.
     pub fn stack(&mut self, frames: &[FrameId]) -> StackId {
-        if let Some(&id) = self.stack_ids.get(frames) {
-            return id;
+        let mut node = 0;
+        for &frame in frames {
+            node = self.nodes.intern(
+                &self.hasher,
+                &Node {
+                    parent: node,
+                    frame,
+                },
+                |n| *n,
+            );
         }
-        let id = StackId(self.stacks.len() as u32);
-        let arc: Arc<[FrameId]> = Arc::from(frames);
-        self.bytes += heap_bytes(16 + std::mem::size_of_val(frames));
-        self.stacks.push(arc.clone());
-        self.stack_ids.insert(arc, id);
-        id
+        StackId(node)
     }
 
     /// The id of a name.
     pub fn name(&mut self, name: &Arc<str>) -> NameId {
-        if let Some(&id) = self.name_ids.get(name) {
-            return id;
+        let before = self.names.values.len();
+        let id = self.names.intern(&self.hasher, name, Arc::clone);
+        if self.names.values.len() > before {
+            self.string_bytes += heap_bytes(16 + name.len());
         }
-        let id = NameId(self.names.len() as u32);
-        self.bytes += heap_bytes(16 + name.len());
-        self.names.push(name.clone());
-        self.name_ids.insert(name.clone(), id);
-        id
+        NameId(id)
     }
 
     /// The id of a thread under its names.
     pub fn thread(&mut self, key: ThreadKey) -> ThreadId {
-        if let Some(&id) = self.thread_ids.get(&key) {
-            return id;
-        }
-        let id = ThreadId(self.threads.len() as u32);
-        self.threads.push(key);
-        self.thread_ids.insert(key, id);
-        id
+        ThreadId(self.threads.intern(&self.hasher, &key, |k| *k))
     }
 
     /// The thread of an id.
     pub fn get_thread(&self, id: ThreadId) -> ThreadKey {
-        self.threads[id.0 as usize]
+        *self.threads.get(id.0)
     }
 
-    /// The frame of an id.
-    pub fn get_frame(&self, id: FrameId) -> &Frame {
-        &self.frames[id.0 as usize]
+    /// The frame of an id (its strings shared, not copied).
+    pub fn get_frame(&self, id: FrameId) -> Frame {
+        let f = self.frames.get(id.0);
+        Frame {
+            name: self.names.get(f.name).clone(),
+            kind: f.kind,
+            file: (f.file != NONE).then(|| self.names.get(f.file).clone()),
+            line: f.line,
+            module: (f.module != NONE).then(|| self.modules.get(f.module).clone()),
+        }
     }
 
-    /// The frame ids of a stack.
-    pub fn get_stack(&self, id: StackId) -> &[FrameId] {
-        &self.stacks[id.0 as usize]
+    /// Appends the frame ids of a stack, root first, to `out`.
+    pub fn stack_frames(&self, id: StackId, out: &mut Vec<FrameId>) {
+        let start = out.len();
+        let mut node = id.0;
+        while node != 0 {
+            let n = self.nodes.get(node);
+            out.push(n.frame);
+            node = n.parent;
+        }
+        out[start..].reverse();
     }
 
-    /// The frame ids of a stack, shared (for copies that outlive a lock).
+    /// The frame ids of a stack, root first, in a shared slice (for copies
+    /// that outlive a lock).
     pub fn get_stack_arc(&self, id: StackId) -> Arc<[FrameId]> {
-        self.stacks[id.0 as usize].clone()
+        let mut v = Vec::new();
+        self.stack_frames(id, &mut v);
+        Arc::from(v)
     }
 
     /// The name of an id.
     pub fn get_name(&self, id: NameId) -> &Arc<str> {
-        &self.names[id.0 as usize]
+        self.names.get(id.0)
     }
 
-    /// Estimated heap bytes: the tables by their capacity, and what their
-    /// entries point to.
+    /// Estimated heap bytes: the tables by their capacity, and the strings
+    /// their frames and names hold.
     pub fn bytes(&self) -> usize {
-        use std::mem::size_of;
-        self.bytes
-            + self.frames.capacity() * size_of::<Frame>()
-            + map_bytes(&self.frame_ids)
-            + self.stacks.capacity() * size_of::<Arc<[FrameId]>>()
-            + map_bytes(&self.stack_ids)
-            + self.names.capacity() * size_of::<Arc<str>>()
-            + map_bytes(&self.name_ids)
-            + self.threads.capacity() * size_of::<ThreadKey>()
-            + map_bytes(&self.thread_ids)
+        self.string_bytes
+            + self.frames.bytes()
+            + self.nodes.bytes()
+            + self.names.bytes()
+            + self.modules.bytes()
+            + self.threads.bytes()
     }
 
-    /// Number of interned stacks.
+    /// Number of stack nodes (a stack and every stack it extends count one
+    /// each, shared prefixes once).
     pub fn stack_count(&self) -> usize {
-        self.stacks.len()
+        self.nodes.values.len() - 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbolize::FrameKind;
+
+    #[test]
+    fn stacks_share_prefixes_and_read_back_root_first() {
+        let mut i = Interner::default();
+        let f: Vec<FrameId> = ["main", "a", "b", "c"]
+            .iter()
+            .map(|n| i.frame(&Frame::new(*n, FrameKind::User)))
+            .collect();
+        assert_eq!(i.frame(&Frame::new("a", FrameKind::User)), f[1]);
+        assert_ne!(i.frame(&Frame::new("a", FrameKind::Kernel)), f[1]);
+        let abc = i.stack(&[f[0], f[1], f[2]]);
+        let ac = i.stack(&[f[0], f[1], f[3]]);
+        let a = i.stack(&[f[0], f[1]]);
+        assert_eq!(i.stack(&[f[0], f[1], f[2]]), abc);
+        assert_ne!(abc, ac);
+        // main, main;a, main;a;b, main;a;c: four nodes for three stacks.
+        assert_eq!(i.stack_count(), 4);
+        let mut out = Vec::new();
+        i.stack_frames(ac, &mut out);
+        assert_eq!(out, [f[0], f[1], f[3]]);
+        assert_eq!(&*i.get_stack_arc(a), &[f[0], f[1]]);
+        let empty = i.stack(&[]);
+        assert!(i.get_stack_arc(empty).is_empty());
+        // A frame reads back whole; its strings are stored once however
+        // many frames (lines of one function) name them.
+        let module = Arc::new(Module {
+            path: Arc::from("/usr/bin/x"),
+            build_id: Some(Arc::from("abcd")),
+        });
+        let line = |n| Frame {
+            name: Arc::from("hot"),
+            kind: FrameKind::Inlined,
+            file: Some(Arc::from("x.c")),
+            line: Some(n),
+            module: Some(module.clone()),
+        };
+        let (l1, l2) = (i.frame(&line(1)), i.frame(&line(2)));
+        assert_ne!(l1, l2);
+        assert_eq!(i.get_frame(l2), line(2));
+        assert_eq!(i.frame(&line(2)), l2);
+        let names = i.names.values.len();
+        i.frame(&line(3));
+        assert_eq!(i.names.values.len(), names);
+        // The same frame twice in a row (recursion) is two nodes.
+        let rec = i.stack(&[f[0], f[0]]);
+        assert_eq!(&*i.get_stack_arc(rec), &[f[0], f[0]]);
     }
 }

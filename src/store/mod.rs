@@ -9,6 +9,15 @@
 //! 100 slots to read, not 3600. Slots older than the retention, and the
 //! oldest slots whenever the estimated size passes the budget, are dropped;
 //! frames and stacks no slot refers to any more are then collected.
+//!
+//! As time resolution, so identity: when slots merge, samples of processes
+//! that have exited (not in the [`LivePids`] the daemon last read) are kept
+//! by process and thread name and stack, with pid and tid
+//! [`Pid::EXITED`](crate::collect::Pid::EXITED). On a host with process
+//! churn every short-lived process otherwise kept its own thread and
+//! entries for the hour: hundreds of entries a second in the page-fault
+//! store alone, which no budget of a few MiB can hold. Processes that still
+//! run keep their pids, so `?pid=` over the hour sees all of a service.
 
 pub mod heap;
 mod intern;
@@ -30,6 +39,34 @@ pub mod defaults {
     pub const RETENTION: Duration = Duration::from_secs(3600);
     /// Estimated bytes the stores may use, all events together: 16 MiB.
     pub const MEMORY_BUDGET: usize = 16 << 20;
+}
+
+/// The processes running when the daemon last looked (`/proc`).
+#[derive(Debug, Clone)]
+pub struct LivePids {
+    pids: std::collections::HashSet<u32, ahash::RandomState>,
+    at: u64,
+}
+
+impl LivePids {
+    /// The pids read at `at` (unix seconds).
+    pub fn new(pids: impl IntoIterator<Item = u32>, at: u64) -> Self {
+        Self {
+            pids: pids.into_iter().collect(),
+            at,
+        }
+    }
+
+    /// Whether a slot ending at `end` (unix seconds) can be judged by this
+    /// list: a process that started after the read is not in it, but it
+    /// has no samples before the read either.
+    fn covers(&self, end: u64) -> bool {
+        end <= self.at
+    }
+
+    fn contains(&self, pid: u32) -> bool {
+        self.pids.contains(&pid)
+    }
 }
 
 /// Limits and resolution of the store.
@@ -107,6 +144,9 @@ struct Slot {
     /// event without a tick landed here, the slot was merged, or the ticks
     /// were dropped to stay within the budget.
     fine: bool,
+    /// Whether the threads of exited processes have been folded (see
+    /// [`Store::fold_exited`]).
+    folded: bool,
 }
 
 impl Slot {
@@ -118,6 +158,7 @@ impl Slot {
             sealed: Box::default(),
             ticks: Vec::new(),
             fine: len == 1,
+            folded: false,
         }
     }
 
@@ -270,7 +311,8 @@ pub struct StoreStats {
     pub bytes: usize,
     /// Slots held.
     pub slots: usize,
-    /// Interned stacks.
+    /// Interned stack nodes (a stack and each stack it extends, shared
+    /// prefixes once).
     pub stacks: usize,
     /// Of `bytes`, the samples kept per 20 ms tick.
     pub tick_bytes: usize,
@@ -295,6 +337,9 @@ pub struct Store {
     ticks_dropped_for_budget: u64,
     dropped_since_gc: usize,
     generation: u64,
+    /// Processes running at the last look; `None`: every process is taken
+    /// to run (no folding).
+    live: Option<std::sync::Arc<LivePids>>,
 }
 
 impl Store {
@@ -310,7 +355,14 @@ impl Store {
             ticks_dropped_for_budget: 0,
             dropped_since_gc: 0,
             generation: 0,
+            live: None,
         }
+    }
+
+    /// Sets the processes that run now: samples of others are kept
+    /// without their pid and tid when their slots merge.
+    pub fn set_live_pids(&mut self, live: std::sync::Arc<LivePids>) {
+        self.live = Some(live);
     }
 
     /// Changes whenever the store's contents change: equal generations and
@@ -433,6 +485,26 @@ impl Store {
                 i += 1;
             }
         }
+        if self.bytes() > self.options.memory_budget && self.live.is_some() {
+            // Then who ran: exited processes' samples keep only their
+            // names, before any history is given up. All sealed slots at
+            // once: the interner is rebuilt once, and the room made lasts
+            // many drains.
+            let mut folded_any = false;
+            for i in 0..self.slots.len() {
+                let slot = &self.slots[i];
+                let covered = self
+                    .live
+                    .as_ref()
+                    .is_some_and(|l| l.covers(slot.start + slot.len));
+                if !slot.folded && slot.entries.is_empty() && covered {
+                    folded_any |= self.fold_slot(i);
+                }
+            }
+            if folded_any {
+                self.gc();
+            }
+        }
         if self.bytes() > self.options.memory_budget {
             self.gc();
             // Down to 90%: the collection after the drops rebuilds the
@@ -485,11 +557,23 @@ impl Store {
                 j += 1;
             }
             let mut merged = Slot::new(bucket, len);
-            for mut slot in self.slots.drain(i..j) {
-                for (k, v) in slot.take_entries() {
+            let mut folded: FastMap<ThreadId, ThreadId> = FastMap::default();
+            let fold = self.live.as_ref().is_some_and(|l| l.covers(bucket + len));
+            let taken: Vec<Slot> = self.slots.drain(i..j).collect();
+            for mut slot in taken {
+                for (mut k, v) in slot.take_entries() {
+                    if fold {
+                        k.thread = self.fold_exited(k.thread, &mut folded);
+                    }
                     *merged.entries.entry(k).or_insert(0) += v;
                 }
             }
+            if folded.iter().any(|(a, b)| a != b) {
+                // The exited threads' ids are garbage now, like a dropped
+                // slot's.
+                self.dropped_since_gc += 1;
+            }
+            merged.folded = fold;
             merged.seal();
             self.slots.insert(i, merged);
             merged_any = true;
@@ -498,6 +582,61 @@ impl Store {
         if merged_any {
             self.recount();
         }
+    }
+
+    /// Folds the exited processes' threads of sealed slot `i` (its ticks
+    /// go too: they name the threads). Whether any was folded.
+    fn fold_slot(&mut self, i: usize) -> bool {
+        let mut memo = FastMap::default();
+        self.entry_bytes -= self.slots[i].entry_bytes();
+        let sealed = std::mem::take(&mut self.slots[i].sealed);
+        let mut agg: FastMap<EntryKey, u64> = FastMap::default();
+        let mut changed = false;
+        for (mut k, v) in sealed.into_vec() {
+            let to = self.fold_exited(k.thread, &mut memo);
+            changed |= to != k.thread;
+            k.thread = to;
+            *agg.entry(k).or_insert(0) += v;
+        }
+        let mut all: Vec<(EntryKey, u64)> = agg.into_iter().collect();
+        all.sort_unstable_by_key(|e| e.0);
+        let slot = &mut self.slots[i];
+        slot.sealed = all.into_boxed_slice();
+        slot.folded = true;
+        self.entry_bytes += slot.entry_bytes();
+        if changed {
+            if !slot.ticks.is_empty() {
+                self.tick_bytes -= slot.tick_bytes();
+                slot.drop_ticks();
+            }
+            self.dropped_since_gc += 1;
+        }
+        changed
+    }
+
+    /// The thread an entry of a merged slot is kept under: itself while
+    /// its process runs, else its names with pid and tid
+    /// [`Pid::EXITED`](crate::collect::Pid::EXITED).
+    fn fold_exited(&mut self, id: ThreadId, memo: &mut FastMap<ThreadId, ThreadId>) -> ThreadId {
+        let Some(live) = &self.live else {
+            return id;
+        };
+        if let Some(&to) = memo.get(&id) {
+            return to;
+        }
+        let t = self.interner.get_thread(id);
+        let exited = crate::collect::Pid::EXITED.0;
+        let to = if t.pid == 0 || t.pid == exited || live.contains(t.pid) {
+            id
+        } else {
+            self.interner.thread(ThreadKey {
+                pid: exited,
+                tid: exited,
+                ..t
+            })
+        };
+        memo.insert(id, to);
+        to
     }
 
     /// Recomputes the byte estimates from the slots.
@@ -524,12 +663,15 @@ impl Store {
         let mut stack_map: FastMap<StackId, StackId> = FastMap::default();
         let mut thread_map: FastMap<ThreadId, ThreadId> = FastMap::default();
         let mut ids = Vec::new();
+        let mut old_ids = Vec::new();
         let interner = &mut self.interner;
         let mut remap = |k: &mut EntryKey| {
             k.stack = *stack_map.entry(k.stack).or_insert_with(|| {
+                old_ids.clear();
+                old.stack_frames(k.stack, &mut old_ids);
                 ids.clear();
-                for &f in old.get_stack(k.stack) {
-                    ids.push(interner.frame(old.get_frame(f)));
+                for &f in &old_ids {
+                    ids.push(interner.frame(&old.get_frame(f)));
                 }
                 interner.stack(&ids)
             });
@@ -700,7 +842,7 @@ impl Store {
                 for &f in ids.iter() {
                     frames
                         .entry(f)
-                        .or_insert_with(|| self.interner.get_frame(f).clone());
+                        .or_insert_with(|| self.interner.get_frame(f));
                 }
                 ids
             });
@@ -788,6 +930,98 @@ mod tests {
             .expect("60 s slots");
         let (a, b) = (slot_60.start, slot_60.start + 60);
         assert_eq!(total(&st, a, b), 3 * 60);
+    }
+
+    #[test]
+    fn merged_history_keeps_exited_processes_by_name_only() {
+        let mut st = Store::new(StoreOptions::default());
+        st.set_live_pids(Arc::new(LivePids::new([1], u64::MAX)));
+        let t0 = 1_000_000;
+        for i in 0..400 {
+            // A service (pid 1) and a new short-lived `p2`-named process
+            // every second (pids 1000+).
+            let mut short = sample(1000 + i as u32, &["main", "b"], 1);
+            short.process_comm = Arc::from("p2");
+            st.insert(t0 + i, &[sample(1, &["main", "a"], 2), short]);
+        }
+        assert_eq!(total(&st, 0, u64::MAX), 3 * 400);
+        let old = Selection {
+            from: t0,
+            to: t0 + 60,
+            ..Default::default()
+        };
+        let rows = st.query(&old).rows;
+        let service: u64 = rows.iter().filter(|r| r.pid.0 == 1).map(|r| r.value).sum();
+        assert_eq!(service, 120, "the running process keeps its pid");
+        let exited: Vec<_> = rows.iter().filter(|r| r.pid != Pid(1)).collect();
+        assert_eq!(exited.len(), 1, "60 exited processes, one row: {rows:?}");
+        assert_eq!(exited[0].pid, crate::collect::Pid::EXITED);
+        assert_eq!(&*exited[0].process_comm, "p2");
+        assert_eq!(exited[0].value, 60);
+        // The last 5 minutes are not merged: every process keeps its pid.
+        let recent = Selection {
+            from: t0 + 390,
+            to: t0 + 400,
+            ..Default::default()
+        };
+        assert!(
+            st.query(&recent)
+                .rows
+                .iter()
+                .all(|r| r.pid != crate::collect::Pid::EXITED)
+        );
+        // A filter by pid finds the service in the merged part.
+        let by_pid = Selection {
+            pid: Some(1),
+            ..old
+        };
+        assert_eq!(
+            st.query(&by_pid).rows.iter().map(|r| r.value).sum::<u64>(),
+            120
+        );
+    }
+
+    #[test]
+    fn over_budget_exited_processes_fold_before_history_goes() {
+        // 100 s of 20 short-lived processes a second, each with its own
+        // stack tail: how big that is with every pid kept.
+        let fill = |st: &mut Store| {
+            for i in 0..100u32 {
+                let batch: Vec<_> = (0..20)
+                    .map(|j| {
+                        let mut s = sample(10_000 + i * 20 + j, &["main", "x"], 1);
+                        s.process_comm = Arc::from("short");
+                        s
+                    })
+                    .collect();
+                st.insert(2_000_000 + u64::from(i), &batch);
+            }
+        };
+        let mut whole = Store::new(StoreOptions::default());
+        fill(&mut whole);
+        let budget = whole.bytes() / 2;
+        let options = StoreOptions {
+            memory_budget: budget,
+            ..Default::default()
+        };
+        let mut without = Store::new(options.clone());
+        fill(&mut without);
+        assert!(without.stats().dropped_for_budget > 0);
+        let mut st = Store::new(options);
+        st.set_live_pids(Arc::new(LivePids::new([], u64::MAX)));
+        fill(&mut st);
+        assert_eq!(st.stats().dropped_for_budget, 0, "folding made the room");
+        assert!(st.bytes() <= budget);
+        assert_eq!(total(&st, 0, u64::MAX), 2000);
+        let rows = st
+            .query(&Selection {
+                from: 2_000_000,
+                to: 2_000_050,
+                ..Default::default()
+            })
+            .rows;
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0].pid, crate::collect::Pid::EXITED);
     }
 
     #[test]

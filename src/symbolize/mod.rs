@@ -1,7 +1,7 @@
 //! Symbolize: names for the addresses of [`RawSample`]s, found while the
 //! process is still alive.
 //!
-//! - kernel frames from kallsyms (blazesym's `Kernel` source, vmlinux off);
+//! - kernel frames from kallsyms (a compact table of its own, see [`kallsyms`]);
 //! - user frames from the ELF file behind each executable mapping, with DWARF
 //!   line and inline information (blazesym's `Elf` source, file offsets);
 //! - JIT frames from `/tmp/perf-PID.map` (see [`perfmap`]);
@@ -13,6 +13,7 @@
 //! reused pid therefore cannot inherit another program's names.
 
 mod elf_worker;
+pub mod kallsyms;
 pub mod perfmap;
 mod procmaps;
 pub mod untrusted;
@@ -24,10 +25,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use blazesym::MaybeDefault;
-use blazesym::symbolize::source::{Kernel, Source};
-use blazesym::symbolize::{Input, Symbolized};
 use elf_worker::Reply;
+use kallsyms::KernelSymbols;
 
 use crate::collect::{Pid, RawSample, RawStack, StackEnd, Tid};
 use perfmap::PerfMap;
@@ -187,6 +186,8 @@ pub struct CacheBytes {
     pub snapshots: usize,
     /// Parsed DWARF held by blazesym.
     pub dwarf: usize,
+    /// The kernel's symbol table.
+    pub kernel_symbols: usize,
 }
 
 /// Options of the [`Symbolizer`].
@@ -315,8 +316,10 @@ pub struct Symbolizer {
     spare_frames: Vec<Vec<Frame>>,
     recent: Vec<(Pid, Instant)>,
     modules: HashMap<FileId, Arc<Module>>,
-    blaze: blazesym::symbolize::Symbolizer,
-    kernel_source: Source<'static>,
+    /// The kernel's symbols, read when a kernel address is first named
+    /// (`None` before, or if kallsyms cannot be read).
+    kernel_symbols: Option<KernelSymbols>,
+    kernel_loaded: bool,
     kernel_readable: bool,
     kernel_cache: HashMap<u64, Arc<[Frame]>>,
     file_cache: HashMap<(FileId, u64), Arc<[Frame]>>,
@@ -380,12 +383,6 @@ impl Symbolizer {
                 false
             }
         };
-        let kernel = Kernel {
-            kallsyms: MaybeDefault::Default,
-            vmlinux: MaybeDefault::None,
-            debug_syms: false,
-            ..Default::default()
-        };
         Self {
             snapshots: HashMap::new(),
             comms: HashMap::new(),
@@ -393,12 +390,8 @@ impl Symbolizer {
             snapshot_bytes: 0,
             recent: Vec::new(),
             modules: HashMap::new(),
-            blaze: blazesym::symbolize::Symbolizer::builder()
-                .enable_code_info(true)
-                .enable_inlined_fns(true)
-                .enable_demangling(true)
-                .build(),
-            kernel_source: Source::Kernel(kernel),
+            kernel_symbols: None,
+            kernel_loaded: false,
             kernel_readable,
             kernel_cache: HashMap::new(),
             file_cache: HashMap::new(),
@@ -428,6 +421,7 @@ impl Symbolizer {
             symbols: (self.kernel_cache.len() + self.file_cache.len()) * CACHED_FRAME_BYTES,
             snapshots: self.snapshot_bytes,
             dwarf: self.dwarf_bytes,
+            kernel_symbols: self.kernel_symbols.as_ref().map_or(0, KernelSymbols::bytes),
         }
     }
 
@@ -703,20 +697,27 @@ impl Symbolizer {
         if self.kernel_cache.len() + wanted.len() > self.options.cache_entries() {
             self.kernel_cache.clear();
         }
-        let results = if self.kernel_readable {
-            self.blaze
-                .symbolize(&self.kernel_source, Input::AbsAddr(&wanted))
-                .map_err(|e| tracing::debug!("kernel symbolization failed: {e}"))
-                .ok()
-        } else {
-            None
-        };
-        for (i, &addr) in wanted.iter().enumerate() {
-            let frames: Arc<[Frame]> = match results.as_ref().and_then(|r| r.get(i)) {
-                Some(Symbolized::Sym(sym)) => {
-                    Arc::from(vec![Frame::new(&*sym.name, FrameKind::Kernel)])
+        if self.kernel_readable && !self.kernel_loaded {
+            self.kernel_loaded = true;
+            let t = Instant::now();
+            match KernelSymbols::load() {
+                Ok(k) => {
+                    tracing::debug!(
+                        "read {} kernel symbols into {} bytes in {:?}",
+                        k.len(),
+                        k.bytes(),
+                        t.elapsed()
+                    );
+                    self.kernel_symbols = Some(k);
                 }
-                _ => {
+                Err(e) => tracing::warn!("kernel frames will be unnamed: {e}"),
+            }
+        }
+        for &addr in &wanted {
+            let name = self.kernel_symbols.as_ref().and_then(|k| k.name(addr));
+            let frames: Arc<[Frame]> = match name {
+                Some(name) => Arc::from(vec![Frame::new(name, FrameKind::Kernel)]),
+                None => {
                     self.misses.kernel_no_symbol += 1;
                     // Where kallsyms hides addresses (kptr_restrict, no
                     // CAP_SYSLOG) emberd must not print them either: they
@@ -750,10 +751,11 @@ impl Symbolizer {
             .filter(|s| now.duration_since(s.taken) < MAPS_MAX_AGE)
             .map(|s| s.maps.clone())
             .filter(|m| addrs.iter().all(|&a| m.find(a).is_some()));
-        let maps = match cached.or_else(|| {
-            self.snapshot(pid, now)
-                .or_else(|| self.snapshots.get(&pid).map(|s| s.maps.clone()))
-        }) {
+        let (maps, gone) = match cached.or_else(|| self.snapshot(pid, now)) {
+            Some(m) => (Some(m), false),
+            None => (self.snapshots.get(&pid).map(|s| s.maps.clone()), true),
+        };
+        let maps = match maps {
             Some(m) => m,
             None => {
                 self.misses.process_gone += addrs.len() as u64;
@@ -777,11 +779,20 @@ impl Symbolizer {
         let mut perf_map: Option<Arc<PerfMap>> = None;
         for addr in addrs {
             let Some((idx, m)) = maps.find(addr) else {
-                self.misses.unmapped += 1;
-                out.insert(
-                    addr,
-                    single(format!("[unmapped]+0x{addr:x}"), FrameKind::User),
-                );
+                // Outside the maps read when the process appeared, and it is
+                // gone: mapped after that read (a short-lived process's
+                // libc, mapped by ld.so after the exec notice). Its address
+                // is of one process's randomized layout: a frame of its
+                // own for every such process filled the stores (1,200 new
+                // frames in 100 s of churn), so one name for all.
+                let name = if gone {
+                    self.misses.process_gone += 1;
+                    "[exited]".to_owned()
+                } else {
+                    self.misses.unmapped += 1;
+                    format!("[unmapped]+0x{addr:x}")
+                };
+                out.insert(addr, single(name, FrameKind::User));
                 continue;
             };
             match &m.kind {

@@ -345,8 +345,9 @@ fn check_complete_or_marked(p: &Profile, case: &str) {
     let garbage = sum_where(p, |f| {
         f[0] == "deep_chain"
             && !f.get(1).is_some_and(|x| is_marker(x))
-            && f.iter()
-                .any(|x| x.starts_with("[unmapped]") || x.starts_with("[unknown]"))
+            && f.iter().any(|x| {
+                x.starts_with("[unmapped]") || x.starts_with("[unknown]") || *x == "[exited]"
+            })
     });
     assert!(
         garbage == 0 && complete + marked == total,
