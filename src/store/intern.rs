@@ -62,7 +62,8 @@ const NONE: u32 = u32::MAX;
 struct StoredFrame {
     name: u32,
     file: u32,
-    line: Option<u32>,
+    /// [`NONE`] for none (`Option<u32>` would make the struct 24 bytes).
+    line: u32,
     module: u32,
     kind: FrameKind,
 }
@@ -193,7 +194,7 @@ impl Interner {
         let stored = StoredFrame {
             name: self.name(&frame.name).0,
             file: frame.file.as_ref().map_or(NONE, |f| self.name(f).0),
-            line: frame.line,
+            line: frame.line.filter(|&l| l != NONE).unwrap_or(NONE),
             module: frame.module.as_ref().map_or(NONE, |m| self.module(m)),
             kind: frame.kind,
         };
@@ -257,7 +258,7 @@ impl Interner {
             name: self.names.get(f.name).clone(),
             kind: f.kind,
             file: (f.file != NONE).then(|| self.names.get(f.file).clone()),
-            line: f.line,
+            line: (f.line != NONE).then_some(f.line),
             module: (f.module != NONE).then(|| self.modules.get(f.module).clone()),
         }
     }
@@ -309,6 +310,11 @@ impl Interner {
 mod tests {
     use super::*;
     use crate::symbolize::FrameKind;
+
+    #[test]
+    fn a_stored_frame_is_20_bytes() {
+        assert_eq!(std::mem::size_of::<StoredFrame>(), 20);
+    }
 
     #[test]
     fn stacks_share_prefixes_and_read_back_root_first() {
