@@ -10,7 +10,7 @@
 //! [`BLOCK`], about 1.2 MiB in all. Naming an address inflates one block
 //! (about 1.5 KB, microseconds).
 
-use std::io::Read;
+use std::io::Read as _;
 
 use thiserror::Error;
 
@@ -102,6 +102,11 @@ pub struct KernelSymbols {
     blocks: Box<[u32]>,
     /// Raw deflate streams of blocks of names, each name followed by `\n`.
     packed: Box<[u8]>,
+    /// The block inflated last (its index and text), and the inflater:
+    /// addresses are named in order, several from one block, and making
+    /// an inflater allocates its tables.
+    last: Option<(usize, String)>,
+    inflater: flate2::Decompress,
 }
 
 impl KernelSymbols {
@@ -186,19 +191,47 @@ impl KernelSymbols {
             addrs,
             blocks: blocks.into_boxed_slice(),
             packed: packed.into_boxed_slice(),
+            last: None,
+            inflater: flate2::Decompress::new(false),
         })
     }
 
     /// The name of the symbol that holds `addr` (the one starting closest
     /// at or below it), or `None` below the first symbol.
-    pub fn name(&self, addr: u64) -> Option<String> {
+    pub fn name(&mut self, addr: u64) -> Option<String> {
         let i = self.addrs.find(addr)?;
         let b = i / BLOCK;
-        let block = &self.packed[self.blocks[b] as usize..self.blocks[b + 1] as usize];
-        let mut raw = String::new();
-        flate2::read::DeflateDecoder::new(block)
-            .read_to_string(&mut raw)
-            .ok()?;
+        if self.last.as_ref().is_none_or(|(l, _)| *l != b) {
+            let mut raw = self
+                .last
+                .take()
+                .map(|(_, r)| r)
+                .unwrap_or_default()
+                .into_bytes();
+            raw.clear();
+            let block = &self.packed[self.blocks[b] as usize..self.blocks[b + 1] as usize];
+            self.inflater.reset(false);
+            loop {
+                raw.reserve(4096);
+                let (was_in, was_out) = (self.inflater.total_in(), self.inflater.total_out());
+                let status = self.inflater.decompress_vec(
+                    &block[was_in as usize..],
+                    &mut raw,
+                    flate2::FlushDecompress::Finish,
+                );
+                match status {
+                    Ok(flate2::Status::StreamEnd) => break,
+                    // Our own stream: it cannot be corrupt, but a stream
+                    // that stops moving must not loop.
+                    Ok(_)
+                        if self.inflater.total_in() != was_in
+                            || self.inflater.total_out() != was_out => {}
+                    _ => return None,
+                }
+            }
+            self.last = Some((b, String::from_utf8(raw).ok()?));
+        }
+        let raw = &self.last.as_ref()?.1;
         let name = raw.split('\n').nth(i % BLOCK)?;
         // Kernels with Rust code list its symbols mangled (`_RNv...`).
         Some(match rustc_demangle::try_demangle(name) {
@@ -242,7 +275,7 @@ mod tests {
         text.push_str("ffffffffc0200000 t mod_fn\t[nf_tables]\n");
         text.push_str("0000000000000000 t hidden\n");
         text.push_str("garbage line\n");
-        let k = KernelSymbols::parse(&text).expect("table");
+        let mut k = KernelSymbols::parse(&text).expect("table");
         assert_eq!(k.len(), 202);
         assert_eq!(k.name(0xffff_ffff_8100_0000).as_deref(), Some("fn_0"));
         assert_eq!(k.name(0xffff_ffff_8100_0041).as_deref(), Some("fn_1"));
@@ -260,7 +293,7 @@ mod tests {
     #[test]
     fn wide_address_ranges_keep_full_addresses() {
         let text = "0000000000001000 T low\nffffffff81000000 T high\n";
-        let k = KernelSymbols::parse(text).expect("table");
+        let mut k = KernelSymbols::parse(text).expect("table");
         assert!(matches!(k.addrs, Addrs::Wide(_)));
         assert_eq!(k.name(0x1001).as_deref(), Some("low"));
         assert_eq!(k.name(0xffff_ffff_8100_0001).as_deref(), Some("high"));
@@ -273,7 +306,7 @@ mod tests {
 
     #[test]
     fn matches_this_kernels_kallsyms() {
-        let k = KernelSymbols::load()
+        let mut k = KernelSymbols::load()
             .expect("this test reads /proc/kallsyms's addresses: run it as root");
         let text = std::fs::read_to_string("/proc/kallsyms").expect("kallsyms");
         let syms: Vec<(u64, &str)> = text

@@ -714,7 +714,7 @@ impl Symbolizer {
             }
         }
         for &addr in &wanted {
-            let name = self.kernel_symbols.as_ref().and_then(|k| k.name(addr));
+            let name = self.kernel_symbols.as_mut().and_then(|k| k.name(addr));
             let frames: Arc<[Frame]> = match name {
                 Some(name) => Arc::from(vec![Frame::new(name, FrameKind::Kernel)]),
                 None => {
