@@ -306,6 +306,81 @@ impl Interner {
     }
 }
 
+/// Copies stacks and threads from one interner into another (a collection
+/// keeps what the slots still use), each old node, frame and thread once:
+/// copying stack by stack re-interned every frame of every stack, thirty
+/// string hashes a stack.
+pub struct Copier<'a> {
+    old: &'a Interner,
+    nodes: FastMap<u32, u32>,
+    frames: FastMap<FrameId, FrameId>,
+    threads: FastMap<ThreadId, ThreadId>,
+    chain: Vec<u32>,
+}
+
+impl<'a> Copier<'a> {
+    /// A copier from `old`.
+    pub fn new(old: &'a Interner) -> Self {
+        Self {
+            old,
+            nodes: FastMap::default(),
+            frames: FastMap::default(),
+            threads: FastMap::default(),
+            chain: Vec::new(),
+        }
+    }
+
+    /// The id in `new` of the old interner's stack `id`.
+    pub fn stack(&mut self, new: &mut Interner, id: StackId) -> StackId {
+        // Up to the root or the nearest node already copied, then down.
+        let mut chain = std::mem::take(&mut self.chain);
+        chain.clear();
+        let mut node = id.0;
+        let mut top = 0;
+        while node != 0 {
+            if let Some(&copied) = self.nodes.get(&node) {
+                top = copied;
+                break;
+            }
+            chain.push(node);
+            node = self.old.nodes.get(node).parent;
+        }
+        for &old_node in chain.iter().rev() {
+            let old_frame = self.old.nodes.get(old_node).frame;
+            let frame = match self.frames.get(&old_frame) {
+                Some(&f) => f,
+                None => {
+                    let f = new.frame(&self.old.get_frame(old_frame));
+                    self.frames.insert(old_frame, f);
+                    f
+                }
+            };
+            top = new
+                .nodes
+                .intern(&new.hasher, &Node { parent: top, frame }, |n| *n);
+            self.nodes.insert(old_node, top);
+        }
+        self.chain = chain;
+        StackId(top)
+    }
+
+    /// The id in `new` of the old interner's thread `id`.
+    pub fn thread(&mut self, new: &mut Interner, id: ThreadId) -> ThreadId {
+        if let Some(&t) = self.threads.get(&id) {
+            return t;
+        }
+        let t = self.old.get_thread(id);
+        let key = ThreadKey {
+            thread_comm: new.name(self.old.get_name(t.thread_comm)),
+            process_comm: new.name(self.old.get_name(t.process_comm)),
+            ..t
+        };
+        let to = new.thread(key);
+        self.threads.insert(id, to);
+        to
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,6 +433,21 @@ mod tests {
         let names = i.names.values.len();
         i.frame(&line(3));
         assert_eq!(i.names.values.len(), names);
+        // A copy keeps what it is asked for, shared prefixes once.
+        let mut new = Interner::default();
+        let mut copy = Copier::new(&i);
+        let (c_abc, c_ac) = (copy.stack(&mut new, abc), copy.stack(&mut new, ac));
+        assert_eq!(copy.stack(&mut new, abc), c_abc);
+        let frames = |n: &Interner, s| {
+            let mut v = Vec::new();
+            n.stack_frames(s, &mut v);
+            v.into_iter()
+                .map(|f| n.get_frame(f).to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(frames(&new, c_abc), ["main", "a", "b"]);
+        assert_eq!(frames(&new, c_ac), ["main", "a", "c"]);
+        assert_eq!(new.stack_count(), 4);
         // The same frame twice in a row (recursion) is two nodes.
         let rec = i.stack(&[f[0], f[0]]);
         assert_eq!(&*i.get_stack_arc(rec), &[f[0], f[0]]);

@@ -507,6 +507,8 @@ impl Store {
         }
         if self.bytes() > self.options.memory_budget {
             self.gc();
+        }
+        if self.bytes() > self.options.memory_budget {
             // Down to 90%: the collection after the drops rebuilds the
             // whole interner, which should not happen at every drain of a
             // store that is full.
@@ -660,30 +662,11 @@ impl Store {
         }
         self.dropped_since_gc = 0;
         let old = std::mem::take(&mut self.interner);
-        let mut stack_map: FastMap<StackId, StackId> = FastMap::default();
-        let mut thread_map: FastMap<ThreadId, ThreadId> = FastMap::default();
-        let mut ids = Vec::new();
-        let mut old_ids = Vec::new();
+        let mut copy = intern::Copier::new(&old);
         let interner = &mut self.interner;
         let mut remap = |k: &mut EntryKey| {
-            k.stack = *stack_map.entry(k.stack).or_insert_with(|| {
-                old_ids.clear();
-                old.stack_frames(k.stack, &mut old_ids);
-                ids.clear();
-                for &f in &old_ids {
-                    ids.push(interner.frame(&old.get_frame(f)));
-                }
-                interner.stack(&ids)
-            });
-            k.thread = *thread_map.entry(k.thread).or_insert_with(|| {
-                let t = old.get_thread(k.thread);
-                let key = ThreadKey {
-                    thread_comm: interner.name(old.get_name(t.thread_comm)),
-                    process_comm: interner.name(old.get_name(t.process_comm)),
-                    ..t
-                };
-                interner.thread(key)
-            });
+            k.stack = copy.stack(interner, k.stack);
+            k.thread = copy.thread(interner, k.thread);
         };
         for slot in &mut self.slots {
             let entries = std::mem::take(&mut slot.entries);
