@@ -4,9 +4,7 @@
 //! the 122k symbols of a Debian kernel, a sixth of the daemon's memory
 //! target, for a table that is read only when a kernel address is first
 //! seen (names are cached per address above it). Here the addresses are
-//! 32-bit offsets from the lowest one (kernel text, modules and BPF
-//! programs lie within 4 GiB of each other on x86-64 and arm64; a wider
-//! spread keeps full addresses) and the names are deflated in blocks of
+//! 32-bit offsets (see [`Addrs`]) and the names are deflated in blocks of
 //! [`BLOCK`], about 1.2 MiB in all. Naming an address inflates one block
 //! (about 1.5 KB, microseconds).
 
@@ -38,20 +36,52 @@ pub enum KallsymsError {
     },
 }
 
-/// Symbol start addresses, sorted.
+/// Symbol start addresses, sorted: those within 4 GiB below the highest as
+/// 32-bit offsets from `base`, any lower ones in full. Kernel text,
+/// modules and BPF programs lie within 4 GiB of each other on x86-64 and
+/// arm64; x86-64 kernels before 6.15 also list their per-CPU variables at
+/// small addresses, a few hundred symbols.
 #[derive(Debug)]
-enum Addrs {
-    /// Offsets from `base`: every address lies within 4 GiB of it.
-    Narrow { base: u64, offsets: Box<[u32]> },
-    /// Full addresses.
-    Wide(Box<[u64]>),
+struct Addrs {
+    low: Box<[u64]>,
+    base: u64,
+    offsets: Box<[u32]>,
 }
 
 impl Addrs {
+    /// From sorted addresses.
+    fn new(sorted: &[u64]) -> Self {
+        let hi = sorted.last().copied().unwrap_or(0);
+        let floor = hi.saturating_sub(u64::from(u32::MAX));
+        let split = sorted.partition_point(|&a| a < floor);
+        let base = sorted.get(split).copied().unwrap_or(0);
+        Self {
+            low: sorted[..split].into(),
+            base,
+            offsets: sorted[split..].iter().map(|&a| (a - base) as u32).collect(),
+        }
+    }
+
     fn len(&self) -> usize {
-        match self {
-            Addrs::Narrow { offsets, .. } => offsets.len(),
-            Addrs::Wide(a) => a.len(),
+        self.low.len() + self.offsets.len()
+    }
+
+    /// How many starts are at or below `addr`.
+    fn count_at_or_below(&self, addr: u64) -> usize {
+        match addr.checked_sub(self.base) {
+            None => self.low.partition_point(|&a| a <= addr),
+            Some(off) => {
+                let off = u32::try_from(off).unwrap_or(u32::MAX);
+                self.low.len() + self.offsets.partition_point(|&o| o <= off)
+            }
+        }
+    }
+
+    /// How many starts are below `addr`.
+    fn count_below(&self, addr: u64) -> usize {
+        match addr.checked_sub(self.base) {
+            None | Some(0) => self.low.partition_point(|&a| a < addr),
+            Some(off) => self.low.len() + self.offsets.partition_point(|&o| u64::from(o) < off),
         }
     }
 
@@ -59,37 +89,19 @@ impl Addrs {
     /// start at or below `addr` (aliases share a start; the first listed is
     /// the one named, as blazesym and `perf` without a vmlinux do).
     fn find(&self, addr: u64) -> Option<usize> {
-        let below = match self {
-            Addrs::Narrow { base, offsets } => {
-                let off = addr.checked_sub(*base)?;
-                let off = u32::try_from(off).unwrap_or(u32::MAX);
-                offsets.partition_point(|&o| o <= off)
-            }
-            Addrs::Wide(a) => a.partition_point(|&a| a <= addr),
-        };
-        let last = below.checked_sub(1)?;
-        let start = self.get(last);
-        Some(match self {
-            Addrs::Narrow { base, offsets } => {
-                let o = (start - base) as u32;
-                offsets.partition_point(|&x| x < o)
-            }
-            Addrs::Wide(a) => a.partition_point(|&x| x < start),
-        })
+        let last = self.count_at_or_below(addr).checked_sub(1)?;
+        Some(self.count_below(self.get(last)))
     }
 
     fn get(&self, i: usize) -> u64 {
-        match self {
-            Addrs::Narrow { base, offsets } => base + u64::from(offsets[i]),
-            Addrs::Wide(a) => a[i],
+        match self.low.get(i) {
+            Some(&a) => a,
+            None => self.base + u64::from(self.offsets[i - self.low.len()]),
         }
     }
 
     fn bytes(&self) -> usize {
-        match self {
-            Addrs::Narrow { offsets, .. } => offsets.len() * 4,
-            Addrs::Wide(a) => a.len() * 8,
-        }
+        self.low.len() * 8 + self.offsets.len() * 4
     }
 }
 
@@ -152,15 +164,9 @@ impl KernelSymbols {
         }
         // Stable: of aliases at one address, the first listed stays first.
         lines.sort_by_key(|l| l.addr);
-        let (lo, hi) = (lines[0].addr, lines[lines.len() - 1].addr);
-        let addrs = if hi - lo <= u64::from(u32::MAX) {
-            Addrs::Narrow {
-                base: lo,
-                offsets: lines.iter().map(|l| (l.addr - lo) as u32).collect(),
-            }
-        } else {
-            Addrs::Wide(lines.iter().map(|l| l.addr).collect())
-        };
+        let sorted: Vec<u64> = lines.iter().map(|l| l.addr).collect();
+        let addrs = Addrs::new(&sorted);
+        drop(sorted);
         let mut packed = Vec::new();
         let mut blocks = Vec::with_capacity(lines.len().div_ceil(BLOCK) + 1);
         let mut raw = Vec::new();
@@ -291,12 +297,20 @@ mod tests {
     }
 
     #[test]
-    fn wide_address_ranges_keep_full_addresses() {
-        let text = "0000000000001000 T low\nffffffff81000000 T high\n";
+    fn low_addresses_are_kept_in_full() {
+        // Per-CPU variables as x86-64 kernels before 6.15 list them.
+        let text = "0000000000001000 A cpu_a\n0000000000002000 A cpu_b\n\
+                    0000000000002000 A cpu_b_alias\nffffffff81000000 T text\n\
+                    ffffffffc0000000 t module_fn\t[m]\n";
         let mut k = KernelSymbols::parse(text).expect("table");
-        assert!(matches!(k.addrs, Addrs::Wide(_)));
-        assert_eq!(k.name(0x1001).as_deref(), Some("low"));
-        assert_eq!(k.name(0xffff_ffff_8100_0001).as_deref(), Some("high"));
+        assert_eq!(k.addrs.low.len(), 3);
+        assert_eq!(k.name(0xfff), None);
+        assert_eq!(k.name(0x1001).as_deref(), Some("cpu_a"));
+        assert_eq!(k.name(0x2000).as_deref(), Some("cpu_b"));
+        assert_eq!(k.name(0xffff_ffff_0000_0000).as_deref(), Some("cpu_b"));
+        assert_eq!(k.name(0xffff_ffff_8100_0000).as_deref(), Some("text"));
+        assert_eq!(k.name(0xffff_ffff_c000_0001).as_deref(), Some("module_fn"));
+        assert_eq!(k.name(u64::MAX).as_deref(), Some("module_fn"));
     }
 
     #[test]
