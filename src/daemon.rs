@@ -389,8 +389,9 @@ fn collect_loop(
         let now_unix = crate::clock::now();
         let mut totals = StoreStats::default();
         let mut dropped_before = 0;
-        // Which processes run, for the stores' merges (they run every 10 s
-        // at most, on slots at least 5 min old): one read of /proc's
+        // Which processes run, for the stores' folding of exited ones (at
+        // merges, and on sealed slots when over budget; only slots that
+        // ended before the listing are judged): one read of /proc's
         // directory every 10 s, not a stat per pid per store.
         let live = (drains % 10 == 1)
             .then(|| live_pids(now_unix))

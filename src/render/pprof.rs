@@ -365,23 +365,21 @@ fn fill_samples(
         } else {
             &row.process_comm
         };
-        let mut label = vec![proto::Label {
+        // Samples of exited processes in merged history have no pid.
+        let exited = row.pid == crate::collect::Pid::EXITED;
+        let mut label = Vec::with_capacity(3);
+        if !exited {
+            label.push(proto::Label {
+                key: k_pid,
+                num: i64::from(row.pid.0),
+                ..Default::default()
+            });
+        }
+        label.push(proto::Label {
             key: k_comm,
             str: b.s(comm),
             ..Default::default()
-        }];
-        // Samples of exited processes in merged history have no pid.
-        let exited = row.pid == crate::collect::Pid::EXITED;
-        if !exited {
-            label.insert(
-                0,
-                proto::Label {
-                    key: k_pid,
-                    num: i64::from(row.pid.0),
-                    ..Default::default()
-                },
-            );
-        }
+        });
         if query.group == Grouping::Thread && !exited {
             label.push(proto::Label {
                 key: k_tid,

@@ -508,6 +508,7 @@ impl Store {
         if self.bytes() > self.options.memory_budget {
             self.gc();
         }
+        // Collected: only what is left over is dropped.
         if self.bytes() > self.options.memory_budget {
             // Down to 90%: the collection after the drops rebuilds the
             // whole interner, which should not happen at every drain of a
