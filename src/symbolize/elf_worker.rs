@@ -185,6 +185,12 @@ enum Plan {
     Full {
         /// Estimated bytes of the DWARF it parses (0: none).
         dwarf: usize,
+        /// The other files blazesym opens to read it: the separate debug
+        /// file (by build id or debug link) and the supplementary file its
+        /// DWARF refers to (`.gnu_debugaltlink`, written by dwz). blazesym
+        /// caches each under its own path with its decompressed DWARF, so
+        /// evicting the file alone would keep those for good.
+        companions: Vec<PathBuf>,
     },
     /// The DWARF alone is over the budget: the symbol table of `symtab`
     /// (the separate debug file when there is one: a stripped library's
@@ -265,21 +271,53 @@ fn evict(blaze: &mut blazesym::symbolize::Symbolizer, path: PathBuf) {
     ));
 }
 
+/// Evicts `path` and the other file its plan had blazesym open (the debug
+/// file it reads DWARF or names from); forgets the plan.
+fn evict_planned(
+    blaze: &mut blazesym::symbolize::Symbolizer,
+    plans: &mut HashMap<PathBuf, Plan>,
+    path: PathBuf,
+) {
+    match plans.remove(&path) {
+        Some(Plan::NamesOnly { symtab, .. }) => evict(blaze, symtab),
+        Some(Plan::Full { companions, .. }) => {
+            for p in companions {
+                evict(blaze, p);
+            }
+        }
+        _ => {}
+    }
+    evict(blaze, path);
+}
+
 /// How to name the offsets of `path` within `budget` bytes of DWARF.
 fn plan(path: &Path, budget: usize) -> Plan {
     let Some(own) = ElfInfo::read(path) else {
         // Not readable as ELF here: blazesym says why.
-        return Plan::Full { dwarf: 0 };
+        return Plan::Full {
+            dwarf: 0,
+            companions: Vec::new(),
+        };
     };
     let debug = own
         .debug_file(path)
         .and_then(|p| ElfInfo::read(&p).map(|info| (p, info)));
-    let dwarf = match &debug {
-        Some((_, info)) if info.dwarf_bytes > 0 => info.dwarf_bytes,
-        _ => own.dwarf_bytes,
+    let (mut dwarf, holder) = match &debug {
+        Some((_, info)) if info.dwarf_bytes > 0 => (info.dwarf_bytes, info),
+        _ => (own.dwarf_bytes, &own),
     };
+    // dwz moved DWARF shared by a package's files into one supplementary
+    // file, which blazesym loads whole with the DWARF that refers to it.
+    let sup = holder
+        .supplementary_file()
+        .and_then(|p| ElfInfo::read(&p).map(|info| (p, info.dwarf_bytes)));
+    dwarf += sup.as_ref().map_or(0, |(_, bytes)| *bytes);
     if dwarf <= budget {
-        return Plan::Full { dwarf };
+        let companions = debug.map(|(p, _)| p).into_iter().chain(sup.map(|(p, _)| p));
+        return Plan::Full {
+            dwarf,
+            companions: companions.collect(),
+        };
     }
     let symtab = match debug {
         Some((p, info)) if info.has_symtab => p,
@@ -305,6 +343,8 @@ struct ElfInfo {
     has_symtab: bool,
     build_id: Option<Vec<u8>>,
     debuglink: Option<String>,
+    /// `.gnu_debugaltlink`: the supplementary file's name and build id.
+    altlink: Option<(PathBuf, Vec<u8>)>,
     segments: Vec<(u64, u64, u64)>,
 }
 
@@ -334,6 +374,13 @@ impl ElfInfo {
                 .ok()
                 .flatten()
                 .map(|(name, _)| String::from_utf8_lossy(name).into_owned()),
+            altlink: elf.gnu_debugaltlink().ok().flatten().map(|(name, id)| {
+                use std::os::unix::ffi::OsStrExt;
+                (
+                    PathBuf::from(std::ffi::OsStr::from_bytes(name)),
+                    id.to_vec(),
+                )
+            }),
             segments: elf
                 .segments()
                 .map(|g| {
@@ -370,6 +417,20 @@ impl ElfInfo {
     }
 }
 
+impl ElfInfo {
+    /// The supplementary file of `.gnu_debugaltlink`, where blazesym looks
+    /// for it: by its build id under the debug directories, then at the
+    /// path written (dwz writes an absolute one).
+    fn supplementary_file(&self) -> Option<PathBuf> {
+        let (name, id) = self.altlink.as_ref()?;
+        let by_id = (id.len() >= 8).then(|| crate::unwind::table::debug_file_path(id));
+        by_id
+            .into_iter()
+            .chain(name.is_absolute().then(|| name.clone()))
+            .find(|p| p.is_file())
+    }
+}
+
 /// The virtual address of file offset `off` by the file's segments.
 fn virt_offset(segments: &[(u64, u64, u64)], off: u64) -> Option<u64> {
     segments
@@ -391,10 +452,7 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
         match job {
             Job::Evict(path) => {
                 budget.forget(&path);
-                if let Some(Plan::NamesOnly { symtab, .. }) = plans.remove(&path) {
-                    evict(&mut blaze, symtab);
-                }
-                evict(&mut blaze, path);
+                evict_planned(&mut blaze, &mut plans, path);
             }
             Job::Symbolize(req) => {
                 // Test hook: behave as a read from a FUSE file whose daemon
@@ -420,7 +478,13 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
                     })
                 });
                 if plans.len() >= MAX_PLANS {
-                    plans.clear();
+                    // Without its plan a file's debug file could no longer be
+                    // evicted with it: drop them now (a file still in use
+                    // keeps its own reference and re-plans at its next miss).
+                    for p in plans.keys().cloned().collect::<Vec<_>>() {
+                        budget.forget(&p);
+                        evict_planned(&mut blaze, &mut plans, p);
+                    }
                 }
                 let plan = plans
                     .entry(path.clone())
@@ -436,9 +500,9 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
                         .collect()
                 };
                 let frames = match &plan {
-                    Plan::Full { dwarf } => {
+                    Plan::Full { dwarf, .. } => {
                         for p in budget.admit(&path, *dwarf) {
-                            evict(&mut blaze, p);
+                            evict_planned(&mut blaze, &mut plans, p);
                         }
                         let src = Source::Elf(Elf::new(path.clone()));
                         blaze
@@ -469,10 +533,7 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
                 );
                 if scratch {
                     budget.forget(&path);
-                    if let Some(Plan::NamesOnly { symtab, .. }) = plans.remove(&path) {
-                        evict(&mut blaze, symtab);
-                    }
-                    evict(&mut blaze, path.clone());
+                    evict_planned(&mut blaze, &mut plans, path.clone());
                 }
                 let reply = Reply {
                     path,
@@ -492,6 +553,7 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::symbolize::procmaps::{MappingKind, ProcessMaps};
 
     /// Files are admitted least recently used out, and a file is counted
     /// once however often it is named.
@@ -508,6 +570,174 @@ mod tests {
         assert_eq!(b.total, 4);
         assert!(b.admit(Path::new("/none"), 0).is_empty());
         assert_eq!(b.total, 4);
+    }
+
+    /// Whether this process maps `path` (blazesym maps the files it reads).
+    fn mapped(path: &Path) -> bool {
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("reading /proc/self/maps");
+        let shown = path.display().to_string();
+        maps.lines().any(|l| l.ends_with(&shown))
+    }
+
+    /// A request to name `offset` of the file at `path`, as mapped by this
+    /// process.
+    fn request(path: &Path, offset: u64) -> (FileId, Request) {
+        let md = std::fs::metadata(path).expect("stat of the file to name");
+        let id = FileId::of(&md);
+        let req = Request {
+            pid: Pid(std::process::id()),
+            mapping: Mapping {
+                start: 0x1000,
+                end: 0x1000 + md.len(),
+                offset: 0,
+                kind: MappingKind::File {
+                    id,
+                    path: path.to_path_buf(),
+                },
+            },
+            shown: Arc::from(path.display().to_string()),
+            offsets: vec![offset],
+            module: None,
+        };
+        (id, req)
+    }
+
+    /// Evicts `path` and waits until the worker has done it: jobs run in
+    /// order, so a reply to a later request (of the test binary itself,
+    /// which has no debug file) comes after.
+    fn evict_and_wait(worker: &mut ElfWorker, path: &Path) {
+        worker.evict(path.to_path_buf());
+        let exe = std::env::current_exe().expect("own executable");
+        let (id, req) = request(&exe, 0x100);
+        worker.symbolize(id, req).expect("naming an own address");
+    }
+
+    /// The companions (debug and supplementary files) a plan has blazesym
+    /// open, or why there are none.
+    fn companions(path: &Path) -> Vec<PathBuf> {
+        match plan(path, 8 << 20) {
+            Plan::Full { companions, .. } => companions,
+            other => panic!("{} planned as {other:?}", path.display()),
+        }
+    }
+
+    /// A file named from its separate debug file's DWARF lets that debug
+    /// file go when it is evicted: blazesym caches the debug file under its
+    /// own path, and its decompressed DWARF (2.4 MiB for libm) was kept for
+    /// good after the file itself was evicted.
+    #[test]
+    fn evicting_a_file_drops_its_debug_file() {
+        let maps = ProcessMaps::read(Pid(std::process::id())).expect("reading own maps");
+        let ld = maps
+            .mappings()
+            .iter()
+            .find(|m| m.module_name().starts_with("ld-linux"))
+            .expect("this test process maps ld.so");
+        let MappingKind::File { path, .. } = &ld.kind else {
+            panic!("ld.so mapped as {ld:?}");
+        };
+        let Some(debug) = companions(path).first().cloned() else {
+            panic!(
+                "{} has no separate debug file: this test needs Debian's libc6-dbg \
+                 (scripts/setup installs it)",
+                path.display()
+            );
+        };
+        let mut worker = ElfWorker::new(8 << 20);
+        let (id, req) = request(path, ld.offset + 0x100);
+        let reply = worker.symbolize(id, req).expect("naming an ld.so address");
+        assert!(reply.frames.is_ok(), "{:?}", reply.frames);
+        assert!(reply.dwarf_bytes > 0, "ld.so's DWARF is counted");
+        assert!(mapped(&debug), "{} read for ld.so's DWARF", debug.display());
+        evict_and_wait(&mut worker, path);
+        assert!(
+            !mapped(&debug),
+            "{} is still mapped after ld.so was evicted",
+            debug.display()
+        );
+    }
+
+    /// DWARF that dwz moved into a supplementary file is named, counted in
+    /// the DWARF budget, and let go with the file that refers to it.
+    #[test]
+    fn evicting_a_file_drops_its_dwz_supplementary_file() {
+        use object::{Object, ObjectSymbol};
+        let d = &std::env::temp_dir().join(format!("emberd-dwz-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(d);
+        std::fs::create_dir_all(d).expect("creating a temporary directory");
+        std::fs::write(
+            d.join("common.h"),
+            "struct record { long id; double weight; const char *name; struct record *next; };\n\
+             static inline long total(const struct record *r) \
+             { long t = 0; for (; r; r = r->next) t += r->id; return t; }\n",
+        )
+        .unwrap();
+        for (f, k) in [("a", 3), ("b", 5)] {
+            std::fs::write(
+                d.join(format!("{f}.c")),
+                format!(
+                    "#include <stdio.h>\n#include \"common.h\"\n\
+                     __attribute__((noinline)) long work_{f}(struct record *r) {{ return total(r) * {k}; }}\n\
+                     int main(int argc, char **argv) {{ struct record r = {{ argc, 1.0, argv[0], 0 }}; \
+                     printf(\"%ld\\n\", work_{f}(&r)); return 0; }}\n"
+                ),
+            )
+            .unwrap();
+            let out = std::process::Command::new("gcc")
+                .args(["-O2", "-g", "-o", f, &format!("{f}.c")])
+                .current_dir(d)
+                .output()
+                .expect("running gcc (scripts/setup installs it)");
+            assert!(
+                out.status.success(),
+                "gcc: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let sup = d.join("common.debug");
+        let out = std::process::Command::new("dwz")
+            .arg("-m")
+            .arg(&sup)
+            .arg("-M")
+            .arg(&sup)
+            .args(["a", "b"])
+            .current_dir(d)
+            .output()
+            .expect("running dwz: this test needs it (scripts/setup installs it)");
+        assert!(
+            out.status.success(),
+            "dwz: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let a = d.join("a");
+        assert_eq!(
+            companions(&a),
+            std::slice::from_ref(&sup),
+            "a's DWARF refers to dwz's file"
+        );
+        let data = std::fs::read(&a).unwrap();
+        let elf = object::File::parse(&*data).unwrap();
+        let work = elf
+            .symbols()
+            .find(|s| s.name() == Ok("work_a"))
+            .expect("work_a in a's symbol table")
+            .address();
+        let info = ElfInfo::read(&a).unwrap();
+        let (start, _, vaddr) = *info
+            .segments
+            .iter()
+            .find(|&&(off, size, vaddr)| vaddr <= work && work < vaddr + size && off <= vaddr)
+            .expect("work_a in a loaded segment");
+        let mut worker = ElfWorker::new(8 << 20);
+        let (id, req) = request(&a, work - vaddr + start);
+        let reply = worker.symbolize(id, req).expect("naming work_a");
+        let frames = reply.frames.expect("a read");
+        let frame = frames[0].as_ref().expect("work_a named");
+        assert!(frame.iter().any(|f| &*f.name == "work_a"), "{frame:?}");
+        assert!(mapped(&sup), "dwz's file read for a's DWARF");
+        evict_and_wait(&mut worker, &a);
+        assert!(!mapped(&sup), "dwz's file still mapped after a was evicted");
+        let _ = std::fs::remove_dir_all(d);
     }
 
     #[test]

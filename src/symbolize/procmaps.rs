@@ -14,6 +14,16 @@ pub(crate) struct FileId {
     ino: u64,
 }
 
+impl FileId {
+    /// The identity of the file `md` describes.
+    pub(crate) fn of(md: &std::fs::Metadata) -> Self {
+        Self {
+            dev: md.dev(),
+            ino: md.ino(),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) enum MappingKind {
     /// A file on disk.
@@ -131,8 +141,7 @@ impl ProcessMaps {
 pub(crate) fn elf_path(pid: Pid, m: &Mapping) -> (PathBuf, bool) {
     if let MappingKind::File { id, path } = &m.kind
         && let Ok(md) = std::fs::metadata(path)
-        && md.dev() == id.dev
-        && md.ino() == id.ino
+        && FileId::of(&md) == *id
     {
         return (path.clone(), false);
     }
