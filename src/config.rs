@@ -55,10 +55,10 @@ pub struct RawConfig {
     /// `perf_map_budget_mib = 16`: bytes of parsed perf maps kept, all
     /// processes together.
     pub perf_map_budget_mib: Option<u64>,
-    /// `symbol_cache_mib = 8`: bytes of named addresses cached (kernel and
+    /// `symbol_cache_mib = 4`: bytes of named addresses cached (kernel and
     /// files together; a full cache is emptied).
     pub symbol_cache_mib: Option<u64>,
-    /// `process_snapshot_mib = 4`: bytes of process mappings remembered
+    /// `process_snapshot_mib = 2`: bytes of process mappings remembered
     /// (so samples of exited processes are named); oldest dropped first.
     pub process_snapshot_mib: Option<u64>,
     /// `dwarf_budget_mib = 8`: parsed DWARF held at once, all files

@@ -74,10 +74,10 @@ struct DaemonArgs {
     /// Parsed perf maps kept, all processes, MiB [default: 16].
     #[arg(long)]
     perf_map_budget_mib: Option<u64>,
-    /// Named addresses cached (kernel and files), MiB [default: 8].
+    /// Named addresses cached (kernel and files), MiB [default: 4].
     #[arg(long)]
     symbol_cache_mib: Option<u64>,
-    /// Process mappings remembered (to name samples of exited processes), MiB [default: 4].
+    /// Process mappings remembered (to name samples of exited processes), MiB [default: 2].
     #[arg(long)]
     process_snapshot_mib: Option<u64>,
     /// Parsed DWARF held, all files, MiB; a file whose DWARF is larger is

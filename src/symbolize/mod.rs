@@ -224,13 +224,16 @@ pub mod defaults {
     /// Bytes of parsed perf maps kept, all processes together: 16 MiB is
     /// about 150 000 JIT entries.
     pub const PERF_MAP_BUDGET_BYTES: usize = 16 << 20;
-    /// Bytes of the symbol caches, both together: 8 MiB is about 50 000
-    /// named addresses (an hour of a busy build host used 23 MiB of the 64
-    /// it once had; a full cache costs a re-read of names, not samples).
-    pub const SYMBOL_CACHE_BYTES: usize = 8 << 20;
-    /// Bytes of process-mapping snapshots: 4 MiB is about 5 000
-    /// processes of 10 mappings.
-    pub const SNAPSHOT_BUDGET_BYTES: usize = 4 << 20;
+    /// Bytes of the symbol caches, both together: 4 MiB is about 26 000
+    /// named addresses, half an hour of the soak's churning host (an hour
+    /// of a busy build host used 23 MiB of the 64 it once had; a full cache
+    /// costs a re-read of names, not samples).
+    pub const SYMBOL_CACHE_BYTES: usize = 4 << 20;
+    /// Bytes of process-mapping snapshots: 2 MiB is about 2 500
+    /// processes of 10 mappings. A snapshot is needed until the samples of
+    /// its process are named (the next drain, a second away) or while the
+    /// process lives; the soak's 200 new processes a second used 2.2 MiB.
+    pub const SNAPSHOT_BUDGET_BYTES: usize = 2 << 20;
     /// Bytes of parsed DWARF (debug sections decompressed) held at once:
     /// 8 MiB holds the DWARF of most programs and libraries, not that of
     /// Debian's libc6-dbg (9.5 MiB), which is then named from its symbol
