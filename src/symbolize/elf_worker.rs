@@ -271,8 +271,8 @@ fn evict(blaze: &mut blazesym::symbolize::Symbolizer, path: PathBuf) {
     ));
 }
 
-/// Evicts `path` and the other file its plan had blazesym open (the debug
-/// file it reads DWARF or names from); forgets the plan.
+/// Evicts `path` with the other files its plan had blazesym open (the
+/// symbol table's file, or the DWARF's companions); forgets the plan.
 fn evict_planned(
     blaze: &mut blazesym::symbolize::Symbolizer,
     plans: &mut HashMap<PathBuf, Plan>,
@@ -391,6 +391,18 @@ impl ElfInfo {
         })
     }
 
+    /// The supplementary file of `.gnu_debugaltlink`, where blazesym looks
+    /// for it: by its build id under the debug directories, then at the
+    /// path written (dwz writes an absolute one).
+    fn supplementary_file(&self) -> Option<PathBuf> {
+        let (name, id) = self.altlink.as_ref()?;
+        let by_id = (id.len() >= 8).then(|| crate::unwind::table::debug_file_path(id));
+        by_id
+            .into_iter()
+            .chain(name.is_absolute().then(|| name.clone()))
+            .find(|p| p.is_file())
+    }
+
     /// The separate debug file, where blazesym looks for it: by build id
     /// under /usr/lib/debug, then by debug link, also under /lib/debug.
     fn debug_file(&self, path: &Path) -> Option<PathBuf> {
@@ -414,20 +426,6 @@ impl ElfInfo {
             }
         }
         candidates.into_iter().find(|c| c != path && c.is_file())
-    }
-}
-
-impl ElfInfo {
-    /// The supplementary file of `.gnu_debugaltlink`, where blazesym looks
-    /// for it: by its build id under the debug directories, then at the
-    /// path written (dwz writes an absolute one).
-    fn supplementary_file(&self) -> Option<PathBuf> {
-        let (name, id) = self.altlink.as_ref()?;
-        let by_id = (id.len() >= 8).then(|| crate::unwind::table::debug_file_path(id));
-        by_id
-            .into_iter()
-            .chain(name.is_absolute().then(|| name.clone()))
-            .find(|p| p.is_file())
     }
 }
 
