@@ -56,7 +56,7 @@ pub struct RawConfig {
     /// processes together.
     pub perf_map_budget_mib: Option<u64>,
     /// `symbol_cache_mib = 4`: bytes of named addresses cached (kernel and
-    /// files together; a full cache is emptied).
+    /// files together; a full cache forgets what was not used lately).
     pub symbol_cache_mib: Option<u64>,
     /// `process_snapshot_mib = 2`: bytes of process mappings remembered
     /// (so samples of exited processes are named); oldest dropped first.

@@ -53,6 +53,8 @@ pub struct ThreadKey {
 /// cannot flood a bucket) instead of SipHash, which took a quarter of the
 /// collector's time interning every frame of every drained sample.
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
+/// Hash sets of the same kind as [`FastMap`].
+pub(crate) type FastSet<T> = std::collections::HashSet<T, ahash::RandomState>;
 
 /// "No string" or "no module" in a [`StoredFrame`].
 const NONE: u32 = u32::MAX;

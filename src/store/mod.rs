@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use intern::FastMap;
+pub(crate) use intern::{FastMap, FastSet};
 pub use intern::{FrameId, Interner, NameId, StackId, ThreadId, ThreadKey};
 
 use crate::collect::{Pid, Tid};

@@ -12,33 +12,36 @@
 //! frames by (device, inode, file offset). A restarted binary, an exec or a
 //! reused pid therefore cannot inherit another program's names.
 
+mod cache;
 mod elf_worker;
 pub mod kallsyms;
 pub mod perfmap;
 mod procmaps;
 pub mod untrusted;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cache::GenerationalCache;
 use elf_worker::Reply;
 use kallsyms::KernelSymbols;
 
 use crate::collect::{Pid, RawSample, RawStack, StackEnd, Tid};
+use crate::store::{FastMap, FastSet};
 use perfmap::PerfMap;
 use procmaps::{FileId, MappingKind, ProcessMaps};
 
-/// Cache entries kept before a cache is emptied and refilled; bounds memory
-/// whatever the host runs (a few hundred bytes an entry).
+/// Modules (per-file names shown in frames) kept before the table is
+/// emptied; bounds memory whatever the host runs.
 pub const MAX_CACHED_ADDRS: usize = 200_000;
 
 impl SymbolizerOptions {
-    /// Entries each symbol cache (kernel, file offsets) may hold: its byte
-    /// budget over [`CACHED_FRAME_BYTES`].
+    /// Entries each symbol cache (kernel, file offsets) may hold, both its
+    /// generations: its half of the byte budget over [`CACHED_FRAME_BYTES`].
     fn cache_entries(&self) -> usize {
         (self.symbol_cache_bytes / 2 / CACHED_FRAME_BYTES).max(1024)
     }
@@ -205,7 +208,8 @@ pub struct SymbolizerOptions {
     pub perf_map_budget_bytes: usize,
     /// Bytes the two symbol caches (kernel addresses, file offsets) may
     /// hold, estimated at [`CACHED_FRAME_BYTES`] an entry (default
-    /// [`defaults::SYMBOL_CACHE_BYTES`]); a full cache is emptied.
+    /// [`defaults::SYMBOL_CACHE_BYTES`]); a full cache drops the entries
+    /// no drain asked for in its last generation (see [`cache`]).
     pub symbol_cache_bytes: usize,
     /// Bytes of process-mapping snapshots kept (default
     /// [`defaults::SNAPSHOT_BUDGET_BYTES`]); the oldest half goes when full.
@@ -324,8 +328,8 @@ pub struct Symbolizer {
     kernel_symbols: Option<KernelSymbols>,
     kernel_loaded: bool,
     kernel_readable: bool,
-    kernel_cache: HashMap<u64, Arc<[Frame]>>,
-    file_cache: HashMap<(FileId, u64), Arc<[Frame]>>,
+    kernel_cache: GenerationalCache<u64, Arc<[Frame]>>,
+    file_cache: GenerationalCache<(FileId, u64), Arc<[Frame]>>,
     elf_last_used: HashMap<PathBuf, Instant>,
     elf: elf_worker::ElfWorker,
     /// Estimated bytes of `snapshots`.
@@ -396,8 +400,8 @@ impl Symbolizer {
             kernel_symbols: None,
             kernel_loaded: false,
             kernel_readable,
-            kernel_cache: HashMap::new(),
-            file_cache: HashMap::new(),
+            kernel_cache: GenerationalCache::new(options.cache_entries() / 2),
+            file_cache: GenerationalCache::new(options.cache_entries() / 2),
             elf_last_used: HashMap::new(),
             elf: elf_worker::ElfWorker::new(options.dwarf_budget_bytes),
             dwarf_bytes: 0,
@@ -414,8 +418,8 @@ impl Symbolizer {
     }
 
     /// Bytes the symbolizer's caches hold, roughly. The symbol caches are
-    /// bounded by entries (half of `symbol_cache_bytes` each, emptied when
-    /// full) and counted at [`CACHED_FRAME_BYTES`] an entry; snapshots by
+    /// bounded by entries (half of `symbol_cache_bytes` each, in two
+    /// generations) and counted at [`CACHED_FRAME_BYTES`] an entry; snapshots by
     /// [`SymbolizerOptions::snapshot_budget_bytes`]; DWARF by
     /// [`SymbolizerOptions::dwarf_budget_bytes`].
     pub fn cache_bytes(&self) -> CacheBytes {
@@ -602,15 +606,17 @@ impl Symbolizer {
         self.symbolize_kernel(&samples);
 
         // Unique lookup addresses per process.
-        let mut user_addrs: HashMap<Pid, HashSet<u64>> = HashMap::new();
+        // ahash, not SipHash: every address of every stack is hashed here
+        // and in the caches at each drain.
+        let mut user_addrs: FastMap<Pid, FastSet<u64>> = FastMap::default();
         for s in &samples {
             if let RawStack::Ips { ips, .. } = &s.user {
                 let set = user_addrs.entry(s.pid).or_default();
                 set.extend(lookup_addrs(ips));
             }
         }
-        let mut user_frames: HashMap<Pid, HashMap<u64, Arc<[Frame]>>> = HashMap::new();
-        let mut process_comms: HashMap<Pid, Arc<str>> = HashMap::new();
+        let mut user_frames: FastMap<Pid, FastMap<u64, Arc<[Frame]>>> = FastMap::default();
+        let mut process_comms: FastMap<Pid, Arc<str>> = FastMap::default();
         for (pid, addrs) in user_addrs {
             user_frames.insert(pid, self.symbolize_process(pid, addrs, now));
         }
@@ -662,11 +668,11 @@ impl Symbolizer {
                 };
                 let mut frames = spare.pop().unwrap_or_default();
                 frames.reserve(depth(&s.user) + depth(&s.kernel) + 4);
-                let empty = HashMap::new();
+                let empty = FastMap::default();
                 let names = user_frames.get(&s.pid).unwrap_or(&empty);
                 push_stack(&mut frames, &s.user, |a| names.get(&a).cloned());
                 let kcache = &self.kernel_cache;
-                push_stack(&mut frames, &s.kernel, |a| kcache.get(&a).cloned());
+                push_stack(&mut frames, &s.kernel, |a| kcache.peek(&a).cloned());
                 SymbolizedSample {
                     pid: s.pid,
                     tid: s.tid,
@@ -690,15 +696,15 @@ impl Symbolizer {
                 _ => None,
             })
             .flatten()
-            .filter(|a| !self.kernel_cache.contains_key(a))
             .collect();
         wanted.sort_unstable();
         wanted.dedup();
+        // Every address of this drain stays cached until its samples are
+        // named below.
+        self.kernel_cache.make_room(wanted.len());
+        wanted.retain(|a| !self.kernel_cache.touch(a));
         if wanted.is_empty() {
             return;
-        }
-        if self.kernel_cache.len() + wanted.len() > self.options.cache_entries() {
-            self.kernel_cache.clear();
         }
         if self.kernel_readable && !self.kernel_loaded {
             self.kernel_loaded = true;
@@ -741,10 +747,10 @@ impl Symbolizer {
     fn symbolize_process(
         &mut self,
         pid: Pid,
-        addrs: HashSet<u64>,
+        addrs: FastSet<u64>,
         now: Instant,
-    ) -> HashMap<u64, Arc<[Frame]>> {
-        let mut out = HashMap::with_capacity(addrs.len());
+    ) -> FastMap<u64, Arc<[Frame]>> {
+        let mut out = FastMap::with_capacity_and_hasher(addrs.len(), Default::default());
         // The maps read before while they cover every address and are not
         // too old; else fresh ones if the process lives, else those read
         // when it appeared.
@@ -774,11 +780,9 @@ impl Symbolizer {
                 return out;
             }
         };
-        if self.file_cache.len() + addrs.len() > self.options.cache_entries() {
-            self.file_cache.clear();
-        }
+        self.file_cache.make_room(addrs.len());
         // File-backed addresses not yet cached, grouped by file.
-        let mut per_file: HashMap<FileId, (usize, Vec<(u64, u64)>)> = HashMap::new();
+        let mut per_file: FastMap<FileId, (usize, Vec<(u64, u64)>)> = FastMap::default();
         let mut perf_map: Option<Arc<PerfMap>> = None;
         for addr in addrs {
             let Some((idx, m)) = maps.find(addr) else {
@@ -1135,7 +1139,6 @@ fn end_marker(end: StackEnd, outermost: Option<Arc<[Frame]>>) -> Option<String> 
     }
 }
 
-/// Appends one side of a stack root first, with data-quality markers.
 /// A frame of emberd's own (a marker, a waker's thread name) shared by
 /// every sample that carries it: the same few come at every drain, and a
 /// new name for each was two allocations a sample. The table is emptied
@@ -1164,6 +1167,7 @@ fn shared_frame(text: &str, kind: FrameKind) -> Frame {
 /// Bound of [`shared_frame`]'s table.
 const SHARED_FRAMES_MAX: usize = 1024;
 
+/// Appends one side of a stack root first, with data-quality markers.
 fn push_stack(
     frames: &mut Vec<Frame>,
     stack: &RawStack,
