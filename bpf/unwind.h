@@ -72,6 +72,18 @@ struct {
 	__type(value, __u8);
 } unwind_refresh SEC(".maps");
 
+/* Set to 1 whenever unwind_refresh gains an entry. The agent polls many
+ * times a second; finding unwind_refresh's first key walks all its buckets
+ * even when it is empty (6% of the idle daemon's CPU), where this is one
+ * lookup. The agent clears it before walking the map, so a request made
+ * during the walk sets it again for the next poll. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} unwind_refresh_pending SEC(".maps");
+
 struct unwind_state {
 	__u64 pc;
 	__u64 sp;
@@ -249,7 +261,13 @@ static long unwind_step(__u32 index, void *ctx)
 
 			/* New code since the agent last read the mappings, or a
 			 * garbage return address: have the mappings read again. */
+			__u32 zero = 0;
+			__u32 *pending;
+
 			bpf_map_update_elem(&unwind_refresh, &st->tgid, &one, BPF_ANY);
+			pending = bpf_map_lookup_elem(&unwind_refresh_pending, &zero);
+			if (pending)
+				*pending = 1;
 			if (nr > 0)
 				return unwind_stop(st, fp_failure(st->fp_from, STACK_END_ERR_PC));
 		}

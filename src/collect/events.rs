@@ -537,6 +537,10 @@ fn load(
         (&mut open.maps.unwind_rows, &unwind.rows),
         (&mut open.maps.proc_unwind, &unwind.procs),
         (&mut open.maps.unwind_refresh, &unwind.refresh),
+        (
+            &mut open.maps.unwind_refresh_pending,
+            &unwind.refresh_pending,
+        ),
     ] {
         map.reuse_fd(shared.as_fd())
             .map_err(|source| CollectError::LoadEvents { source })?;

@@ -274,6 +274,8 @@ pub struct UnwindMaps {
     pub procs: MapHandle,
     /// `unwind_refresh`: processes whose mappings must be read again.
     pub refresh: MapHandle,
+    /// `unwind_refresh_pending`: set when `unwind_refresh` gains an entry.
+    pub refresh_pending: MapHandle,
 }
 
 impl CpuSampler {
@@ -364,6 +366,7 @@ impl CpuSampler {
             rows: handle(&maps.unwind_rows, "unwind_rows")?,
             procs: handle(&maps.proc_unwind, "proc_unwind")?,
             refresh: handle(&maps.unwind_refresh, "unwind_refresh")?,
+            refresh_pending: handle(&maps.unwind_refresh_pending, "unwind_refresh_pending")?,
         })
     }
 

@@ -212,6 +212,7 @@ pub struct Unwinder {
     free: BTreeMap<u32, u32>,
     procs_map: MapHandle,
     refresh_map: MapHandle,
+    refresh_pending: MapHandle,
     max_processes: usize,
     files: HashMap<FileKey, TableId>,
     by_build_id: HashMap<Vec<u8>, TableId>,
@@ -311,6 +312,7 @@ impl Unwinder {
             max_processes: maps.procs.max_entries() as usize,
             procs_map: maps.procs,
             refresh_map: maps.refresh,
+            refresh_pending: maps.refresh_pending,
             files: HashMap::new(),
             by_build_id: HashMap::new(),
             tables: HashMap::new(),
@@ -502,7 +504,12 @@ impl Unwinder {
                 }
             }
         }
-        for pid in crate::collect::drain_tgids(&self.refresh_map) {
+        let asked = if self.take_refresh_flag() {
+            crate::collect::drain_tgids(&self.refresh_map)
+        } else {
+            Vec::new()
+        };
+        for pid in asked {
             let (fresh, noted_at) = match self.processes.get(&pid) {
                 Some(p) => {
                     let interval = if p.noted_at.elapsed() < defaults::YOUNG {
@@ -521,6 +528,28 @@ impl Unwinder {
         if self.last_exit_scan.elapsed() >= defaults::EXIT_SCAN {
             self.last_exit_scan = Instant::now();
             self.forget_exited();
+        }
+    }
+
+    /// Whether the BPF unwinder asked for mappings to be read again since
+    /// the last call (`unwind_refresh_pending`); clears the flag first, so a
+    /// request made while `unwind_refresh` is walked is seen next time. If
+    /// the flag cannot be read, says yes: the walk is slower, not wrong.
+    fn take_refresh_flag(&self) -> bool {
+        let key = 0u32.to_ne_bytes();
+        let mut value = [0u8; 4];
+        match self
+            .refresh_pending
+            .lookup_into(&key, &mut value, MapFlags::ANY)
+        {
+            Ok(true) if value == [0; 4] => false,
+            Ok(_) => {
+                let _ = self
+                    .refresh_pending
+                    .update(&key, &0u32.to_ne_bytes(), MapFlags::ANY);
+                true
+            }
+            Err(_) => true,
         }
     }
 
