@@ -405,8 +405,26 @@ fn flamegraph_svg_zooms_and_searches_in_a_browser() {
     require_root();
     let bin = build_c("cpu_70_30");
     let d = Daemon::start(&[], &[]);
-    let _w = Workload::spawn(Command::new(&bin).arg("8"));
-    wait(6_000);
+    let _w = Workload::spawn(Command::new(&bin).arg("30"));
+    // The last 5 s hold the workload's samples once the daemon has drained
+    // them: a fixed wait failed once in a CI run (no frames at all) when the
+    // daemon's first drains were slow.
+    let t0 = Instant::now();
+    loop {
+        wait(1_000);
+        let r = d.get("/folded?seconds=5&comm=%5Ecpu_70_30%24");
+        let samples = sum_where(&parse_folded(&r.text()), |_| true);
+        if t0.elapsed() >= Duration::from_secs(6) && samples >= 400 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(25),
+            "the daemon holds {samples} samples of cpu_70_30 in the last 5 s after {:?}, \
+             expected >= 400 (99 Hz on one CPU): {}",
+            t0.elapsed(),
+            r.text()
+        );
+    }
     let b = Browser::start();
     b.goto(&format!(
         "http://127.0.0.1:{}/flamegraph.svg?seconds=5&comm=%5Ecpu_70_30%24",
@@ -427,7 +445,9 @@ fn flamegraph_svg_zooms_and_searches_in_a_browser() {
         )
     };
     let w = widths(&b);
-    let full = w["all"].as_f64().expect("a root frame");
+    let full = w["all"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("a root frame 'all' in the page's frames: {w}"));
     let (a, bw) = (w["hot_a"].as_f64().unwrap(), w["hot_b"].as_f64().unwrap());
     assert!(full > 1100.0, "root spans the graph: {w}");
     let share = a / (a + bw);
