@@ -435,9 +435,11 @@ fn collect_loop(
             let show = |name: &str, st: &RwLock<Store>| {
                 let s = st.read().unwrap_or_else(|e| e.into_inner()).stats();
                 tracing::debug!(
-                    "store {name}: {} bytes ({} of ticks), {} slots, {} stack nodes",
+                    "store {name}: {} bytes ({} of ticks; frames, nodes, names, threads {:?}), \
+                     {} slots, {} stack nodes",
                     s.bytes,
                     s.tick_bytes,
+                    s.interner_bytes,
                     s.slots,
                     s.stacks
                 );

@@ -301,6 +301,17 @@ impl Interner {
             + self.threads.bytes()
     }
 
+    /// Estimated bytes per table, for the daemon's debug log: frames,
+    /// stack nodes, names (with their strings), threads.
+    pub fn table_bytes(&self) -> [usize; 4] {
+        [
+            self.frames.bytes(),
+            self.nodes.bytes(),
+            self.names.bytes() + self.modules.bytes() + self.string_bytes,
+            self.threads.bytes(),
+        ]
+    }
+
     /// Number of stack nodes (a stack and every stack it extends count one
     /// each, shared prefixes once).
     pub fn stack_count(&self) -> usize {

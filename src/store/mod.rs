@@ -316,6 +316,9 @@ pub struct StoreStats {
     pub stacks: usize,
     /// Of `bytes`, the samples kept per 20 ms tick.
     pub tick_bytes: usize,
+    /// Of `bytes`, the interner's tables: frames, stack nodes, names and
+    /// their strings, threads.
+    pub interner_bytes: [usize; 4],
     /// Slots dropped to stay within the memory budget.
     pub dropped_for_budget: u64,
     /// Slots whose per-tick samples were dropped for the budget (they
@@ -703,6 +706,7 @@ impl Store {
         StoreStats {
             bytes: self.bytes(),
             tick_bytes: self.tick_bytes,
+            interner_bytes: self.interner.table_bytes(),
             slots: self.slots.len(),
             stacks: self.interner.stack_count(),
             dropped_for_budget: self.dropped_for_budget,
