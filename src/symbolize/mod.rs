@@ -37,7 +37,7 @@ use procmaps::{FileId, MappingKind, ProcessMaps};
 
 /// Modules (per-file names shown in frames) kept before the table is
 /// emptied; bounds memory whatever the host runs.
-pub const MAX_CACHED_ADDRS: usize = 200_000;
+pub const MAX_MODULES: usize = 200_000;
 
 impl SymbolizerOptions {
     /// Entries each symbol cache (kernel, file offsets) may hold, both its
@@ -855,7 +855,7 @@ impl Symbolizer {
             let reply = self.elf.symbolize(id, request);
             if let Ok(r) = &reply {
                 self.dwarf_bytes = r.dwarf_bytes;
-                if self.modules.len() >= MAX_CACHED_ADDRS {
+                if self.modules.len() >= MAX_MODULES {
                     self.modules.clear();
                 }
                 self.modules.insert(id, r.module.clone());
