@@ -215,6 +215,7 @@ struct blocked {
 	__u32 waker_tgid;      /* set by sched_waking when has_waker */
 	__u32 waker_pid;
 	__u32 has_waker;       /* the waker's stacks were recorded */
+	__u32 short_run;       /* periods ended since the last long one (events.bpf.c) */
 	char comm[EMBERD_COMM_LEN];
 	char waker_comm[EMBERD_COMM_LEN];
 };
@@ -224,6 +225,9 @@ struct blocked {
 /* The least predicted chance (1/8), however short the thread's previous
  * block: bounds the weight of a long block that follows short ones. */
 #define EMBERD_P_FLOOR (EMBERD_P_ONE >> 3)
+/* Short periods after a long one during which a thread's prediction stays
+ * certain (events.bpf.c). */
+#define EMBERD_SHORT_GRACE 3
 /* Entries of events.bpf.c's `predicted` array, indexed by thread id modulo this. */
 #define EMBERD_PREDICTED_SLOTS 65536
 
