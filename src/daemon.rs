@@ -492,6 +492,7 @@ fn collect_loop(
             ("symbol_caches", caches.symbols),
             ("process_snapshots", caches.snapshots),
             ("dwarf", caches.dwarf),
+            ("elf_symbols", caches.elf_symbols),
             ("kernel_symbols", caches.kernel_symbols),
             ("unwind_rows", pipeline.unwind_stats().bytes as usize),
         ]);

@@ -296,7 +296,7 @@ impl Metrics {
         let memory = Family::<MapLabel, Gauge>::default();
         registry.register(
             "memory_bytes",
-            "Bytes held by each bounded part of emberd (map=store|store_ticks|perf_maps|symbol_caches|process_snapshots|dwarf|kernel_symbols|unwind_rows|malloc_heap), estimated",
+            "Bytes held by each bounded part of emberd (map=store|store_ticks|perf_maps|symbol_caches|process_snapshots|dwarf|elf_symbols|kernel_symbols|unwind_rows|malloc_heap), estimated",
             memory.clone(),
         );
         Self {

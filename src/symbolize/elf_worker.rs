@@ -24,8 +24,9 @@ use std::time::Duration;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
 
-use super::procmaps::{FileId, Mapping, elf_path};
-use super::{Frame, Module, frames_of_sym};
+use super::procmaps::{FileId, Mapping, MappingKind, elf_path};
+use super::symtab::ElfSymbols;
+use super::{Frame, Module, frames_of_sym, symbol_frames};
 use crate::collect::Pid;
 
 /// How long the collector waits for one file's symbols.
@@ -64,6 +65,8 @@ pub struct Reply {
     pub frames: Result<Vec<Option<Arc<[Frame]>>>, String>,
     /// Estimated bytes of DWARF blazesym holds after this request.
     pub dwarf_bytes: usize,
+    /// Bytes of the compact symbol tables held after this request.
+    pub symtab_bytes: usize,
 }
 
 /// Why a request got no reply.
@@ -192,11 +195,13 @@ enum Plan {
         /// evicting the file alone would keep those for good.
         companions: Vec<PathBuf>,
     },
-    /// The DWARF alone is over the budget: the symbol table of `symtab`
-    /// (the separate debug file when there is one: a stripped library's
-    /// own table has only its exported functions), looked up by virtual
-    /// address, as a debug file's segments have no file contents.
-    NamesOnly {
+    /// No DWARF, or the DWARF alone is over the budget: emberd's compact
+    /// copy of the symbol table of `symtab` (the separate debug file when
+    /// it has one: a stripped library's own table has only its exported
+    /// functions) and of the file's `.dynsym` ([`ElfSymbols`]), looked up
+    /// by virtual address, as a debug file's segments have no file
+    /// contents.
+    Symbols {
         symtab: PathBuf,
         /// (file offset, size, virtual address) of the file's loaded segments.
         segments: Vec<(u64, u64, u64)>,
@@ -272,27 +277,23 @@ fn evict(blaze: &mut blazesym::symbolize::Symbolizer, path: PathBuf) {
 }
 
 /// Evicts `path` with the other files its plan had blazesym open (the
-/// symbol table's file, or the DWARF's companions); forgets the plan.
+/// DWARF's companions); forgets the plan.
 fn evict_planned(
     blaze: &mut blazesym::symbolize::Symbolizer,
     plans: &mut HashMap<PathBuf, Plan>,
     path: PathBuf,
 ) {
-    match plans.remove(&path) {
-        Some(Plan::NamesOnly { symtab, .. }) => evict(blaze, symtab),
-        Some(Plan::Full { companions, .. }) => {
-            for p in companions {
-                evict(blaze, p);
-            }
+    if let Some(Plan::Full { companions, .. }) = plans.remove(&path) {
+        for p in companions {
+            evict(blaze, p);
         }
-        _ => {}
     }
     evict(blaze, path);
 }
 
 /// How to name the offsets of `path` within `budget` bytes of DWARF.
 fn plan(path: &Path, budget: usize) -> Plan {
-    let Some(own) = ElfInfo::read(path) else {
+    let Some(mut own) = ElfInfo::read(path) else {
         // Not readable as ELF here: blazesym says why.
         return Plan::Full {
             dwarf: 0,
@@ -312,6 +313,16 @@ fn plan(path: &Path, budget: usize) -> Plan {
         .supplementary_file()
         .and_then(|p| ElfInfo::read(&p).map(|info| (p, info.dwarf_bytes)));
     dwarf += sup.as_ref().map_or(0, |(_, bytes)| *bytes);
+    let symtab = match &debug {
+        Some((p, info)) if info.has_symtab => p.clone(),
+        _ => path.to_path_buf(),
+    };
+    if dwarf == 0 {
+        return Plan::Symbols {
+            symtab,
+            segments: std::mem::take(&mut own.segments),
+        };
+    }
     if dwarf <= budget {
         let companions = debug.map(|(p, _)| p).into_iter().chain(sup.map(|(p, _)| p));
         return Plan::Full {
@@ -319,10 +330,6 @@ fn plan(path: &Path, budget: usize) -> Plan {
             companions: companions.collect(),
         };
     }
-    let symtab = match debug {
-        Some((p, info)) if info.has_symtab => p,
-        _ => path.to_path_buf(),
-    };
     tracing::info!(
         "the DWARF of {} ({} MiB decompressed) is over dwarf_budget_mib ({} MiB): \
          its frames are named from its symbol table, without inlined frames or source lines; \
@@ -331,7 +338,7 @@ fn plan(path: &Path, budget: usize) -> Plan {
         dwarf.div_ceil(1 << 20),
         budget >> 20
     );
-    Plan::NamesOnly {
+    Plan::Symbols {
         symtab,
         segments: own.segments,
     }
@@ -429,6 +436,65 @@ impl ElfInfo {
     }
 }
 
+/// Bytes of compact symbol tables ([`ElfSymbols`]) kept, all files
+/// together. Tables are small (emberd's own 240 KB, bash's or python3's
+/// 25 KB) and cost milliseconds to read again, so unlike parsed DWARF they
+/// outlive a file's idle time; the least recently used go past this.
+pub const SYMBOL_TABLE_BUDGET: usize = 2 << 20;
+
+/// The compact symbol tables read, by file identity (so a file replaced
+/// at its path is read again, and one mapped in another mount namespace is
+/// read once), least recently used dropped past [`SYMBOL_TABLE_BUDGET`].
+#[derive(Debug, Default)]
+struct SymbolTables {
+    held: HashMap<FileId, (ElfSymbols, u64)>,
+    bytes: usize,
+    clock: u64,
+}
+
+impl SymbolTables {
+    /// The table of file `id`, read from `symtab` and `path` if not held;
+    /// `None` if neither has function symbols or reads as ELF.
+    fn get_or_read(
+        &mut self,
+        id: Option<FileId>,
+        symtab: &Path,
+        path: &Path,
+    ) -> Option<&mut ElfSymbols> {
+        self.clock += 1;
+        let id = id?;
+        if !self.held.contains_key(&id) {
+            let table = ElfSymbols::read(symtab, path)?;
+            self.bytes += table.bytes();
+            while self.bytes > SYMBOL_TABLE_BUDGET {
+                let Some(oldest) = self
+                    .held
+                    .iter()
+                    .min_by_key(|(_, (_, used))| *used)
+                    .map(|(k, _)| *k)
+                else {
+                    break;
+                };
+                if let Some((t, _)) = self.held.remove(&oldest) {
+                    self.bytes -= t.bytes();
+                }
+            }
+            self.held.insert(id, (table, 0));
+        }
+        let entry = self.held.get_mut(&id)?;
+        entry.1 = self.clock;
+        Some(&mut entry.0)
+    }
+}
+
+/// The identity of the file a mapping maps.
+fn file_id(m: &Mapping) -> Option<FileId> {
+    match &m.kind {
+        MappingKind::File { id, .. } => Some(*id),
+        _ => None,
+    }
+}
+
 /// The virtual address of file offset `off` by the file's segments.
 fn virt_offset(segments: &[(u64, u64, u64)], off: u64) -> Option<u64> {
     segments
@@ -446,6 +512,7 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
     let stall = std::env::var("EMBERD_TEST_STALL_ELF").ok();
     let mut budget = DwarfBudget::new(dwarf_budget);
     let mut plans: HashMap<PathBuf, Plan> = HashMap::new();
+    let mut tables = SymbolTables::default();
     while let Ok(job) = jobs.recv() {
         match job {
             Job::Evict(path) => {
@@ -507,19 +574,24 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
                             .symbolize(&src, Input::FileOffset(&req.offsets))
                             .map(named)
                     }
-                    Plan::NamesOnly { symtab, segments } => {
-                        let src = Source::Elf(Elf {
-                            debug_syms: false,
-                            ..Elf::new(symtab.clone())
-                        });
-                        // An offset outside every segment gets address 0,
-                        // which no function holds: no symbol.
-                        let addrs: Vec<u64> = req
-                            .offsets
-                            .iter()
-                            .map(|&o| virt_offset(segments, o).unwrap_or(0))
-                            .collect();
-                        blaze.symbolize(&src, Input::VirtOffset(&addrs)).map(named)
+                    Plan::Symbols { symtab, segments } => {
+                        match tables.get_or_read(file_id(&req.mapping), symtab, &path) {
+                            Some(table) => Ok(req
+                                .offsets
+                                .iter()
+                                .map(|&o| {
+                                    let name = table.name(virt_offset(segments, o)?)?;
+                                    Some(symbol_frames(&name, &module))
+                                })
+                                .collect()),
+                            // Neither table reads: blazesym says why.
+                            None => blaze
+                                .symbolize(
+                                    &Source::Elf(Elf::new(path.clone())),
+                                    Input::FileOffset(&req.offsets),
+                                )
+                                .map(named),
+                        }
                     }
                 }
                 .map_err(|e| e.to_string());
@@ -539,6 +611,7 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
                     module,
                     frames,
                     dwarf_bytes: budget.total,
+                    symtab_bytes: tables.bytes,
                 };
                 if replies.send(reply).is_err() {
                     return;

@@ -4,17 +4,15 @@
 //! the 122k symbols of a Debian kernel, a sixth of the daemon's memory
 //! target, for a table that is read only when a kernel address is first
 //! seen (names are cached per address above it). Here the addresses are
-//! 32-bit offsets (see [`Addrs`]) and the names are deflated in blocks of
-//! [`BLOCK`], about 1.2 MiB in all. Naming an address inflates one block
+//! 32-bit offsets and the names are deflated in blocks (see
+//! [`super::packed`]), about 1.2 MiB in all. Naming an address inflates one block
 //! (about 1.5 KB, microseconds).
 
 use std::io::Read as _;
 
 use thiserror::Error;
 
-/// Names per deflated block: a lookup inflates one block, and the blocks
-/// compress better the larger they are (64: 0.70 MB of names, 128: 0.63).
-const BLOCK: usize = 64;
+use super::packed::{Addrs, PackedNames};
 
 /// Why a kallsyms table could not be built.
 #[derive(Debug, Error)]
@@ -36,89 +34,11 @@ pub enum KallsymsError {
     },
 }
 
-/// Symbol start addresses, sorted: those within 4 GiB below the highest as
-/// 32-bit offsets from `base`, any lower ones in full. Kernel text,
-/// modules and BPF programs lie within 4 GiB of each other on x86-64 and
-/// arm64; x86-64 kernels before 6.15 also list their per-CPU variables at
-/// small addresses, a few hundred symbols.
-#[derive(Debug)]
-struct Addrs {
-    low: Box<[u64]>,
-    base: u64,
-    offsets: Box<[u32]>,
-}
-
-impl Addrs {
-    /// From sorted addresses.
-    fn new(sorted: &[u64]) -> Self {
-        let hi = sorted.last().copied().unwrap_or(0);
-        let floor = hi.saturating_sub(u64::from(u32::MAX));
-        let split = sorted.partition_point(|&a| a < floor);
-        let base = sorted.get(split).copied().unwrap_or(0);
-        Self {
-            low: sorted[..split].into(),
-            base,
-            offsets: sorted[split..].iter().map(|&a| (a - base) as u32).collect(),
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.low.len() + self.offsets.len()
-    }
-
-    /// How many starts are at or below `addr`.
-    fn count_at_or_below(&self, addr: u64) -> usize {
-        match addr.checked_sub(self.base) {
-            None => self.low.partition_point(|&a| a <= addr),
-            Some(off) => {
-                let off = u32::try_from(off).unwrap_or(u32::MAX);
-                self.low.len() + self.offsets.partition_point(|&o| o <= off)
-            }
-        }
-    }
-
-    /// How many starts are below `addr`.
-    fn count_below(&self, addr: u64) -> usize {
-        match addr.checked_sub(self.base) {
-            None | Some(0) => self.low.partition_point(|&a| a < addr),
-            Some(off) => self.low.len() + self.offsets.partition_point(|&o| u64::from(o) < off),
-        }
-    }
-
-    /// Index of the first symbol of the run of symbols with the greatest
-    /// start at or below `addr` (aliases share a start; the first listed is
-    /// the one named, as blazesym and `perf` without a vmlinux do).
-    fn find(&self, addr: u64) -> Option<usize> {
-        let last = self.count_at_or_below(addr).checked_sub(1)?;
-        Some(self.count_below(self.get(last)))
-    }
-
-    fn get(&self, i: usize) -> u64 {
-        match self.low.get(i) {
-            Some(&a) => a,
-            None => self.base + u64::from(self.offsets[i - self.low.len()]),
-        }
-    }
-
-    fn bytes(&self) -> usize {
-        self.low.len() * 8 + self.offsets.len() * 4
-    }
-}
-
 /// The kernel's symbols: start addresses and deflated names.
 #[derive(Debug)]
 pub struct KernelSymbols {
     addrs: Addrs,
-    /// Where each block of [`BLOCK`] names starts in `packed`, and one
-    /// more entry for the end.
-    blocks: Box<[u32]>,
-    /// Raw deflate streams of blocks of names, each name followed by `\n`.
-    packed: Box<[u8]>,
-    /// The block inflated last (its index and text), and the inflater:
-    /// addresses are named in order, several from one block, and making
-    /// an inflater allocates its tables.
-    last: Option<(usize, String)>,
-    inflater: flate2::Decompress,
+    names: PackedNames,
 }
 
 impl KernelSymbols {
@@ -167,78 +87,15 @@ impl KernelSymbols {
         let sorted: Vec<u64> = lines.iter().map(|l| l.addr).collect();
         let addrs = Addrs::new(&sorted);
         drop(sorted);
-        let mut packed = Vec::new();
-        let mut blocks = Vec::with_capacity(lines.len().div_ceil(BLOCK) + 1);
-        let mut raw = Vec::new();
-        // One compressor for every block: making one allocates its tables
-        // (a few hundred KiB), which for 1,900 blocks was most of the time.
-        let mut z = flate2::Compress::new(flate2::Compression::default(), false);
-        for chunk in lines.chunks(BLOCK) {
-            blocks.push(packed.len() as u32);
-            raw.clear();
-            for l in chunk {
-                raw.extend_from_slice(l.name.as_bytes());
-                raw.push(b'\n');
-            }
-            z.reset();
-            loop {
-                packed.reserve(raw.len() / 2 + 64);
-                let at = z.total_in() as usize;
-                match z.compress_vec(&raw[at..], &mut packed, flate2::FlushCompress::Finish) {
-                    Ok(flate2::Status::StreamEnd) => break,
-                    Ok(_) => {}
-                    // Compressing into a Vec cannot fail: no table then.
-                    Err(_) => return None,
-                }
-            }
-        }
-        blocks.push(packed.len() as u32);
-        Some(Self {
-            addrs,
-            blocks: blocks.into_boxed_slice(),
-            packed: packed.into_boxed_slice(),
-            last: None,
-            inflater: flate2::Decompress::new(false),
-        })
+        let names = PackedNames::new(lines.iter().map(|l| l.name))?;
+        Some(Self { addrs, names })
     }
 
     /// The name of the symbol that holds `addr` (the one starting closest
     /// at or below it), or `None` below the first symbol.
     pub fn name(&mut self, addr: u64) -> Option<String> {
         let i = self.addrs.find(addr)?;
-        let b = i / BLOCK;
-        if self.last.as_ref().is_none_or(|(l, _)| *l != b) {
-            let mut raw = self
-                .last
-                .take()
-                .map(|(_, r)| r)
-                .unwrap_or_default()
-                .into_bytes();
-            raw.clear();
-            let block = &self.packed[self.blocks[b] as usize..self.blocks[b + 1] as usize];
-            self.inflater.reset(false);
-            loop {
-                raw.reserve(4096);
-                let (was_in, was_out) = (self.inflater.total_in(), self.inflater.total_out());
-                let status = self.inflater.decompress_vec(
-                    &block[was_in as usize..],
-                    &mut raw,
-                    flate2::FlushDecompress::Finish,
-                );
-                match status {
-                    Ok(flate2::Status::StreamEnd) => break,
-                    // Our own stream: it cannot be corrupt, but a stream
-                    // that stops moving must not loop.
-                    Ok(_)
-                        if self.inflater.total_in() != was_in
-                            || self.inflater.total_out() != was_out => {}
-                    _ => return None,
-                }
-            }
-            self.last = Some((b, String::from_utf8(raw).ok()?));
-        }
-        let raw = &self.last.as_ref()?.1;
-        let name = raw.split('\n').nth(i % BLOCK)?;
+        let name = self.names.get(i)?;
         // Kernels with Rust code list its symbols mangled (`_RNv...`).
         Some(match rustc_demangle::try_demangle(name) {
             Ok(d) => format!("{d:#}"),
@@ -258,7 +115,7 @@ impl KernelSymbols {
 
     /// Heap bytes held.
     pub fn bytes(&self) -> usize {
-        self.addrs.bytes() + self.blocks.len() * 4 + self.packed.len()
+        self.addrs.bytes() + self.names.bytes()
     }
 }
 

@@ -15,8 +15,10 @@
 mod cache;
 mod elf_worker;
 pub mod kallsyms;
+pub mod packed;
 pub mod perfmap;
 mod procmaps;
+pub mod symtab;
 pub mod untrusted;
 
 use std::collections::HashMap;
@@ -189,6 +191,8 @@ pub struct CacheBytes {
     pub snapshots: usize,
     /// Parsed DWARF held by blazesym.
     pub dwarf: usize,
+    /// Compact symbol tables of ELF files named without DWARF.
+    pub elf_symbols: usize,
     /// The kernel's symbol table.
     pub kernel_symbols: usize,
 }
@@ -336,6 +340,8 @@ pub struct Symbolizer {
     snapshot_bytes: usize,
     /// Estimated bytes of parsed DWARF the ELF worker holds (its last reply).
     dwarf_bytes: usize,
+    /// Bytes of compact ELF symbol tables the ELF worker held at its last reply.
+    symtab_bytes: usize,
     perf_maps: HashMap<Pid, CachedPerfMap>,
     /// Bytes the cached perf maps hold.
     perf_map_bytes: usize,
@@ -405,6 +411,7 @@ impl Symbolizer {
             elf_last_used: HashMap::new(),
             elf: elf_worker::ElfWorker::new(options.dwarf_budget_bytes),
             dwarf_bytes: 0,
+            symtab_bytes: 0,
             perf_maps: HashMap::new(),
             perf_map_bytes: 0,
             options,
@@ -428,6 +435,7 @@ impl Symbolizer {
             symbols: (self.kernel_cache.len() + self.file_cache.len()) * CACHED_FRAME_BYTES,
             snapshots: self.snapshot_bytes,
             dwarf: self.dwarf_bytes,
+            elf_symbols: self.symtab_bytes,
             kernel_symbols: self.kernel_symbols.as_ref().map_or(0, KernelSymbols::bytes),
         }
     }
@@ -855,6 +863,7 @@ impl Symbolizer {
             let reply = self.elf.symbolize(id, request);
             if let Ok(r) = &reply {
                 self.dwarf_bytes = r.dwarf_bytes;
+                self.symtab_bytes = r.symtab_bytes;
                 if self.modules.len() >= MAX_MODULES {
                     self.modules.clear();
                 }
@@ -1050,7 +1059,7 @@ fn frames_of_sym(sym: &blazesym::symbolize::Sym<'_>, module: &Arc<Module>) -> Ar
     // several names at one address: the public name is the one users know
     // (and the one DWARF gives).
     let name = match sym.code_info {
-        None => sym.name.strip_prefix("__GI_").unwrap_or(&sym.name),
+        None => public_name(&sym.name),
         Some(_) => &sym.name,
     };
     let mut names: Vec<(&str, FrameKind)> = vec![(name, FrameKind::User)];
@@ -1075,6 +1084,23 @@ fn frames_of_sym(sym: &blazesym::symbolize::Sym<'_>, module: &Arc<Module>) -> Ar
             }
         })
         .collect()
+}
+
+/// A symbol-table name as users know it: glibc's hidden internal aliases,
+/// `__GI_name` for `name`, share an address with the public name.
+fn public_name(name: &str) -> &str {
+    name.strip_prefix("__GI_").unwrap_or(name)
+}
+
+/// The frame of an address named from a symbol table alone.
+fn symbol_frames(name: &str, module: &Arc<Module>) -> Arc<[Frame]> {
+    Arc::from(vec![Frame {
+        name: public_name(name).into(),
+        kind: FrameKind::User,
+        file: None,
+        line: None,
+        module: Some(module.clone()),
+    }])
 }
 
 fn single(name: impl Into<Arc<str>>, kind: FrameKind) -> Arc<[Frame]> {

@@ -1,0 +1,230 @@
+//! ELF files named from their symbol tables, held compactly.
+//!
+//! Most binaries on a distribution have no DWARF here: their frames are
+//! named from `.symtab` (or, stripped, `.dynsym`). blazesym names them by
+//! mapping the whole file and indexing its table in place, so the pages of
+//! the table and its strings stay resident for as long as the file is in
+//! use: on the soak's busy host 3.3 MiB of mapped files at any moment
+//! (1.1 MiB of it emberd's own table), a tenth of the daemon's memory
+//! target. Here a file's function symbols are read once into a
+//! [`super::packed`] table (starts as 32-bit offsets, sizes, names deflated
+//! in blocks) and the file is closed: emberd's own table takes about a
+//! fifth of what its mapping did. Names are demangled as blazesym does.
+//!
+//! The lookup follows blazesym's ELF resolver, so names do not change with
+//! the way a file is read: `.symtab` first, then `.dynsym`; of the symbols
+//! starting closest at or below the address (largest first), the first
+//! whose size covers it; a sizeless symbol covers what follows it in
+//! `.symtab`, only its own address in `.dynsym` (that table is sparse).
+
+use std::path::Path;
+
+use super::packed::{Addrs, PackedNames};
+
+/// Function symbols of one table, sorted by start.
+#[derive(Debug)]
+struct Table {
+    starts: Addrs,
+    /// Sizes (0: unknown), saturated at `u32::MAX`.
+    sizes: Box<[u32]>,
+    names: PackedNames,
+    /// `.dynsym`: a sizeless symbol names only its own address.
+    sparse: bool,
+}
+
+impl Table {
+    /// The function symbols of `syms`; `None` if it has none.
+    fn new<'data, S>(syms: S, sparse: bool) -> Option<Self>
+    where
+        S: object::ObjectSymbolTable<'data>,
+    {
+        use object::{ObjectSymbol, SymbolKind, SymbolSection};
+        let mut funcs: Vec<(u64, u64, &'data str)> = syms
+            .symbols()
+            .filter(|s| matches!(s.kind(), SymbolKind::Text | SymbolKind::Label))
+            .filter(|s| s.section() != SymbolSection::Undefined)
+            .filter_map(|s| {
+                let name = s
+                    .name()
+                    .ok()
+                    .filter(|n| !n.is_empty() && !n.contains('\n'))?;
+                Some((s.address(), s.size(), name))
+            })
+            .collect();
+        if funcs.is_empty() {
+            return None;
+        }
+        // As blazesym orders them: by start, the largest first at one start
+        // (stable: aliases of one size keep the table's order).
+        funcs.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        let starts: Vec<u64> = funcs.iter().map(|f| f.0).collect();
+        Some(Self {
+            starts: Addrs::new(&starts),
+            sizes: funcs
+                .iter()
+                .map(|f| u32::try_from(f.1).unwrap_or(u32::MAX))
+                .collect(),
+            names: PackedNames::new(funcs.iter().map(|f| f.2))?,
+            sparse,
+        })
+    }
+
+    /// The name of the function holding `addr`, mangled.
+    fn name(&mut self, addr: u64) -> Option<&str> {
+        let first = self.starts.find(addr)?;
+        let start = self.starts.get(first);
+        let hit = (first..self.starts.len())
+            .take_while(|&i| self.starts.get(i) == start)
+            .find(|&i| match self.sizes[i] {
+                0 => !self.sparse || addr == start,
+                size => addr - start < u64::from(size),
+            })?;
+        self.names.get(hit)
+    }
+
+    fn bytes(&self) -> usize {
+        self.starts.bytes() + self.sizes.len() * 4 + self.names.bytes()
+    }
+}
+
+/// The function symbols of one ELF file, by virtual address.
+#[derive(Debug)]
+pub struct ElfSymbols {
+    symtab: Option<Table>,
+    dynsym: Option<Table>,
+}
+
+impl ElfSymbols {
+    /// Reads the `.symtab` of `symtab_file` (the file itself or its
+    /// separate debug file) and the `.dynsym` of `file`. `None` if neither
+    /// reads as ELF or has function symbols.
+    pub fn read(symtab_file: &Path, file: &Path) -> Option<Self> {
+        fn parse<T>(
+            path: &Path,
+            f: impl FnOnce(&object::File<'_, &object::ReadCache<std::fs::File>>) -> T,
+        ) -> Option<T> {
+            let cache = object::ReadCache::new(std::fs::File::open(path).ok()?);
+            let elf = object::File::parse(&cache).ok()?;
+            Some(f(&elf))
+        }
+        use object::Object;
+        let symtab = parse(symtab_file, |elf| {
+            elf.symbol_table().and_then(|t| Table::new(t, false))
+        })
+        .flatten();
+        let dynsym = parse(file, |elf| {
+            elf.dynamic_symbol_table().and_then(|t| Table::new(t, true))
+        })
+        .flatten();
+        (symtab.is_some() || dynsym.is_some()).then_some(Self { symtab, dynsym })
+    }
+
+    /// The demangled name of the function holding virtual address `addr`.
+    pub fn name(&mut self, addr: u64) -> Option<String> {
+        let name = match self.symtab.as_mut().and_then(|t| t.name(addr)) {
+            Some(n) => n,
+            None => self.dynsym.as_mut()?.name(addr)?,
+        };
+        Some(demangle(name))
+    }
+
+    /// Heap bytes held.
+    pub fn bytes(&self) -> usize {
+        self.symtab.as_ref().map_or(0, Table::bytes) + self.dynsym.as_ref().map_or(0, Table::bytes)
+    }
+}
+
+/// Demangles a Rust or C++ name as blazesym does (Rust without the hash).
+fn demangle(name: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        return format!("{d:#}");
+    }
+    cpp_demangle::Symbol::new(name)
+        .ok()
+        .and_then(|s| s.demangle().ok())
+        .unwrap_or_else(|| name.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This test binary's own functions are named as blazesym names them,
+    /// at their start and inside, and the table is far smaller than the
+    /// file's symbol and string tables.
+    #[test]
+    fn names_agree_with_blazesym_on_this_binary() {
+        let exe = std::fs::read_link("/proc/self/exe").expect("/proc/self/exe");
+        let mut table = ElfSymbols::read(&exe, &exe).expect("this binary has a symbol table");
+        let blaze = blazesym::symbolize::Symbolizer::builder()
+            .enable_code_info(false)
+            .enable_demangling(true)
+            .build();
+        let src = blazesym::symbolize::source::Source::Elf(blazesym::symbolize::source::Elf {
+            debug_syms: false,
+            ..blazesym::symbolize::source::Elf::new(&exe)
+        });
+        // Virtual addresses of functions of this binary: from blazesym's own
+        // view of a few, by name.
+        let data = std::fs::read(&exe).expect("reading this binary");
+        let elf = object::File::parse(&*data).expect("ELF");
+        use object::{Object, ObjectSymbol, SymbolKind};
+        let funcs: Vec<(u64, u64)> = elf
+            .symbols()
+            .filter(|s| s.kind() == SymbolKind::Text && s.size() > 8)
+            .map(|s| (s.address(), s.size()))
+            .step_by(97)
+            .take(200)
+            .collect();
+        assert!(funcs.len() > 20, "{} functions", funcs.len());
+        let addrs: Vec<u64> = funcs
+            .iter()
+            .flat_map(|&(a, size)| [a, a + size / 2, a + size - 1])
+            .collect();
+        let theirs = blaze
+            .symbolize(&src, blazesym::symbolize::Input::VirtOffset(&addrs))
+            .expect("blazesym names this binary");
+        let mut differ = Vec::new();
+        for (addr, s) in addrs.iter().zip(theirs) {
+            let want = match s {
+                blazesym::symbolize::Symbolized::Sym(s) => Some(s.name.to_string()),
+                _ => None,
+            };
+            let got = table.name(*addr);
+            if got != want {
+                differ.push(format!("{addr:#x}: blazesym {want:?}, here {got:?}"));
+            }
+        }
+        assert!(
+            differ.is_empty(),
+            "{} of {}: {differ:?}",
+            differ.len(),
+            addrs.len()
+        );
+        use object::ObjectSection;
+        let symtab_bytes: u64 = elf
+            .sections()
+            .filter(|s| matches!(s.name(), Ok(".symtab" | ".strtab")))
+            .map(|s| s.size())
+            .sum();
+        assert!(
+            (table.bytes() as u64) * 3 < symtab_bytes,
+            "{} bytes held for {symtab_bytes} of symbol and string table",
+            table.bytes()
+        );
+    }
+
+    /// `.dynsym`'s sizeless symbols name only their own address; an
+    /// address past every function's end has no name.
+    #[test]
+    fn sizes_bound_the_names() {
+        let mut t = ElfSymbols::read(
+            Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6"),
+            Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6"),
+        )
+        .expect("libc has a .dynsym");
+        assert!(t.bytes() > 0);
+        assert_eq!(t.name(0), None);
+        assert_eq!(t.name(u64::MAX), None);
+    }
+}
