@@ -24,6 +24,7 @@ use std::time::Duration;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
 
+use super::packed::NameReader;
 use super::procmaps::{FileId, Mapping, MappingKind, elf_path};
 use super::symtab::ElfSymbols;
 use super::{Frame, Module, frames_of_sym, symbol_frames};
@@ -448,6 +449,8 @@ pub const SYMBOL_TABLE_BUDGET: usize = 2 << 20;
 #[derive(Debug, Default)]
 struct SymbolTables {
     held: HashMap<FileId, (ElfSymbols, u64)>,
+    /// Inflates names for every table.
+    reader: NameReader,
     bytes: usize,
     clock: u64,
 }
@@ -460,7 +463,7 @@ impl SymbolTables {
         id: Option<FileId>,
         symtab: &Path,
         path: &Path,
-    ) -> Option<&mut ElfSymbols> {
+    ) -> Option<(&ElfSymbols, &mut NameReader)> {
         self.clock += 1;
         let id = id?;
         if !self.held.contains_key(&id) {
@@ -483,7 +486,7 @@ impl SymbolTables {
         }
         let entry = self.held.get_mut(&id)?;
         entry.1 = self.clock;
-        Some(&mut entry.0)
+        Some((&entry.0, &mut self.reader))
     }
 }
 
@@ -576,11 +579,11 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
                     }
                     Plan::Symbols { symtab, segments } => {
                         match tables.get_or_read(file_id(&req.mapping), symtab, &path) {
-                            Some(table) => Ok(req
+                            Some((table, reader)) => Ok(req
                                 .offsets
                                 .iter()
                                 .map(|&o| {
-                                    let name = table.name(virt_offset(segments, o)?)?;
+                                    let name = table.name(virt_offset(segments, o)?, reader)?;
                                     Some(symbol_frames(&name, &module))
                                 })
                                 .collect()),

@@ -12,7 +12,7 @@ use std::io::Read as _;
 
 use thiserror::Error;
 
-use super::packed::{Addrs, PackedNames};
+use super::packed::{Addrs, NameReader, PackedNames};
 
 /// Why a kallsyms table could not be built.
 #[derive(Debug, Error)]
@@ -39,6 +39,7 @@ pub enum KallsymsError {
 pub struct KernelSymbols {
     addrs: Addrs,
     names: PackedNames,
+    reader: NameReader,
 }
 
 impl KernelSymbols {
@@ -88,14 +89,18 @@ impl KernelSymbols {
         let addrs = Addrs::new(&sorted);
         drop(sorted);
         let names = PackedNames::new(lines.iter().map(|l| l.name))?;
-        Some(Self { addrs, names })
+        Some(Self {
+            addrs,
+            names,
+            reader: NameReader::default(),
+        })
     }
 
     /// The name of the symbol that holds `addr` (the one starting closest
     /// at or below it), or `None` below the first symbol.
     pub fn name(&mut self, addr: u64) -> Option<String> {
         let i = self.addrs.find(addr)?;
-        let name = self.names.get(i)?;
+        let name = self.names.get(i, &mut self.reader)?;
         // Kernels with Rust code list its symbols mangled (`_RNv...`).
         Some(match rustc_demangle::try_demangle(name) {
             Ok(d) => format!("{d:#}"),

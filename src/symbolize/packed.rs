@@ -86,18 +86,37 @@ impl Addrs {
     }
 }
 
-/// Names, deflated in blocks of [`BLOCK`], with the block inflated last.
+/// Names, deflated in blocks of [`BLOCK`].
 #[derive(Debug)]
 pub struct PackedNames {
+    /// Tells this table's blocks apart in a [`NameReader`].
+    id: u64,
     /// Where each block starts in `packed`, and one more entry for the end.
     blocks: Box<[u32]>,
     /// Raw deflate streams of blocks of names, each name followed by `\n`.
     packed: Box<[u8]>,
-    /// The block inflated last (its index and text), and the inflater:
-    /// addresses are named in order, several from one block, and making
-    /// an inflater allocates its tables.
-    last: Option<(usize, String)>,
+}
+
+/// Inflates blocks of [`PackedNames`], keeping the one inflated last:
+/// addresses are named in order, several from one block. One serves many
+/// tables: an inflater holds about 40 KiB (its state and window), which
+/// per table came to more than the tables themselves.
+#[derive(Debug)]
+pub struct NameReader {
     inflater: flate2::Decompress,
+    /// The table id and block index of `text`.
+    block: Option<(u64, usize)>,
+    text: String,
+}
+
+impl Default for NameReader {
+    fn default() -> Self {
+        Self {
+            inflater: flate2::Decompress::new(false),
+            block: None,
+            text: String::new(),
+        }
+    }
 }
 
 impl PackedNames {
@@ -131,34 +150,31 @@ impl PackedNames {
             }
         }
         blocks.push(packed.len() as u32);
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         Some(Self {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             blocks: blocks.into_boxed_slice(),
             packed: packed.into_boxed_slice(),
-            last: None,
-            inflater: flate2::Decompress::new(false),
         })
     }
 
     /// Name `i`, or `None` past the end.
-    pub fn get(&mut self, i: usize) -> Option<&str> {
+    pub fn get<'r>(&self, i: usize, reader: &'r mut NameReader) -> Option<&'r str> {
         let b = i / BLOCK;
         if b + 1 >= self.blocks.len() {
             return None;
         }
-        if self.last.as_ref().is_none_or(|(l, _)| *l != b) {
-            let mut raw = self
-                .last
-                .take()
-                .map(|(_, r)| r)
-                .unwrap_or_default()
-                .into_bytes();
+        if reader.block != Some((self.id, b)) {
+            reader.block = None;
+            let mut raw = std::mem::take(&mut reader.text).into_bytes();
             raw.clear();
             let block = &self.packed[self.blocks[b] as usize..self.blocks[b + 1] as usize];
-            self.inflater.reset(false);
+            let inflater = &mut reader.inflater;
+            inflater.reset(false);
             loop {
                 raw.reserve(4096);
-                let (was_in, was_out) = (self.inflater.total_in(), self.inflater.total_out());
-                let status = self.inflater.decompress_vec(
+                let (was_in, was_out) = (inflater.total_in(), inflater.total_out());
+                let status = inflater.decompress_vec(
                     &block[was_in as usize..],
                     &mut raw,
                     flate2::FlushDecompress::Finish,
@@ -167,19 +183,39 @@ impl PackedNames {
                     Ok(flate2::Status::StreamEnd) => break,
                     // Our own stream: it cannot be corrupt, but a stream
                     // that stops moving must not loop.
-                    Ok(_)
-                        if self.inflater.total_in() != was_in
-                            || self.inflater.total_out() != was_out => {}
+                    Ok(_) if inflater.total_in() != was_in || inflater.total_out() != was_out => {}
                     _ => return None,
                 }
             }
-            self.last = Some((b, String::from_utf8(raw).ok()?));
+            reader.text = String::from_utf8(raw).ok()?;
+            reader.block = Some((self.id, b));
         }
-        self.last.as_ref()?.1.split('\n').nth(i % BLOCK)
+        reader.text.split_terminator('\n').nth(i % BLOCK)
     }
 
-    /// Heap bytes held (the inflated block aside).
+    /// Heap bytes held.
     pub fn bytes(&self) -> usize {
         self.blocks.len() * 4 + self.packed.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One reader serves several tables: a block inflated for one is never
+    /// taken for the same block of another.
+    #[test]
+    fn one_reader_serves_several_tables() {
+        let a: Vec<String> = (0..200).map(|i| format!("a_{i}")).collect();
+        let b: Vec<String> = (0..200).map(|i| format!("b_{i}")).collect();
+        let pa = PackedNames::new(a.iter().map(String::as_str)).expect("packed");
+        let pb = PackedNames::new(b.iter().map(String::as_str)).expect("packed");
+        let mut r = NameReader::default();
+        for i in [0, 1, 70, 199, 3] {
+            assert_eq!(pa.get(i, &mut r), Some(a[i].as_str()));
+            assert_eq!(pb.get(i, &mut r), Some(b[i].as_str()));
+        }
+        assert_eq!(pa.get(200, &mut r), None);
     }
 }

@@ -19,7 +19,7 @@
 
 use std::path::Path;
 
-use super::packed::{Addrs, PackedNames};
+use super::packed::{Addrs, NameReader, PackedNames};
 
 /// Function symbols of one table, sorted by start.
 #[derive(Debug)]
@@ -70,7 +70,7 @@ impl Table {
     }
 
     /// The name of the function holding `addr`, mangled.
-    fn name(&mut self, addr: u64) -> Option<&str> {
+    fn name<'r>(&self, addr: u64, reader: &'r mut NameReader) -> Option<&'r str> {
         let first = self.starts.find(addr)?;
         let start = self.starts.get(first);
         let hit = (first..self.starts.len())
@@ -79,7 +79,7 @@ impl Table {
                 0 => !self.sparse || addr == start,
                 size => addr - start < u64::from(size),
             })?;
-        self.names.get(hit)
+        self.names.get(hit, reader)
     }
 
     fn bytes(&self) -> usize {
@@ -119,13 +119,13 @@ impl ElfSymbols {
         (symtab.is_some() || dynsym.is_some()).then_some(Self { symtab, dynsym })
     }
 
-    /// The demangled name of the function holding virtual address `addr`.
-    pub fn name(&mut self, addr: u64) -> Option<String> {
-        let name = match self.symtab.as_mut().and_then(|t| t.name(addr)) {
-            Some(n) => n,
-            None => self.dynsym.as_mut()?.name(addr)?,
-        };
-        Some(demangle(name))
+    /// The demangled name of the function holding virtual address `addr`
+    /// (`reader` inflates the names: one serves every table).
+    pub fn name(&self, addr: u64, reader: &mut NameReader) -> Option<String> {
+        if let Some(n) = self.symtab.as_ref().and_then(|t| t.name(addr, reader)) {
+            return Some(demangle(n));
+        }
+        Some(demangle(self.dynsym.as_ref()?.name(addr, reader)?))
     }
 
     /// Heap bytes held.
@@ -155,7 +155,7 @@ mod tests {
     #[test]
     fn names_agree_with_blazesym_on_this_binary() {
         let exe = std::fs::read_link("/proc/self/exe").expect("/proc/self/exe");
-        let mut table = ElfSymbols::read(&exe, &exe).expect("this binary has a symbol table");
+        let table = ElfSymbols::read(&exe, &exe).expect("this binary has a symbol table");
         let blaze = blazesym::symbolize::Symbolizer::builder()
             .enable_code_info(false)
             .enable_demangling(true)
@@ -185,12 +185,13 @@ mod tests {
             .symbolize(&src, blazesym::symbolize::Input::VirtOffset(&addrs))
             .expect("blazesym names this binary");
         let mut differ = Vec::new();
+        let mut reader = NameReader::default();
         for (addr, s) in addrs.iter().zip(theirs) {
             let want = match s {
                 blazesym::symbolize::Symbolized::Sym(s) => Some(s.name.to_string()),
                 _ => None,
             };
-            let got = table.name(*addr);
+            let got = table.name(*addr, &mut reader);
             if got != want {
                 differ.push(format!("{addr:#x}: blazesym {want:?}, here {got:?}"));
             }
@@ -218,13 +219,14 @@ mod tests {
     /// address past every function's end has no name.
     #[test]
     fn sizes_bound_the_names() {
-        let mut t = ElfSymbols::read(
+        let t = ElfSymbols::read(
             Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6"),
             Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6"),
         )
         .expect("libc has a .dynsym");
         assert!(t.bytes() > 0);
-        assert_eq!(t.name(0), None);
-        assert_eq!(t.name(u64::MAX), None);
+        let mut reader = NameReader::default();
+        assert_eq!(t.name(0, &mut reader), None);
+        assert_eq!(t.name(u64::MAX, &mut reader), None);
     }
 }
