@@ -587,10 +587,14 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
                                     Some(symbol_frames(&name, &module))
                                 })
                                 .collect()),
-                            // Neither table reads: blazesym says why.
+                            // Neither table reads: blazesym says why, without
+                            // DWARF (absent, or over the budget).
                             None => blaze
                                 .symbolize(
-                                    &Source::Elf(Elf::new(path.clone())),
+                                    &Source::Elf(Elf {
+                                        debug_syms: false,
+                                        ..Elf::new(path.clone())
+                                    }),
                                     Input::FileOffset(&req.offsets),
                                 )
                                 .map(named),
