@@ -26,7 +26,7 @@ use blazesym::symbolize::{Input, Symbolized};
 
 use super::packed::NameReader;
 use super::procmaps::{FileId, Mapping, MappingKind, elf_path};
-use super::symtab::ElfSymbols;
+use super::symtab::{self, ElfSymbols};
 use super::{Frame, Module, frames_of_sym, symbol_frames};
 use crate::collect::Pid;
 
@@ -212,22 +212,19 @@ enum Plan {
 /// Plans remembered (per path) before the table is emptied.
 const MAX_PLANS: usize = 4096;
 
-/// The parsed DWARF blazesym holds, by file, within a byte budget.
-///
-/// Estimated as the files' debug sections decompressed (what blazesym
-/// keeps; its parsed units come on top, a third more for libc). A file
-/// whose DWARF fits is parsed after the least recently used others are
-/// dropped to make room; one larger than the whole budget is named from
-/// its symbol table instead, once logged.
+/// Byte-bounded bookkeeping of what a cache holds, least recently used
+/// dropped first: the sizes by key and their total. The caller holds the
+/// data (blazesym's parsed DWARF, emberd's symbol tables) and drops what
+/// [`ByteLru::admit`] returns.
 #[derive(Debug)]
-pub struct DwarfBudget {
+pub struct ByteLru<K> {
     budget: usize,
-    held: HashMap<PathBuf, (usize, u64)>,
+    held: HashMap<K, (usize, u64)>,
     total: usize,
     clock: u64,
 }
 
-impl DwarfBudget {
+impl<K: std::hash::Hash + Eq + Clone> ByteLru<K> {
     fn new(budget: usize) -> Self {
         Self {
             budget,
@@ -237,11 +234,24 @@ impl DwarfBudget {
         }
     }
 
-    /// Makes room for `bytes` of `path`'s DWARF; returns the files to drop.
-    fn admit(&mut self, path: &Path, bytes: usize) -> Vec<PathBuf> {
+    /// Marks `key` used; whether it is held.
+    fn touch(&mut self, key: &K) -> bool {
         self.clock += 1;
-        if let Some(h) = self.held.get_mut(path) {
-            h.1 = self.clock;
+        match self.held.get_mut(key) {
+            Some(h) => {
+                h.1 = self.clock;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Makes room for `bytes` of `key` and counts them; returns the keys
+    /// dropped to make room. A key already held is only marked used; one of
+    /// 0 bytes, or larger than the whole budget, is not counted (and drops
+    /// nothing): the caller must not keep it.
+    fn admit(&mut self, key: &K, bytes: usize) -> Vec<K> {
+        if self.touch(key) || bytes == 0 || bytes > self.budget {
             return Vec::new();
         }
         let mut dropped = Vec::new();
@@ -250,26 +260,39 @@ impl DwarfBudget {
                 .held
                 .iter()
                 .min_by_key(|(_, (_, used))| *used)
-                .map(|(p, _)| p.clone())
+                .map(|(k, _)| k.clone())
             else {
                 break;
             };
             self.forget(&oldest);
             dropped.push(oldest);
         }
-        if bytes > 0 {
-            self.held.insert(path.to_path_buf(), (bytes, self.clock));
-            self.total += bytes;
-        }
+        self.held.insert(key.clone(), (bytes, self.clock));
+        self.total += bytes;
         dropped
     }
 
-    fn forget(&mut self, path: &Path) {
-        if let Some((bytes, _)) = self.held.remove(path) {
+    /// Stops counting `key`.
+    fn forget(&mut self, key: &K) {
+        if let Some((bytes, _)) = self.held.remove(key) {
             self.total -= bytes;
         }
     }
+
+    /// Whether `key` is counted.
+    fn holds(&self, key: &K) -> bool {
+        self.held.contains_key(key)
+    }
 }
+
+/// The parsed DWARF blazesym holds, by file, within a byte budget.
+///
+/// Estimated as the files' debug sections decompressed (what blazesym
+/// keeps; its parsed units come on top, a third more for libc). A file
+/// whose DWARF fits is parsed after the least recently used others are
+/// dropped to make room; one larger than the whole budget is named from
+/// its symbol table instead ([`plan`]), once logged.
+pub type DwarfBudget = ByteLru<PathBuf>;
 
 fn evict(blaze: &mut blazesym::symbolize::Symbolizer, path: PathBuf) {
     let _ = blaze.evict(&blazesym::symbolize::evict::Evict::Elf(
@@ -443,50 +466,88 @@ impl ElfInfo {
 /// outlive a file's idle time; the least recently used go past this.
 pub const SYMBOL_TABLE_BUDGET: usize = 2 << 20;
 
+/// Files whose symbol tables yielded nothing remembered, before the set
+/// is emptied.
+const MAX_UNREADABLE: usize = 4096;
+
 /// The compact symbol tables read, by file identity (so a file replaced
 /// at its path is read again, and one mapped in another mount namespace is
 /// read once), least recently used dropped past [`SYMBOL_TABLE_BUDGET`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct SymbolTables {
-    held: HashMap<FileId, (ElfSymbols, u64)>,
+    held: HashMap<FileId, ElfSymbols>,
+    lru: ByteLru<FileId>,
+    /// Files with no table to read (no function symbols, not ELF, or
+    /// tables over [`symtab::MAX_READ_BYTES`]): blazesym names them, and
+    /// they are not read again at every request.
+    unreadable: HashSet<FileId>,
     /// Inflates names for every table.
     reader: NameReader,
-    bytes: usize,
-    clock: u64,
 }
 
 impl SymbolTables {
-    /// The table of file `id`, read from `symtab` and `path` if not held;
-    /// `None` if neither has function symbols or reads as ELF.
-    fn get_or_read(
+    /// No tables yet; at most `budget` bytes of them kept.
+    fn new(budget: usize) -> Self {
+        Self {
+            held: HashMap::new(),
+            lru: ByteLru::new(budget),
+            unreadable: HashSet::new(),
+            reader: NameReader::default(),
+        }
+    }
+
+    /// Names `offsets` of file `id` by its table, read from `symtab` and
+    /// `path` if not held (virtual addresses by `segments`); `None` if the
+    /// file has no table to read. A table larger than the whole budget
+    /// serves this request and is dropped.
+    fn name(
         &mut self,
         id: Option<FileId>,
         symtab: &Path,
         path: &Path,
-    ) -> Option<(&ElfSymbols, &mut NameReader)> {
-        self.clock += 1;
+        segments: &[(u64, u64, u64)],
+        offsets: &[u64],
+        module: &Arc<Module>,
+    ) -> Option<Vec<Option<Arc<[Frame]>>>> {
         let id = id?;
-        if !self.held.contains_key(&id) {
-            let table = ElfSymbols::read(symtab, path)?;
-            self.bytes += table.bytes();
-            while self.bytes > SYMBOL_TABLE_BUDGET {
-                let Some(oldest) = self
-                    .held
-                    .iter()
-                    .min_by_key(|(_, (_, used))| *used)
-                    .map(|(k, _)| *k)
-                else {
-                    break;
-                };
-                if let Some((t, _)) = self.held.remove(&oldest) {
-                    self.bytes -= t.bytes();
-                }
-            }
-            self.held.insert(id, (table, 0));
+        if self.unreadable.contains(&id) {
+            return None;
         }
-        let entry = self.held.get_mut(&id)?;
-        entry.1 = self.clock;
-        Some((&entry.0, &mut self.reader))
+        let owned;
+        let table: &ElfSymbols = if self.lru.touch(&id) {
+            self.held.get(&id)?
+        } else {
+            let Some(table) = ElfSymbols::read(symtab, path, symtab::MAX_READ_BYTES) else {
+                if self.unreadable.len() >= MAX_UNREADABLE {
+                    self.unreadable.clear();
+                }
+                self.unreadable.insert(id);
+                return None;
+            };
+            for old in self.lru.admit(&id, table.bytes()) {
+                self.held.remove(&old);
+            }
+            if self.lru.holds(&id) {
+                self.held.entry(id).insert_entry(table).into_mut()
+            } else {
+                owned = table;
+                &owned
+            }
+        };
+        Some(
+            offsets
+                .iter()
+                .map(|&o| {
+                    let name = table.name(virt_offset(segments, o)?, &mut self.reader)?;
+                    Some(symbol_frames(&name, module))
+                })
+                .collect(),
+        )
+    }
+
+    /// Bytes of the tables held.
+    fn bytes(&self) -> usize {
+        self.lru.total
     }
 }
 
@@ -515,7 +576,7 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
     let stall = std::env::var("EMBERD_TEST_STALL_ELF").ok();
     let mut budget = DwarfBudget::new(dwarf_budget);
     let mut plans: HashMap<PathBuf, Plan> = HashMap::new();
-    let mut tables = SymbolTables::default();
+    let mut tables = SymbolTables::new(SYMBOL_TABLE_BUDGET);
     while let Ok(job) = jobs.recv() {
         match job {
             Job::Evict(path) => {
@@ -578,17 +639,19 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
                             .map(named)
                     }
                     Plan::Symbols { symtab, segments } => {
-                        match tables.get_or_read(file_id(&req.mapping), symtab, &path) {
-                            Some((table, reader)) => Ok(req
-                                .offsets
-                                .iter()
-                                .map(|&o| {
-                                    let name = table.name(virt_offset(segments, o)?, reader)?;
-                                    Some(symbol_frames(&name, &module))
-                                })
-                                .collect()),
-                            // Neither table reads: blazesym says why, without
-                            // DWARF (absent, or over the budget).
+                        match tables.name(
+                            file_id(&req.mapping),
+                            symtab,
+                            &path,
+                            segments,
+                            &req.offsets,
+                            &module,
+                        ) {
+                            Some(frames) => Ok(frames),
+                            // No table to read (no function symbols, not ELF,
+                            // or too large to copy): blazesym names the file
+                            // from its mapping, or says why, without DWARF
+                            // (absent, or over the budget).
                             None => blaze
                                 .symbolize(
                                     &Source::Elf(Elf {
@@ -618,7 +681,7 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
                     module,
                     frames,
                     dwarf_bytes: budget.total,
-                    symtab_bytes: tables.bytes,
+                    symtab_bytes: tables.bytes(),
                 };
                 if replies.send(reply).is_err() {
                     return;
@@ -638,16 +701,68 @@ mod tests {
     #[test]
     fn dwarf_budget_drops_least_recently_used() {
         let mut b = DwarfBudget::new(10);
-        assert!(b.admit(Path::new("/a"), 4).is_empty());
-        assert!(b.admit(Path::new("/b"), 4).is_empty());
-        assert!(b.admit(Path::new("/a"), 4).is_empty(), "already held");
+        let p = |s: &str| PathBuf::from(s);
+        assert!(b.admit(&p("/a"), 4).is_empty());
+        assert!(b.admit(&p("/b"), 4).is_empty());
+        assert!(b.admit(&p("/a"), 4).is_empty(), "already held");
         assert_eq!(b.total, 8);
-        assert_eq!(b.admit(Path::new("/c"), 4), [PathBuf::from("/b")]);
+        assert_eq!(b.admit(&p("/c"), 4), [p("/b")]);
         assert_eq!(b.total, 8);
-        b.forget(Path::new("/a"));
+        b.forget(&p("/a"));
         assert_eq!(b.total, 4);
-        assert!(b.admit(Path::new("/none"), 0).is_empty());
+        assert!(b.admit(&p("/none"), 0).is_empty());
         assert_eq!(b.total, 4);
+        // Larger than the whole budget: not counted, nothing dropped.
+        assert!(b.admit(&p("/huge"), 11).is_empty());
+        assert!(!b.holds(&p("/huge")));
+        assert_eq!(b.total, 4);
+    }
+
+    /// A table larger than the whole budget names its request and is not
+    /// kept; a file with no table is remembered, not read at every request.
+    #[test]
+    fn symbol_tables_keep_within_their_budget() {
+        let exe = std::fs::read_link("/proc/self/exe").expect("/proc/self/exe");
+        let id = FileId::of(&std::fs::metadata(&exe).expect("stat of this binary"));
+        let data = std::fs::read(&exe).expect("reading this binary");
+        let func = {
+            use object::{Object, ObjectSymbol, SymbolKind};
+            let elf = object::File::parse(&*data).expect("ELF");
+            elf.symbols()
+                .find(|s| s.kind() == SymbolKind::Text && s.size() > 0)
+                .map(|s| s.address())
+                .expect("a function symbol")
+        };
+        let module = Arc::new(Module {
+            path: Arc::from("test"),
+            build_id: None,
+        });
+        // Virtual addresses as offsets.
+        let identity = [(0, u64::MAX, 0)];
+        let name = |tables: &mut SymbolTables| {
+            tables.name(Some(id), &exe, &exe, &identity, &[func], &module)
+        };
+
+        let mut small = SymbolTables::new(1024);
+        let frames = name(&mut small).expect("named from a table used once");
+        assert!(frames[0].is_some(), "{func:#x} has no name");
+        assert_eq!(
+            (small.bytes(), small.held.len()),
+            (0, 0),
+            "kept over the budget"
+        );
+
+        let mut roomy = SymbolTables::new(64 << 20);
+        assert!(name(&mut roomy).expect("named")[0].is_some());
+        assert!(roomy.bytes() > 1024 && roomy.held.contains_key(&id));
+
+        let text = std::env::temp_dir().join(format!("emberd-not-elf-{}", std::process::id()));
+        std::fs::write(&text, "not an ELF file").expect("writing a scratch file");
+        let text_id = FileId::of(&std::fs::metadata(&text).expect("stat"));
+        let none = roomy.name(Some(text_id), &text, &text, &identity, &[0], &module);
+        std::fs::remove_file(&text).expect("removing the scratch file");
+        assert!(none.is_none());
+        assert!(roomy.unreadable.contains(&text_id));
     }
 
     /// Whether this process maps `path` (blazesym maps the files it reads).

@@ -21,6 +21,14 @@ use std::path::Path;
 
 use super::packed::{Addrs, NameReader, PackedNames};
 
+/// Bytes of symbol and string table (`.symtab` with `.strtab`, or `.dynsym`
+/// with `.dynstr`) a compact table is made from, at most. They are read
+/// whole to build it, so this bounds that transient; a table made from more
+/// would be over most of [`super::elf_worker::SYMBOL_TABLE_BUDGET`] anyway
+/// (they shrink about 4.5 times). Larger files are named by blazesym from
+/// the mapped file, as before these tables.
+pub const MAX_READ_BYTES: u64 = 8 << 20;
+
 /// Function symbols of one table, sorted by start.
 #[derive(Debug)]
 struct Table {
@@ -97,25 +105,54 @@ pub struct ElfSymbols {
 impl ElfSymbols {
     /// Reads the `.symtab` of `symtab_file` (the file itself or its
     /// separate debug file) and the `.dynsym` of `file`. `None` if neither
-    /// reads as ELF or has function symbols.
-    pub fn read(symtab_file: &Path, file: &Path) -> Option<Self> {
-        fn parse<T>(
+    /// reads as ELF or has function symbols, or if either table is over
+    /// `max_bytes` ([`MAX_READ_BYTES`] in the daemon; one without the other would name fewer frames
+    /// than blazesym does from the whole file).
+    pub fn read(symtab_file: &Path, file: &Path, max_bytes: u64) -> Option<Self> {
+        use object::{Object, ObjectSection};
+        /// The table `pick` finds in `path` (`Ok(None)`: none, or not
+        /// ELF); `Err` if its symbol and string sections (`sections`) are
+        /// over `max_bytes`.
+        fn parse(
             path: &Path,
-            f: impl FnOnce(&object::File<'_, &object::ReadCache<std::fs::File>>) -> T,
-        ) -> Option<T> {
-            let cache = object::ReadCache::new(std::fs::File::open(path).ok()?);
-            let elf = object::File::parse(&cache).ok()?;
-            Some(f(&elf))
+            max_bytes: u64,
+            sections: [&str; 2],
+            pick: impl FnOnce(&object::File<'_, &object::ReadCache<std::fs::File>>) -> Option<Table>,
+        ) -> Result<Option<Table>, ()> {
+            let Ok(file) = std::fs::File::open(path) else {
+                return Ok(None);
+            };
+            let cache = object::ReadCache::new(file);
+            let Ok(elf) = object::File::parse(&cache) else {
+                return Ok(None);
+            };
+            // From the section headers alone, before anything is read.
+            let bytes: u64 = sections
+                .iter()
+                .filter_map(|n| elf.section_by_name(n))
+                .map(|s| s.size())
+                .sum();
+            if bytes > max_bytes {
+                tracing::info!(
+                    "the {} of {} is {} MiB, over the {} MiB a compact copy is made from: \
+                     its frames are named from the mapped file instead",
+                    sections[0],
+                    path.display(),
+                    bytes >> 20,
+                    max_bytes >> 20
+                );
+                return Err(());
+            }
+            Ok(pick(&elf))
         }
-        use object::Object;
-        let symtab = parse(symtab_file, |elf| {
+        let symtab = parse(symtab_file, max_bytes, [".symtab", ".strtab"], |elf| {
             elf.symbol_table().and_then(|t| Table::new(t, false))
         })
-        .flatten();
-        let dynsym = parse(file, |elf| {
+        .ok()?;
+        let dynsym = parse(file, max_bytes, [".dynsym", ".dynstr"], |elf| {
             elf.dynamic_symbol_table().and_then(|t| Table::new(t, true))
         })
-        .flatten();
+        .ok()?;
         (symtab.is_some() || dynsym.is_some()).then_some(Self { symtab, dynsym })
     }
 
@@ -155,7 +192,8 @@ mod tests {
     #[test]
     fn names_agree_with_blazesym_on_this_binary() {
         let exe = std::fs::read_link("/proc/self/exe").expect("/proc/self/exe");
-        let table = ElfSymbols::read(&exe, &exe).expect("this binary has a symbol table");
+        let table =
+            ElfSymbols::read(&exe, &exe, MAX_READ_BYTES).expect("this binary has a symbol table");
         let blaze = blazesym::symbolize::Symbolizer::builder()
             .enable_code_info(false)
             .enable_demangling(true)
@@ -222,11 +260,31 @@ mod tests {
         let t = ElfSymbols::read(
             Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6"),
             Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6"),
+            MAX_READ_BYTES,
         )
         .expect("libc has a .dynsym");
         assert!(t.bytes() > 0);
         let mut reader = NameReader::default();
         assert_eq!(t.name(0, &mut reader), None);
         assert_eq!(t.name(u64::MAX, &mut reader), None);
+    }
+
+    /// A file whose symbol table is over the bound is not copied at all
+    /// (its `.dynsym` alone would name fewer frames), and nothing of it is
+    /// read past the section headers.
+    #[test]
+    fn tables_over_the_bound_are_not_read() {
+        let exe = std::fs::read_link("/proc/self/exe").expect("/proc/self/exe");
+        let data = std::fs::read(&exe).expect("reading this binary");
+        let elf = object::File::parse(&*data).expect("ELF");
+        use object::{Object, ObjectSection};
+        let symtab: u64 = [".symtab", ".strtab"]
+            .iter()
+            .filter_map(|n| elf.section_by_name(n))
+            .map(|s| s.size())
+            .sum();
+        assert!(symtab > 4096, "{symtab} bytes of symbol table");
+        assert!(ElfSymbols::read(&exe, &exe, symtab).is_some());
+        assert!(ElfSymbols::read(&exe, &exe, symtab - 1).is_none());
     }
 }

@@ -34,14 +34,33 @@ pub fn build_c(name: &str) -> PathBuf {
         .join("tests/workloads")
         .join(format!("{name}.c"));
     let out = scratch().join(name);
+    let tmp = building(&out);
     let status = Command::new("clang")
         .args(["-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
-        .arg(&out)
+        .arg(&tmp)
         .arg(&src)
         .status()
         .expect("running clang (installed by ./scripts/setup)");
     assert!(status.success(), "clang failed to build {}", src.display());
-    out
+    built(&tmp, &out)
+}
+
+/// A unique path to build `out` at: tests running at once build the same
+/// workload, and one must never start a file another is still writing
+/// (`ETXTBSY`, or a half-written binary).
+fn building(out: &Path) -> PathBuf {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = out.file_name().expect("a file name").to_string_lossy();
+    out.with_file_name(format!(".{name}.{}.{n}", std::process::id()))
+}
+
+/// Moves the finished build `tmp` to `out` in one step (a process already
+/// running the old file keeps it).
+fn built(tmp: &Path, out: &Path) -> PathBuf {
+    std::fs::rename(tmp, out)
+        .unwrap_or_else(|e| panic!("moving {} to {}: {e}", tmp.display(), out.display()));
+    out.to_path_buf()
 }
 
 /// The C flags Debian builds its packages with (`dpkg-buildflags --get
@@ -63,15 +82,16 @@ pub fn build_c_with(name: &str, dir: &str, flags: &[&str]) -> PathBuf {
     let out_dir = scratch().join(dir);
     std::fs::create_dir_all(&out_dir).expect("creating the build directory");
     let out = out_dir.join(name);
+    let tmp = building(&out);
     let status = Command::new("gcc")
         .args(flags)
         .args(["-pthread", "-o"])
-        .arg(&out)
+        .arg(&tmp)
         .arg(&src)
         .status()
         .expect("running gcc");
     assert!(status.success(), "gcc failed to build {}", src.display());
-    out
+    built(&tmp, &out)
 }
 
 /// Compiles `tests/workloads/<name>.c` as Debian would ([`DEBIAN_CFLAGS`]),
