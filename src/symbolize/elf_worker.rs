@@ -280,6 +280,7 @@ impl<K: std::hash::Hash + Eq + Clone> ByteLru<K> {
     }
 
     /// Whether `key` is counted.
+    #[cfg(test)]
     fn holds(&self, key: &K) -> bool {
         self.held.contains_key(key)
     }
@@ -287,11 +288,12 @@ impl<K: std::hash::Hash + Eq + Clone> ByteLru<K> {
 
 /// The parsed DWARF blazesym holds, by file, within a byte budget.
 ///
-/// Estimated as the files' debug sections decompressed (what blazesym
-/// keeps; its parsed units come on top, a third more for libc). A file
-/// whose DWARF fits is parsed after the least recently used others are
-/// dropped to make room; one larger than the whole budget is named from
-/// its symbol table instead ([`plan`]), once logged.
+/// Estimated from the files' debug sections decompressed, which blazesym
+/// keeps, and the units and lines it parses on top
+/// ([`DWARF_HELD_QUARTERS`]). A file whose DWARF fits is parsed after the
+/// least recently used others are dropped to make room; one larger than
+/// the whole budget is named from its symbol table instead ([`plan`]),
+/// logged once.
 pub type DwarfBudget = ByteLru<PathBuf>;
 
 fn evict(blaze: &mut blazesym::symbolize::Symbolizer, path: PathBuf) {
@@ -315,8 +317,19 @@ fn evict_planned(
     evict(blaze, path);
 }
 
-/// How to name the offsets of `path` within `budget` bytes of DWARF.
-fn plan(path: &Path, budget: usize) -> Plan {
+/// What blazesym holds of a file's DWARF, per byte of its debug sections
+/// decompressed, in quarters: the sections themselves, and the units and
+/// line programs it parses from them on top. Measured with emberd's malloc
+/// in-use profile on the soak's host: for libm's debug file 1.03 MiB of
+/// sections, 0.80 MiB of units and 0.45 MiB of lines, 2.2 times the
+/// sections. The parsed part grows with the addresses named, so this is an
+/// estimate of a file in use, not a bound.
+const DWARF_HELD_QUARTERS: usize = 9;
+
+/// How to name the offsets of `path` within `budget` bytes of DWARF;
+/// `told` holds the files already logged as over the budget (the plan is
+/// made again when blazesym's idle eviction has forgotten it).
+fn plan(path: &Path, budget: usize, told: &mut HashSet<PathBuf>) -> Plan {
     let Some(mut own) = ElfInfo::read(path) else {
         // Not readable as ELF here: blazesym says why.
         return Plan::Full {
@@ -337,6 +350,7 @@ fn plan(path: &Path, budget: usize) -> Plan {
         .supplementary_file()
         .and_then(|p| ElfInfo::read(&p).map(|info| (p, info.dwarf_bytes)));
     dwarf += sup.as_ref().map_or(0, |(_, bytes)| *bytes);
+    let dwarf = dwarf.saturating_mul(DWARF_HELD_QUARTERS) / 4;
     let symtab = match &debug {
         Some((p, info)) if info.has_symtab => p.clone(),
         _ => path.to_path_buf(),
@@ -354,14 +368,19 @@ fn plan(path: &Path, budget: usize) -> Plan {
             companions: companions.collect(),
         };
     }
-    tracing::info!(
-        "the DWARF of {} ({} MiB decompressed) is over dwarf_budget_mib ({} MiB): \
-         its frames are named from its symbol table, without inlined frames or source lines; \
-         raise dwarf_budget_mib to have them",
-        path.display(),
-        dwarf.div_ceil(1 << 20),
-        budget >> 20
-    );
+    if told.len() >= MAX_PLANS {
+        told.clear();
+    }
+    if told.insert(path.to_path_buf()) {
+        tracing::info!(
+            "the DWARF of {} (about {} MiB once parsed) is over dwarf_budget_mib ({} MiB): \
+             its frames are named from its symbol table, without inlined frames or source lines; \
+             raise dwarf_budget_mib to have them",
+            path.display(),
+            dwarf.div_ceil(1 << 20),
+            budget >> 20
+        );
+    }
     Plan::Symbols {
         symtab,
         segments: own.segments,
@@ -477,9 +496,10 @@ const MAX_UNREADABLE: usize = 4096;
 struct SymbolTables {
     held: HashMap<FileId, ElfSymbols>,
     lru: ByteLru<FileId>,
-    /// Files with no table to read (no function symbols, not ELF, or
-    /// tables over [`symtab::MAX_READ_BYTES`]): blazesym names them, and
-    /// they are not read again at every request.
+    /// Files with no table to keep (no function symbols, not ELF, tables
+    /// over [`symtab::MAX_READ_BYTES`], or a compact table over the whole
+    /// budget): blazesym names them, and they are not read again at every
+    /// request.
     unreadable: HashSet<FileId>,
     /// Inflates names for every table.
     reader: NameReader,
@@ -498,8 +518,10 @@ impl SymbolTables {
 
     /// Names `offsets` of file `id` by its table, read from `symtab` and
     /// `path` if not held (virtual addresses by `segments`); `None` if the
-    /// file has no table to read. A table larger than the whole budget
-    /// serves this request and is dropped.
+    /// file has no table to read, or one larger than the whole budget
+    /// (remembered: blazesym names such a file from its mapping rather
+    /// than it being read again at every request). A file that could not
+    /// be opened is tried again next time.
     fn name(
         &mut self,
         id: Option<FileId>,
@@ -513,26 +535,27 @@ impl SymbolTables {
         if self.unreadable.contains(&id) {
             return None;
         }
-        let owned;
         let table: &ElfSymbols = if self.lru.touch(&id) {
             self.held.get(&id)?
         } else {
-            let Some(table) = ElfSymbols::read(symtab, path, symtab::MAX_READ_BYTES) else {
-                if self.unreadable.len() >= MAX_UNREADABLE {
-                    self.unreadable.clear();
+            let table = match ElfSymbols::read(symtab, path, symtab::MAX_READ_BYTES) {
+                Ok(Some(table)) if table.bytes() <= self.lru.budget => table,
+                Ok(_) => {
+                    if self.unreadable.len() >= MAX_UNREADABLE {
+                        self.unreadable.clear();
+                    }
+                    self.unreadable.insert(id);
+                    return None;
                 }
-                self.unreadable.insert(id);
-                return None;
+                Err(e) => {
+                    tracing::debug!("reading the symbol table of {}: {e}", path.display());
+                    return None;
+                }
             };
             for old in self.lru.admit(&id, table.bytes()) {
                 self.held.remove(&old);
             }
-            if self.lru.holds(&id) {
-                self.held.entry(id).insert_entry(table).into_mut()
-            } else {
-                owned = table;
-                &owned
-            }
+            self.held.entry(id).insert_entry(table).into_mut()
         };
         Some(
             offsets
@@ -577,6 +600,7 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
     let mut budget = DwarfBudget::new(dwarf_budget);
     let mut plans: HashMap<PathBuf, Plan> = HashMap::new();
     let mut tables = SymbolTables::new(SYMBOL_TABLE_BUDGET);
+    let mut told = HashSet::new();
     while let Ok(job) = jobs.recv() {
         match job {
             Job::Evict(path) => {
@@ -617,7 +641,7 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
                 }
                 let plan = plans
                     .entry(path.clone())
-                    .or_insert_with(|| plan(&path, dwarf_budget))
+                    .or_insert_with(|| plan(&path, dwarf_budget, &mut told))
                     .clone();
                 let t0 = std::time::Instant::now();
                 let named = |r: Vec<Symbolized<'_>>| -> Vec<Option<Arc<[Frame]>>> {
@@ -718,8 +742,9 @@ mod tests {
         assert_eq!(b.total, 4);
     }
 
-    /// A table larger than the whole budget names its request and is not
-    /// kept; a file with no table is remembered, not read at every request.
+    /// A table larger than the whole budget is not kept, and neither is a
+    /// file with no table: both are remembered, not read at every request;
+    /// a file that could not be opened is tried again.
     #[test]
     fn symbol_tables_keep_within_their_budget() {
         let exe = std::fs::read_link("/proc/self/exe").expect("/proc/self/exe");
@@ -744,12 +769,18 @@ mod tests {
         };
 
         let mut small = SymbolTables::new(1024);
-        let frames = name(&mut small).expect("named from a table used once");
-        assert!(frames[0].is_some(), "{func:#x} has no name");
+        assert!(
+            name(&mut small).is_none(),
+            "a table over the whole budget is left to blazesym"
+        );
         assert_eq!(
             (small.bytes(), small.held.len()),
             (0, 0),
             "kept over the budget"
+        );
+        assert!(
+            small.unreadable.contains(&id),
+            "read again at every request"
         );
 
         let mut roomy = SymbolTables::new(64 << 20);
@@ -763,6 +794,18 @@ mod tests {
         std::fs::remove_file(&text).expect("removing the scratch file");
         assert!(none.is_none());
         assert!(roomy.unreadable.contains(&text_id));
+
+        // Gone (with its process, say): nothing to remember.
+        let mut fresh = SymbolTables::new(64 << 20);
+        assert!(
+            fresh
+                .name(Some(text_id), &text, &text, &identity, &[0], &module)
+                .is_none()
+        );
+        assert!(
+            !fresh.unreadable.contains(&text_id),
+            "a file that could not be opened is remembered as having no table"
+        );
     }
 
     /// Whether this process maps `path` (blazesym maps the files it reads).
@@ -808,7 +851,7 @@ mod tests {
     /// The companions (debug and supplementary files) a plan has blazesym
     /// open, or why there are none.
     fn companions(path: &Path) -> Vec<PathBuf> {
-        match plan(path, 8 << 20) {
+        match plan(path, 8 << 20, &mut HashSet::new()) {
             Plan::Full { companions, .. } => companions,
             other => panic!("{} planned as {other:?}", path.display()),
         }

@@ -242,10 +242,12 @@ pub mod defaults {
     /// its process are named (the next drain, a second away) or while the
     /// process lives; the soak's 200 new processes a second used 2.2 MiB.
     pub const SNAPSHOT_BUDGET_BYTES: usize = 2 << 20;
-    /// Bytes of parsed DWARF (debug sections decompressed) held at once:
-    /// 8 MiB holds the DWARF of most programs and libraries, not that of
-    /// Debian's libc6-dbg (9.5 MiB), which is then named from its symbol
-    /// table; a file's inlined frames and lines need its whole DWARF.
+    /// Bytes of parsed DWARF held at once, estimated as 2.25 times the
+    /// debug sections decompressed (what blazesym keeps and parses from
+    /// them): 8 MiB holds files of up to 3.5 MiB of debug sections at once
+    /// (ld.so's and libm's 1 and 2.3 MiB), not Debian's libc6-dbg (9.5
+    /// MiB), which is then named from its symbol table; a file's inlined
+    /// frames and lines need its whole DWARF.
     pub const DWARF_BUDGET_BYTES: usize = 8 << 20;
 }
 

@@ -104,24 +104,24 @@ pub struct ElfSymbols {
 
 impl ElfSymbols {
     /// Reads the `.symtab` of `symtab_file` (the file itself or its
-    /// separate debug file) and the `.dynsym` of `file`. `None` if neither
-    /// reads as ELF or has function symbols, or if either table is over
-    /// `max_bytes` ([`MAX_READ_BYTES`] in the daemon; one without the other would name fewer frames
-    /// than blazesym does from the whole file).
-    pub fn read(symtab_file: &Path, file: &Path, max_bytes: u64) -> Option<Self> {
+    /// separate debug file) and the `.dynsym` of `file`. `Ok(None)` if
+    /// neither reads as ELF or has function symbols, or if either table is
+    /// over `max_bytes` ([`MAX_READ_BYTES`] in the daemon; one without the
+    /// other would name fewer frames than blazesym does from the whole
+    /// file); `Err` if either file could not be opened, which may pass
+    /// (too many open files, a process gone with its `/proc` path).
+    pub fn read(symtab_file: &Path, file: &Path, max_bytes: u64) -> std::io::Result<Option<Self>> {
         use object::{Object, ObjectSection};
         /// The table `pick` finds in `path` (`Ok(None)`: none, or not
-        /// ELF); `Err` if its symbol and string sections (`sections`) are
-        /// over `max_bytes`.
+        /// ELF); `Err(None)` if its symbol and string sections (`sections`)
+        /// are over `max_bytes`, `Err(Some)` if it could not be opened.
         fn parse(
             path: &Path,
             max_bytes: u64,
             sections: [&str; 2],
             pick: impl FnOnce(&object::File<'_, &object::ReadCache<std::fs::File>>) -> Option<Table>,
-        ) -> Result<Option<Table>, ()> {
-            let Ok(file) = std::fs::File::open(path) else {
-                return Ok(None);
-            };
+        ) -> Result<Option<Table>, Option<std::io::Error>> {
+            let file = std::fs::File::open(path).map_err(Some)?;
             let cache = object::ReadCache::new(file);
             let Ok(elf) = object::File::parse(&cache) else {
                 return Ok(None);
@@ -141,19 +141,26 @@ impl ElfSymbols {
                     bytes >> 20,
                     max_bytes >> 20
                 );
-                return Err(());
+                return Err(None);
             }
             Ok(pick(&elf))
         }
-        let symtab = parse(symtab_file, max_bytes, [".symtab", ".strtab"], |elf| {
+        let tables = parse(symtab_file, max_bytes, [".symtab", ".strtab"], |elf| {
             elf.symbol_table().and_then(|t| Table::new(t, false))
         })
-        .ok()?;
-        let dynsym = parse(file, max_bytes, [".dynsym", ".dynstr"], |elf| {
-            elf.dynamic_symbol_table().and_then(|t| Table::new(t, true))
-        })
-        .ok()?;
-        (symtab.is_some() || dynsym.is_some()).then_some(Self { symtab, dynsym })
+        .and_then(|symtab| {
+            let dynsym = parse(file, max_bytes, [".dynsym", ".dynstr"], |elf| {
+                elf.dynamic_symbol_table().and_then(|t| Table::new(t, true))
+            })?;
+            Ok((symtab, dynsym))
+        });
+        match tables {
+            Ok((symtab, dynsym)) => {
+                Ok((symtab.is_some() || dynsym.is_some()).then_some(Self { symtab, dynsym }))
+            }
+            Err(None) => Ok(None),
+            Err(Some(e)) => Err(e),
+        }
     }
 
     /// The demangled name of the function holding virtual address `addr`
@@ -192,8 +199,9 @@ mod tests {
     #[test]
     fn names_agree_with_blazesym_on_this_binary() {
         let exe = std::fs::read_link("/proc/self/exe").expect("/proc/self/exe");
-        let table =
-            ElfSymbols::read(&exe, &exe, MAX_READ_BYTES).expect("this binary has a symbol table");
+        let table = ElfSymbols::read(&exe, &exe, MAX_READ_BYTES)
+            .expect("reading this binary")
+            .expect("this binary has a symbol table");
         let blaze = blazesym::symbolize::Symbolizer::builder()
             .enable_code_info(false)
             .enable_demangling(true)
@@ -262,6 +270,7 @@ mod tests {
             Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6"),
             MAX_READ_BYTES,
         )
+        .expect("reading libc")
         .expect("libc has a .dynsym");
         assert!(t.bytes() > 0);
         let mut reader = NameReader::default();
@@ -283,7 +292,15 @@ mod tests {
             .map(|s| s.size())
             .sum();
         assert!(symtab > 4096, "{symtab} bytes of symbol table");
-        assert!(ElfSymbols::read(&exe, &exe, symtab).is_some());
-        assert!(ElfSymbols::read(&exe, &exe, symtab - 1).is_none());
+        assert!(
+            ElfSymbols::read(&exe, &exe, symtab)
+                .expect("read")
+                .is_some()
+        );
+        assert!(
+            ElfSymbols::read(&exe, &exe, symtab - 1)
+                .expect("read")
+                .is_none()
+        );
     }
 }
