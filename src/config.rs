@@ -17,7 +17,7 @@ pub mod defaults {
     /// History kept, seconds.
     pub const RETENTION_SECONDS: u64 = 3600;
     /// Store budget, MiB.
-    pub const MEMORY_BUDGET_MIB: u64 = 16;
+    pub const MEMORY_BUDGET_MIB: u64 = 12;
 }
 
 /// Settings as written in the file or on the command line, unchecked.
@@ -42,7 +42,7 @@ pub struct RawConfig {
     pub frequency_hz: Option<u64>,
     /// `retention_seconds = 3600`.
     pub retention_seconds: Option<u64>,
-    /// `memory_budget_mib = 16`: the store's byte budget.
+    /// `memory_budget_mib = 12`: the store's byte budget.
     pub memory_budget_mib: Option<u64>,
     /// `stack_map_entries = 16384`: entries of each BPF stack map (default:
     /// 16384, or 256 per CPU on hosts with more than 64).
@@ -448,7 +448,7 @@ mod tests {
         };
         let c = Config::from_raw(file.overridden_by(flags)).unwrap();
         assert_eq!((c.frequency_hz, c.retention.as_secs()), (199, 600));
-        assert_eq!(c.memory_budget, 16 << 20);
+        assert_eq!(c.memory_budget, 12 << 20);
         assert!(c.listen.ip().is_loopback());
     }
 }

@@ -8,6 +8,7 @@ pub mod collect;
 pub mod compare;
 pub mod config;
 pub mod daemon;
+pub mod footprint;
 pub mod metrics;
 pub mod pipeline;
 pub mod profile;

@@ -56,7 +56,7 @@ struct DaemonArgs {
     /// History kept, seconds [default: 3600].
     #[arg(long)]
     retention_seconds: Option<u64>,
-    /// Memory budget of the sample store, MiB [default: 128].
+    /// Memory budget of the sample stores, all together, MiB [default: 12].
     #[arg(long)]
     memory_budget_mib: Option<u64>,
     /// Entries of each BPF stack map [default: 16384, or 256 per CPU].
@@ -262,15 +262,30 @@ struct RecordArgs {
     unwind_tables: bool,
 }
 
+/// What to log: `EMBERD_LOG` (`info`, `warn,emberd::daemon=debug`, ...:
+/// a level, and levels by module), `info` if unset. A value that does not
+/// parse is reported and `info` used.
+fn log_filter() -> tracing_subscriber::filter::Targets {
+    let info = || tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO);
+    match std::env::var("EMBERD_LOG") {
+        Ok(v) => v.parse().unwrap_or_else(|e| {
+            eprintln!("EMBERD_LOG={v:?} is not a log filter ({e}): logging at info");
+            info()
+        }),
+        Err(_) => info(),
+    }
+}
+
 fn main() -> ExitCode {
     use std::io::IsTerminal;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("EMBERD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+        .with_max_level(tracing::Level::TRACE)
+        .finish()
+        .with(log_filter())
         .init();
     let cli = Cli::parse();
     let result = match cli.command {

@@ -37,8 +37,11 @@ pub mod defaults {
     use std::time::Duration;
     /// History kept: one hour.
     pub const RETENTION: Duration = Duration::from_secs(3600);
-    /// Estimated bytes the stores may use, all events together: 16 MiB.
-    pub const MEMORY_BUDGET: usize = 16 << 20;
+    /// Estimated bytes the stores may use, all events together: 12 MiB.
+    /// An hour of the soak's busy host takes 4.5 MiB of CPU samples, and
+    /// the event stores fill any share on a host with process churn; see
+    /// the README's memory section for the history each held.
+    pub const MEMORY_BUDGET: usize = 12 << 20;
 }
 
 /// The processes running when the daemon last looked (`/proc`).
