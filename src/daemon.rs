@@ -47,10 +47,6 @@ pub fn sd_notify(state: &str) {
     }
 }
 
-/// Age up to which event stores keep one-second slots (CPU samples: the
-/// store's default, five minutes).
-const EVENT_FINE_FOR: Duration = Duration::from_secs(60);
-
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn run(config: Config) -> anyhow::Result<()> {
     crate::check::require_sampling_privileges()?;
@@ -144,13 +140,8 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         memory_budget: cpu_budget,
         ..Default::default()
     };
-    // Events keep one-second slots for the last minute, not five: a host
-    // with process churn fills an event store's share with the entries of
-    // short-lived processes, and merging into 10 s slots keeps exited ones
-    // by name, so the same bytes hold minutes more history.
     let event_options = StoreOptions {
         memory_budget: (config.memory_budget - cpu_budget) / events_on.max(1),
-        fine_for: EVENT_FINE_FOR,
         ..store_options.clone()
     };
     let store = Arc::new(RwLock::new(Store::new(store_options)));

@@ -4,17 +4,19 @@
 //! relocations (applied by ld.so), the embedded BPF objects (handed to
 //! libbpf, which loads them into the kernel), and the unwind and exception
 //! tables that only a panic reads. Their pages stay mapped, so counted in
-//! the daemon's RSS, for as long as it runs: about 1.1 MiB of the 6 MiB
-//! the binary holds. Once the daemon is up, [`release_load_only_pages`]
-//! unmaps them from the page tables, as the kernel frees its own init
-//! sections after boot.
+//! the daemon's RSS, for as long as it runs: 1.2 MiB of the 6.6 MiB the
+//! binary maps. Once the daemon is up, [`release_load_only_pages`] unmaps
+//! them from the page tables, as the kernel frees its own init sections
+//! after boot.
 //!
-//! This is safe by construction: the pages are private, clean and backed
-//! by the file (never written: writable or RELRO sections are left alone),
-//! so a later read, a panic's unwind say, faults them in again from the
-//! page cache. The page cache itself keeps them until the kernel needs the
-//! memory, so a cgroup's memory charge, which counts the page cache, moves
-//! less than RSS does.
+//! Only pages that still are the file's are released: private, read-only
+//! mappings of the binary, outside RELRO and writable segments (which the
+//! loader writes), and of those only pages that `/proc/self/pagemap` shows
+//! are not a private copy (a text relocation would have written one). A
+//! later read, a panic's unwind say, faults the same bytes in again from
+//! the page cache. The page cache itself keeps them until the kernel needs
+//! the memory, so a cgroup's memory charge, which counts the page cache,
+//! moves less than RSS does.
 
 use std::ops::Range;
 use std::path::Path;
@@ -32,7 +34,12 @@ const LOAD_ONLY: [&str; 6] = [
     ".gcc_except_table",
 ];
 
-const PAGE: u64 = 4096;
+/// The page size (4 KiB where it cannot be read).
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
+}
 
 /// What [`release_load_only_pages`] did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -45,22 +52,27 @@ pub struct Released {
 
 /// Drops the page-table entries of the daemon binary's load-only sections
 /// ([`LOAD_ONLY`]): nothing the daemon keeps using, so it only lowers RSS.
-/// Errors name what could not be read; nothing is changed then.
+/// On an error (it names what could not be read or released) some ranges
+/// may have been released, which is as harmless as releasing them all.
 pub fn release_load_only_pages() -> std::io::Result<Released> {
     let exe = Path::new("/proc/self/exe");
-    let data = std::fs::read(exe)?;
     let maps = std::fs::read_to_string("/proc/self/maps")?;
-    let ranges = load_only_ranges(&data, &maps, exe)?;
+    let pagemap = std::fs::File::open("/proc/self/pagemap")?;
+    let ranges = load_only_ranges(&maps, exe)?;
     let mut released = Released::default();
     for r in ranges {
         let len = (r.end - r.start) as usize;
+        let pages = page_states(&pagemap, &r)?;
+        if pages.iter().any(|p| p.private) {
+            // Written since it was mapped: its bytes are not the file's.
+            continue;
+        }
         released.bytes += len as u64;
-        released.resident_before += resident_bytes(r.start, len);
-        // SAFETY: the range lies within a private, read-only, file-backed
-        // mapping of this binary that no code writes (checked by
-        // `load_only_ranges`); MADV_DONTNEED on such a mapping only drops
-        // page-table entries, and later reads fault the same bytes in
-        // from the file.
+        released.resident_before += pages.iter().filter(|p| p.present).count() as u64 * page_size();
+        // SAFETY: the range lies within a private, read-only mapping of this
+        // binary, none of whose pages is a private copy (checked above and
+        // by `load_only_ranges`); MADV_DONTNEED on it only drops page-table
+        // entries, and later reads fault the same bytes in from the file.
         let rc = unsafe { libc::madvise(r.start as *mut libc::c_void, len, libc::MADV_DONTNEED) };
         if rc != 0 {
             return Err(std::io::Error::last_os_error());
@@ -69,35 +81,47 @@ pub fn release_load_only_pages() -> std::io::Result<Released> {
     Ok(released)
 }
 
-/// Bytes of `[start, start + len)` mapped in this process's page tables
-/// (`/proc/self/pagemap`: mincore would tell the page cache instead).
-fn resident_bytes(start: u64, len: usize) -> u64 {
+/// What the page tables say of one page.
+#[derive(Debug, Clone, Copy)]
+struct PageState {
+    /// Mapped in this process.
+    present: bool,
+    /// Mapped to a page of its own (present and not a file page, or
+    /// swapped out): written since it was mapped.
+    private: bool,
+}
+
+/// The state of each page of `range` (`/proc/self/pagemap`: bit 63
+/// present, 62 swapped, 61 a file page; mincore would tell the page cache
+/// instead).
+fn page_states(pagemap: &std::fs::File, range: &Range<u64>) -> std::io::Result<Vec<PageState>> {
     use std::os::unix::fs::FileExt;
-    let Ok(pagemap) = std::fs::File::open("/proc/self/pagemap") else {
-        return 0;
-    };
-    let pages = len.div_ceil(PAGE as usize);
+    let page = page_size();
+    let pages = (range.end - range.start).div_ceil(page) as usize;
     let mut entries = vec![0u8; pages * 8];
-    if pagemap
-        .read_exact_at(&mut entries, start / PAGE * 8)
-        .is_err()
-    {
-        return 0;
-    }
-    let present = entries
+    pagemap.read_exact_at(&mut entries, range.start / page * 8)?;
+    Ok(entries
         .chunks_exact(8)
-        .filter(|e| u64::from_ne_bytes((*e).try_into().expect("8 bytes")) >> 63 == 1)
-        .count();
-    present as u64 * PAGE
+        .map(|e| {
+            let e = u64::from_ne_bytes(e.try_into().expect("8 bytes"));
+            let (present, swapped, file) = (e >> 63 & 1 == 1, e >> 62 & 1 == 1, e >> 61 & 1 == 1);
+            PageState {
+                present,
+                private: swapped || (present && !file),
+            }
+        })
+        .collect())
 }
 
 /// The page-aligned address ranges of the load-only sections of the ELF
-/// file `data`, as `maps` (this process's `/proc/self/maps`) maps `exe`:
-/// only whole pages inside a section, outside RELRO and any writable
-/// segment, within a mapping of the file that is `r--p` or `r-xp`.
-fn load_only_ranges(data: &[u8], maps: &str, exe: &Path) -> std::io::Result<Vec<Range<u64>>> {
+/// file `exe` (its headers read, not the whole file), as `maps` (this
+/// process's `/proc/self/maps`) maps it: only whole pages inside a
+/// section, outside RELRO and any writable segment, within a mapping of the
+/// file that is `r--p` or `r-xp`.
+fn load_only_ranges(maps: &str, exe: &Path) -> std::io::Result<Vec<Range<u64>>> {
     let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
-    let elf = ElfFile64::<object::Endianness>::parse(data)
+    let cache = object::ReadCache::new(std::fs::File::open(exe)?);
+    let elf = ElfFile64::<object::Endianness, _>::parse(&cache)
         .map_err(|e| bad(format!("{}: {e}", exe.display())))?;
     let endian = elf.endian();
     // File offsets of segments the loader writes: RELRO (relocated, then
@@ -121,13 +145,17 @@ fn load_only_ranges(data: &[u8], maps: &str, exe: &Path) -> std::io::Result<Vec<
         if !section.name().is_ok_and(|n| LOAD_ONLY.contains(&n)) {
             continue;
         }
-        if section.elf_section_header().sh_flags(endian) & u64::from(object::elf::SHF_WRITE) != 0 {
+        let flags = section.elf_section_header().sh_flags(endian);
+        if flags & u64::from(object::elf::SHF_WRITE) != 0
+            || flags & u64::from(object::elf::SHF_ALLOC) == 0
+        {
             continue;
         }
         let Some((off, size)) = section.file_range() else {
             continue;
         };
-        let file = off.next_multiple_of(PAGE)..(off + size) / PAGE * PAGE;
+        let page = page_size();
+        let file = off.next_multiple_of(page)..(off + size) / page * page;
         if file.start >= file.end || written.iter().any(|w| overlaps(w, &file)) {
             continue;
         }
@@ -183,9 +211,8 @@ mod tests {
     #[test]
     fn load_only_pages_leave_rss_and_read_back_the_same() {
         let exe = Path::new("/proc/self/exe");
-        let data = std::fs::read(exe).expect("reading this binary");
         let maps = std::fs::read_to_string("/proc/self/maps").expect("reading own maps");
-        let ranges = load_only_ranges(&data, &maps, exe).expect("ranges");
+        let ranges = load_only_ranges(&maps, exe).expect("ranges");
         assert!(
             !ranges.is_empty(),
             "this binary has .rela.dyn or .eh_frame pages to release"
@@ -209,7 +236,10 @@ mod tests {
         assert_eq!(released.resident_before, released.bytes, "touched above");
         for r in &ranges {
             let len = (r.end - r.start) as usize;
-            assert_eq!(resident_bytes(r.start, len), 0, "{r:x?} still resident");
+            let pagemap = std::fs::File::open("/proc/self/pagemap").expect("own pagemap");
+            let states = page_states(&pagemap, r).expect("reading own pagemap");
+            assert_eq!(states.len(), len.div_ceil(page_size() as usize));
+            assert!(states.iter().all(|p| !p.present), "{r:x?} still resident");
         }
         for (r, bytes) in ranges.iter().zip(&before) {
             // SAFETY: as above.
@@ -218,6 +248,45 @@ mod tests {
             };
             assert!(now == bytes.as_slice(), "{r:x?} reads differently");
         }
+    }
+
+    /// A page written in a private file mapping (as a text relocation
+    /// writes one) reads as private, one only read as the file's.
+    #[test]
+    fn written_pages_are_told_from_the_file() {
+        use std::os::fd::AsRawFd;
+        let page = page_size() as usize;
+        let path = std::env::temp_dir().join(format!("emberd-footprint-{}", std::process::id()));
+        std::fs::write(&path, vec![7u8; 2 * page]).expect("writing a scratch file");
+        let file = std::fs::File::open(&path).expect("opening the scratch file");
+        // SAFETY: a fresh private mapping of a file of two pages, unmapped below.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                2 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        std::fs::remove_file(&path).expect("removing the scratch file");
+        assert_ne!(at, libc::MAP_FAILED, "mapping the scratch file");
+        let bytes = at as *mut u8;
+        // SAFETY: both pages are mapped, readable and writable (privately).
+        let read = unsafe {
+            let read = std::ptr::read_volatile(bytes);
+            std::ptr::write_volatile(bytes.add(page), 1);
+            read
+        };
+        let start = at as u64;
+        let pagemap = std::fs::File::open("/proc/self/pagemap").expect("own pagemap");
+        let states = page_states(&pagemap, &(start..start + 2 * page as u64)).expect("pagemap");
+        // SAFETY: mapped above, not used after.
+        unsafe { libc::munmap(at, 2 * page) };
+        assert_eq!(read, 7);
+        assert!(states[0].present && !states[0].private, "{states:?}");
+        assert!(states[1].private, "{states:?}");
     }
 
     /// No range chosen overlaps RELRO (relocated by ld.so, then mapped
@@ -241,7 +310,7 @@ mod tests {
             .find(|m| m.offset <= relro.start && relro.start < m.offset + (m.end - m.start))
             .map(|m| m.start + (relro.start - m.offset)..m.start + (relro.end - m.offset))
             .expect("RELRO is mapped r--p");
-        let ranges = load_only_ranges(&data, &maps, exe).expect("ranges");
+        let ranges = load_only_ranges(&maps, exe).expect("ranges");
         assert!(!ranges.is_empty());
         for r in &ranges {
             assert!(!overlaps(r, &at), "{r:x?} overlaps RELRO at {at:x?}");

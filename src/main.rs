@@ -263,17 +263,33 @@ struct RecordArgs {
 }
 
 /// What to log: `EMBERD_LOG` (`info`, `warn,emberd::daemon=debug`, ...:
-/// a level, and levels by module), `info` if unset. A value that does not
-/// parse is reported and `info` used.
+/// a level, and levels by module), `info` if unset or empty. A value that
+/// does not parse is reported and `info` used.
 fn log_filter() -> tracing_subscriber::filter::Targets {
     let info = || tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO);
-    match std::env::var("EMBERD_LOG") {
-        Ok(v) => v.parse().unwrap_or_else(|e| {
-            eprintln!("EMBERD_LOG={v:?} is not a log filter ({e}): logging at info");
-            info()
-        }),
-        Err(_) => info(),
+    let Ok(v) = std::env::var("EMBERD_LOG") else {
+        return info();
+    };
+    // Empty parts ("info," or an empty value) would be a target of "" at
+    // TRACE, which matches every target: dropped. Span and field filters
+    // (`target[span]=level`) are not supported: said, not silently unmatched.
+    let parts: Vec<&str> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    if parts.is_empty() {
+        return info();
     }
+    let parsed = if parts.iter().any(|p| p.contains(['[', '{'])) {
+        Err("span and field filters are not supported".to_string())
+    } else {
+        parts.join(",").parse().map_err(|e| format!("{e}"))
+    };
+    parsed.unwrap_or_else(|e| {
+        eprintln!("EMBERD_LOG={v:?} is not a log filter ({e}): logging at info");
+        info()
+    })
 }
 
 fn main() -> ExitCode {

@@ -12,7 +12,7 @@
 //!
 //! The worker also bounds what blazesym holds of parsed DWARF (see
 //! [`DwarfBudget`]): a file's debug sections are decompressed and kept whole
-//! while the file is in use, 13 MiB for Debian's libc6-dbg and far more for
+//! while the file is in use, 9.5 MiB for Debian's libc6-dbg and far more for
 //! a large C++ or Go binary with debug info, which no other bound counted.
 
 use std::collections::{HashMap, HashSet};
@@ -320,7 +320,7 @@ fn evict_planned(
 /// What blazesym holds of a file's DWARF, per byte of its debug sections
 /// decompressed, in quarters: the sections themselves, and the units and
 /// line programs it parses from them on top. Measured with emberd's malloc
-/// in-use profile on the soak's host: for libm's debug file 1.03 MiB of
+/// in-use profile on the soak's host: for ld.so's debug file 1.03 MiB of
 /// sections, 0.80 MiB of units and 0.45 MiB of lines, 2.2 times the
 /// sections. The parsed part grows with the addresses named, so this is an
 /// estimate of a file in use, not a bound.
@@ -520,8 +520,10 @@ impl SymbolTables {
     /// `path` if not held (virtual addresses by `segments`); `None` if the
     /// file has no table to read, or one larger than the whole budget
     /// (remembered: blazesym names such a file from its mapping rather
-    /// than it being read again at every request). A file that could not
-    /// be opened is tried again next time.
+    /// than it being read again at every request). A table that large
+    /// from a separate debug file names this request and is dropped: the
+    /// fallback would name the stripped file from its `.dynsym` alone. A
+    /// file that could not be opened is tried again next time.
     fn name(
         &mut self,
         id: Option<FileId>,
@@ -540,6 +542,15 @@ impl SymbolTables {
         } else {
             let table = match ElfSymbols::read(symtab, path, symtab::MAX_READ_BYTES) {
                 Ok(Some(table)) if table.bytes() <= self.lru.budget => table,
+                Ok(Some(table)) if symtab != path => {
+                    return Some(name_all(
+                        &table,
+                        segments,
+                        offsets,
+                        module,
+                        &mut self.reader,
+                    ));
+                }
                 Ok(_) => {
                     if self.unreadable.len() >= MAX_UNREADABLE {
                         self.unreadable.clear();
@@ -548,7 +559,11 @@ impl SymbolTables {
                     return None;
                 }
                 Err(e) => {
-                    tracing::debug!("reading the symbol table of {}: {e}", path.display());
+                    tracing::debug!(
+                        "reading the symbol tables of {} (and {}): {e}",
+                        path.display(),
+                        symtab.display()
+                    );
                     return None;
                 }
             };
@@ -557,21 +572,31 @@ impl SymbolTables {
             }
             self.held.entry(id).insert_entry(table).into_mut()
         };
-        Some(
-            offsets
-                .iter()
-                .map(|&o| {
-                    let name = table.name(virt_offset(segments, o)?, &mut self.reader)?;
-                    Some(symbol_frames(&name, module))
-                })
-                .collect(),
-        )
+        Some(name_all(table, segments, offsets, module, &mut self.reader))
     }
 
     /// Bytes of the tables held.
     fn bytes(&self) -> usize {
         self.lru.total
     }
+}
+
+/// Names `offsets` (file offsets; virtual addresses by `segments`) from
+/// `table`.
+fn name_all(
+    table: &ElfSymbols,
+    segments: &[(u64, u64, u64)],
+    offsets: &[u64],
+    module: &Arc<Module>,
+    reader: &mut NameReader,
+) -> Vec<Option<Arc<[Frame]>>> {
+    offsets
+        .iter()
+        .map(|&o| {
+            let name = table.name(virt_offset(segments, o)?, reader)?;
+            Some(symbol_frames(&name, module))
+        })
+        .collect()
 }
 
 /// The identity of the file a mapping maps.
