@@ -4,7 +4,7 @@
 //! relocations (applied by ld.so), the embedded BPF objects (handed to
 //! libbpf, which loads them into the kernel), and the unwind and exception
 //! tables that only a panic reads. Their pages stay mapped, so counted in
-//! the daemon's RSS, for as long as it runs: 1.2 MiB of the 6.6 MiB the
+//! the daemon's RSS, for as long as it runs: 1.2 MiB of the 6.1 MiB the
 //! binary maps. Once the daemon is up, [`release_load_only_pages`] unmaps
 //! them from the page tables, as the kernel frees its own init sections
 //! after boot.

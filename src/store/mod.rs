@@ -38,9 +38,10 @@ pub mod defaults {
     /// History kept: one hour.
     pub const RETENTION: Duration = Duration::from_secs(3600);
     /// Estimated bytes the stores may use, all events together: 12 MiB.
-    /// An hour of the soak's busy host takes 4.5 MiB of CPU samples, and
-    /// the event stores fill any share on a host with process churn; see
-    /// the README's memory section for the history each held.
+    /// On the soak's busy host (`scripts/soak`) the stores held 8.9 MiB
+    /// after an hour, CPU samples and off-CPU time for the whole hour; the
+    /// event stores that process churn fills (page faults, wakeups) held
+    /// about two minutes (the README's Benchmark section has the figures).
     pub const MEMORY_BUDGET: usize = 12 << 20;
 }
 
