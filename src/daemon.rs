@@ -147,6 +147,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
     let store = Arc::new(RwLock::new(Store::new(store_options)));
     let metrics = Arc::new(Metrics::new(config.memory_budget));
     let liveness = Arc::new(serve::Liveness::default());
+    let cache: Arc<std::sync::Mutex<serve::ResponseCache>> = Default::default();
     let stop = Arc::new(AtomicBool::new(false));
 
     let sampler = SamplerOptions {
@@ -177,7 +178,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
     let collector = {
         let (store, metrics, stop) = (store.clone(), metrics.clone(), stop.clone());
         let (event_stores, liveness) = (event_stores.clone(), liveness.clone());
-        let heap = heap.clone();
+        let (heap, cache) = (heap.clone(), cache.clone());
         std::thread::Builder::new()
             .name("emberd-collect".into())
             .spawn(move || {
@@ -195,6 +196,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
                         metrics,
                         stop,
                         liveness,
+                        cache,
                         started_tx,
                     )
                 }));
@@ -248,7 +250,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
     }
 
     let state = AppState {
-        cache: Default::default(),
+        cache,
         renders: Arc::new(tokio::sync::Semaphore::new(serve::MAX_CONCURRENT_RENDERS)),
         events: event_stores,
         heap,
@@ -335,6 +337,9 @@ fn test_fault() -> Option<(String, u64)> {
     Some((what, after))
 }
 
+/// Drains between listings of `/proc` (see `collect_loop`).
+const LIVE_PIDS_EVERY: u64 = 2;
+
 /// What the collector starts with.
 struct Setup {
     sampler: SamplerOptions,
@@ -352,6 +357,7 @@ fn collect_loop(
     metrics: Arc<Metrics>,
     stop: Arc<AtomicBool>,
     liveness: Arc<serve::Liveness>,
+    cache: Arc<std::sync::Mutex<serve::ResponseCache>>,
     started: std::sync::mpsc::Sender<anyhow::Result<Vec<u32>>>,
 ) -> anyhow::Result<()> {
     let fault = test_fault();
@@ -371,6 +377,19 @@ fn collect_loop(
     let mut kept_total = 0u64;
     let mut next = Instant::now() + DRAIN_INTERVAL;
     while !stop.load(Ordering::SeqCst) {
+        // Which processes run, read before the drain reads the kernel's
+        // maps: a process missing from it has every sample in this drain.
+        // The stores fold exited processes by it (at merges, and on sealed
+        // slots when over budget; only slots that ended before the listing
+        // are judged), and the symbolizer forgets their mappings. One read
+        // of /proc's directory every 2 s (a few hundred entries), not a
+        // stat per pid.
+        let listed = Instant::now();
+        let live = drains
+            .is_multiple_of(LIVE_PIDS_EVERY)
+            .then(|| live_pids(crate::clock::now()))
+            .flatten()
+            .map(Arc::new);
         let batch = match pipeline.step(next, &stop) {
             Ok(b) => b,
             Err(e) => {
@@ -401,14 +420,9 @@ fn collect_loop(
         let now_unix = crate::clock::now();
         let mut totals = StoreStats::default();
         let mut dropped_before = 0;
-        // Which processes run, for the stores' folding of exited ones (at
-        // merges, and on sealed slots when over budget; only slots that
-        // ended before the listing are judged): one read of /proc's
-        // directory every 10 s, not a stat per pid per store.
-        let live = (drains % 10 == 1)
-            .then(|| live_pids(now_unix))
-            .flatten()
-            .map(Arc::new);
+        if let Some(live) = &live {
+            pipeline.forget_exited(live, listed);
+        }
         let mut add = |st: &mut Store, samples: &[crate::symbolize::SymbolizedSample]| {
             if let Some(live) = &live {
                 st.set_live_pids(live.clone());
@@ -473,13 +487,16 @@ fn collect_loop(
         if let Some(t) = batch.started {
             metrics.observe_drain_time(t.elapsed());
         }
+        // This drain makes every kept answer stale: free them now rather
+        // than at the next request.
+        let cached_bytes = cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
         // Large renderings free big buffers; hand the memory back to the
         // system instead of keeping the peak resident. Only after one (or
         // once a minute, for the store's own collections): a trim walks
         // the whole heap, which was a few percent of the collector's time
         // when done every drain.
         #[cfg(target_env = "gnu")]
-        if crate::serve::take_rendered() || drains.is_multiple_of(60) {
+        if crate::serve::take_rendered() || cached_bytes > 0 || drains.is_multiple_of(60) {
             // SAFETY: malloc_trim only releases free heap memory.
             unsafe {
                 libc::malloc_trim(0);
@@ -507,6 +524,7 @@ fn collect_loop(
             ("elf_symbols", caches.elf_symbols),
             ("kernel_symbols", caches.kernel_symbols),
             ("unwind_rows", pipeline.unwind_stats().bytes as usize),
+            ("response_cache", cached_bytes),
         ]);
         if let Ok((cpu, events)) = pipeline.unwind_counters() {
             metrics.observe_unwind(&cpu, events.as_ref(), &pipeline.unwind_stats());

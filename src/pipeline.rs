@@ -137,6 +137,15 @@ impl Pipeline {
         }
     }
 
+    /// Forgets the processes missing from `live`, a listing of `/proc` made
+    /// at `listed`, before this drain (see [`Symbolizer::forget_exited`]).
+    ///
+    /// [`Symbolizer::forget_exited`]: crate::symbolize::Symbolizer::forget_exited
+    pub fn forget_exited(&mut self, live: &crate::store::LivePids, listed: Instant) {
+        self.symbolizer
+            .forget_exited(|pid| live.contains(pid.0), listed);
+    }
+
     /// Reads mappings of new processes until `until` (or until `stop` is set),
     /// then drains and names what was sampled.
     pub fn step(&mut self, until: Instant, stop: &AtomicBool) -> Result<Batch, CollectError> {

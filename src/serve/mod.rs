@@ -40,6 +40,21 @@ pub struct ResponseCache {
     entries: HashMap<CacheKey, Arc<tokio::sync::OnceCell<Rendered>>>,
 }
 
+impl ResponseCache {
+    /// Drops every kept answer and returns their bytes. The collector calls
+    /// it at each drain: the drain makes every answer stale (the next
+    /// request misses anyway), and a rendered body can be a MiB or more, so
+    /// keeping it until the next request arrives would hold that much of
+    /// RSS for as long as no one asks. Requests still waiting on an entry
+    /// hold it themselves and get their answer.
+    pub fn clear(&mut self) -> usize {
+        let bytes = self.bytes;
+        self.entries.clear();
+        self.bytes = 0;
+        bytes
+    }
+}
+
 /// Entries kept per generation.
 const CACHE_ENTRIES: usize = 32;
 /// Bodies larger than this are not kept, and the cache holds at most

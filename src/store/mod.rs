@@ -68,7 +68,8 @@ impl LivePids {
         end <= self.at
     }
 
-    fn contains(&self, pid: u32) -> bool {
+    /// Whether `pid` was running at the listing.
+    pub fn contains(&self, pid: u32) -> bool {
         self.pids.contains(&pid)
     }
 }

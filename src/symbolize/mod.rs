@@ -1024,6 +1024,21 @@ impl Symbolizer {
         map
     }
 
+    /// Forgets the processes that have exited: their mapping snapshots and
+    /// names. `is_live` answers from a listing of `/proc` made at `listed`,
+    /// before the drain that just ended read the kernel's maps, so every
+    /// sample of a process missing from it was in that drain and has been
+    /// named. What was read after the listing stays (a process that reused
+    /// a pid). Without this, a host starting a few hundred short-lived
+    /// processes a second kept up to the whole snapshot budget of the dead.
+    pub fn forget_exited(&mut self, is_live: impl Fn(Pid) -> bool, listed: Instant) {
+        self.snapshots
+            .retain(|pid, s| s.taken >= listed || is_live(*pid));
+        self.snapshot_bytes = self.snapshots.values().map(|s| s.bytes).sum();
+        self.comms
+            .retain(|pid, (_, t)| *t >= listed || is_live(*pid));
+    }
+
     fn evict_idle(&mut self, now: Instant) {
         self.snapshots
             .retain(|_, s| now.duration_since(s.taken) < IDLE_EVICT);
@@ -1263,5 +1278,48 @@ mod tests {
         s.recycle((0..2 * SPARE_FRAMES_MAX).map(|_| sample(4)));
         assert_eq!(s.spare_frames.len(), SPARE_FRAMES_MAX);
         assert!(s.spare_frames.iter().all(Vec::is_empty));
+    }
+
+    #[test]
+    fn exited_processes_are_forgotten_at_a_listing_made_before_the_drain() {
+        let mut s = Symbolizer::new(SymbolizerOptions::default());
+        let me = Pid(std::process::id());
+        // A real process that exits: its snapshot is read while it lives.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep runs");
+        let gone = Pid(child.id());
+        let t0 = Instant::now();
+        assert!(s.snapshot(me, t0).is_some() && s.snapshot(gone, t0).is_some());
+        let both = s.snapshot_bytes;
+        child.kill().expect("kill sleep");
+        child.wait().expect("reap sleep");
+        // The listing, made after the exit: only this process runs.
+        let listed = Instant::now();
+        let live = crate::store::LivePids::new([me.0], 0);
+        // A pid reused after the listing: its snapshot is newer and stays.
+        let mut reused = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep runs");
+        let new = Pid(reused.id());
+        assert!(s.snapshot(new, Instant::now()).is_some());
+        s.comms.insert(gone, ("sleep".into(), t0));
+        s.forget_exited(|p| live.contains(p.0), listed);
+        let _ = reused.kill();
+        let _ = reused.wait();
+        assert!(s.snapshots.contains_key(&me), "a live process is kept");
+        assert!(
+            s.snapshots.contains_key(&new),
+            "read after the listing: kept"
+        );
+        assert!(!s.snapshots.contains_key(&gone), "an exited process goes");
+        assert!(!s.comms.contains_key(&gone), "and its name");
+        assert!(s.snapshot_bytes < both + s.snapshots[&new].bytes);
+        assert_eq!(
+            s.snapshot_bytes,
+            s.snapshots.values().map(|x| x.bytes).sum::<usize>()
+        );
     }
 }
