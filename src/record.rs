@@ -333,8 +333,12 @@ pub fn record(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
                 .unwrap_or_else(|_| "localhost".into());
             let mut q = summary.query.clone();
             q.seconds = summary.elapsed.as_secs_f64().round() as u64;
-            let mut svg =
-                view::svg_options(&q, &summary.profile, &host, options.sampler.frequency_hz);
+            let mut svg = view::svg_options(
+                &q,
+                summary.profile.len(),
+                &host,
+                options.sampler.frequency_hz,
+            );
             if options.event == Event::Cpu {
                 svg.subtitle = Some(format!(
                     "event cpu-clock, {} samples on {} CPUs, {} lost stacks",

@@ -10,11 +10,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use regex::{Regex, RegexBuilder};
 
 use crate::collect::Pid;
-use crate::profile::{FoldedStack, Grouping, Profile};
+use crate::profile::Grouping;
 use crate::render::palette::Palette;
-use crate::store::{QueryResult, Selection};
+use crate::store::Selection;
 
 pub mod compare;
+mod fold;
 
 /// Longest regex accepted, in bytes.
 pub const MAX_REGEX_LEN: usize = 1024;
@@ -424,109 +425,6 @@ impl Query {
             svg,
         })
     }
-
-    /// Folds rows into `profile`, mapping each value with `scale` (dropping
-    /// those that become 0) and appending `suffix` to every frame but the
-    /// grouping frame.
-    pub fn fold_into(
-        &self,
-        profile: &mut Profile,
-        result: &QueryResult,
-        scale: impl Fn(u64) -> u64,
-        suffix: &str,
-    ) {
-        use std::fmt::Write;
-        // Rows of one grouping frame and stack are merged by id first, so a
-        // line's text is made once, not once per thread (an hour of a busy
-        // host is ten times more rows than lines).
-        let mut merged: crate::store::FastMap<(GroupKey, crate::store::StackId), u64> =
-            Default::default();
-        for row in &result.rows {
-            let value = scale(row.value);
-            if value == 0 {
-                continue;
-            }
-            let key = match self.group {
-                Grouping::Host => GroupKey::default(),
-                Grouping::Process => GroupKey {
-                    name: Some(row.process_comm.clone()),
-                    ..Default::default()
-                },
-                Grouping::Pid => GroupKey {
-                    name: Some(row.process_comm.clone()),
-                    pid: row.pid.0,
-                    tid: 0,
-                },
-                Grouping::Thread => GroupKey {
-                    name: Some(row.thread_comm.clone()),
-                    pid: row.pid.0,
-                    tid: row.tid.0,
-                },
-            };
-            *merged.entry((key, row.stack)).or_insert(0) += value;
-        }
-        let mut stack_text: crate::store::FastMap<crate::store::StackId, String> =
-            Default::default();
-        // A frame's text is made once, however many stacks hold it.
-        let mut frame_text: crate::store::FastMap<crate::store::FrameId, String> =
-            Default::default();
-        let mut name = String::new();
-        for ((key, stack), value) in merged {
-            let frames = stack_text.entry(stack).or_insert_with(|| {
-                let mut text = String::new();
-                for &id in result.frame_ids(stack) {
-                    let Some(f) = result.frame(id) else { continue };
-                    let part = frame_text.entry(id).or_insert_with(|| {
-                        let mut part = String::new();
-                        name.clear();
-                        let _ = write!(name, "{f}{suffix}");
-                        FoldedStack::push_frame(&mut part, &name);
-                        part
-                    });
-                    if !text.is_empty() {
-                        text.push(';');
-                    }
-                    text.push_str(part);
-                }
-                text
-            });
-            let mut text = String::with_capacity(frames.len() + 24);
-            if let Some(n) = &key.name {
-                name.clear();
-                let _ = match self.group {
-                    Grouping::Pid => write!(name, "{n}-{}", Pid(key.pid)),
-                    Grouping::Thread => {
-                        write!(name, "{n}-{}/{}", Pid(key.pid), Pid(key.tid))
-                    }
-                    _ => write!(name, "{n}"),
-                };
-                FoldedStack::push_frame(&mut text, &name);
-            }
-            if frames.is_empty() && text.is_empty() {
-                text.push_str("[empty]");
-            } else if !frames.is_empty() {
-                if !text.is_empty() {
-                    text.push(';');
-                }
-                text.push_str(frames);
-            }
-            if self.include.as_ref().is_some_and(|re| !re.is_match(&text))
-                || self.exclude.as_ref().is_some_and(|re| re.is_match(&text))
-            {
-                continue;
-            }
-            profile.add(FoldedStack::from_text(text), value);
-        }
-    }
-}
-
-/// The grouping frame of a folded line, by value: rows that share it and a
-/// stack fold into one line.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-struct GroupKey {
-    name: Option<std::sync::Arc<str>>,
-    pid: u32,
-    tid: u32,
 }
 
 pub(crate) fn parse_u64(param: &str, v: &str) -> Result<u64, QueryError> {

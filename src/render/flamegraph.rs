@@ -6,13 +6,15 @@
 //! Written here rather than by inferno: an uncached 30 s graph of a busy
 //! host spent 62% of its time in inferno, most of it formatting floats
 //! (`{:.4}%` per coordinate) and building XML events, for what is a few
-//! thousand lines of fixed shape. Here the tree is built from the sorted
-//! lines in one pass, frames narrower than `min_width` are never visited,
-//! and coordinates are written as integers of hundredths of a pixel.
+//! thousand lines of fixed shape. Here the tree comes laid out from
+//! [`CallTree`] (which the daemon builds from interned ids, never making a
+//! folded line), frames narrower than `min_width` are never visited, and
+//! coordinates are written as integers of hundredths of a pixel.
 
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
+use super::calltree::{CallTree, Placed};
 use super::palette::{Palette, Rgb};
 use super::tree::{FRAME_H, PAD, escape_into, label_cut};
 use crate::profile::Profile;
@@ -63,62 +65,6 @@ impl SvgOptions {
             cold_suffix: None,
         }
     }
-}
-
-/// One frame under one path of callers.
-#[derive(Debug, Clone, Copy)]
-struct Node<'a> {
-    name: &'a str,
-    depth: u32,
-    /// Samples left of this frame (its x in samples).
-    start: u64,
-    /// Inclusive samples.
-    total: u64,
-    /// Index after this frame's subtree (nodes are in depth-first order).
-    end: u32,
-}
-
-/// The frames of sorted lines, depth-first, root (`all`) first.
-fn build_tree<'a>(lines: &[(&'a str, u64)]) -> Vec<Node<'a>> {
-    let node = |name, depth, start| Node {
-        name,
-        depth,
-        start,
-        total: 0,
-        end: 0,
-    };
-    let mut nodes = vec![node("all", 0, 0)];
-    // The open path: node indices from the root down.
-    let mut path: Vec<u32> = vec![0];
-    let mut frames: Vec<&str> = Vec::new();
-    let mut x = 0u64;
-    for &(line, value) in lines {
-        frames.clear();
-        if !line.is_empty() {
-            frames.extend(line.split(';'));
-        }
-        let common = path[1..]
-            .iter()
-            .zip(&frames)
-            .take_while(|(n, f)| nodes[**n as usize].name == **f)
-            .count();
-        while path.len() > common + 1 {
-            let n = path.pop().expect("path is longer than the root");
-            nodes[n as usize].end = nodes.len() as u32;
-        }
-        for f in &frames[common..] {
-            path.push(nodes.len() as u32);
-            nodes.push(node(f, path.len() as u32 - 1, x));
-        }
-        for &n in &path {
-            nodes[n as usize].total += value;
-        }
-        x += value;
-    }
-    while let Some(n) = path.pop() {
-        nodes[n as usize].end = nodes.len() as u32;
-    }
-    nodes
 }
 
 /// Appends `v` hundredths as `int.frac` (two digits): coordinates without
@@ -192,44 +138,21 @@ fn push_label(s: &mut String, name: &str, width_px: f64) {
     }
 }
 
-/// Orders folded lines by their frames, not their bytes: "a;b-x" sorts
-/// before "a;b;c" as text, which would split a;b's subtree in two. Ranking
-/// `;` below every other byte gives the frames' order without splitting
-/// the lines (splitting them was a tenth of a render).
-fn frame_order(a: &str, b: &str) -> std::cmp::Ordering {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    // Lines share long prefixes (a process's root frames): compare eight
-    // bytes at a time to the first difference.
-    let n = a.len().min(b.len());
-    let mut common = 0;
-    while common + 8 <= n && a[common..common + 8] == b[common..common + 8] {
-        common += 8;
-    }
-    while common < n && a[common] == b[common] {
-        common += 1;
-    }
-    let rank = |c: u8| if c == b';' { 0 } else { u16::from(c) + 1 };
-    match (a.get(common), b.get(common)) {
-        (Some(&x), Some(&y)) => rank(x).cmp(&rank(y)),
-        (x, y) => x.is_some().cmp(&y.is_some()),
-    }
-}
-
 /// Writes `profile` as an interactive SVG. An empty profile gives a valid SVG
 /// that says there was nothing to show.
-pub fn write<W: Write>(profile: &Profile, options: &SvgOptions, mut w: W) -> io::Result<()> {
-    let reversed: Vec<(String, u64)>;
-    let mut lines: Vec<(&str, u64)> = if options.reverse {
-        reversed = profile
-            .iter()
-            .map(|(s, v)| (s.as_str().rsplit(';').collect::<Vec<_>>().join(";"), v))
-            .collect();
-        reversed.iter().map(|(s, v)| (s.as_str(), *v)).collect()
-    } else {
-        profile.iter().map(|(s, v)| (s.as_str(), v)).collect()
-    };
-    lines.sort_unstable_by(|a, b| frame_order(a.0, b.0));
-    let nodes = build_tree(&lines);
+pub fn write<W: Write>(profile: &Profile, options: &SvgOptions, w: W) -> io::Result<()> {
+    write_tree(
+        &CallTree::from_profile(profile, options.reverse),
+        options,
+        w,
+    )
+}
+
+/// Writes `tree` as an interactive SVG, drawn as it is: `options.reverse`
+/// applies when the tree is built ([`CallTree::from_profile`],
+/// `view::call_tree`).
+pub fn write_tree<W: Write>(tree: &CallTree, options: &SvgOptions, mut w: W) -> io::Result<()> {
+    let nodes = tree.layout();
     let total = nodes[0].total;
 
     let width = options.width.unwrap_or(1200) as f64;
@@ -239,7 +162,7 @@ pub fn write<W: Write>(profile: &Profile, options: &SvgOptions, mut w: W) -> io:
     } else {
         0.0
     };
-    let visible = |n: &Node<'_>| n.total as f64 * px_per >= min_width;
+    let visible = |n: &Placed<'_>| n.total as f64 * px_per >= min_width;
     let (mut max_depth, mut drawn) = (0, 0);
     let mut i = 0;
     while i < nodes.len() {
@@ -595,14 +518,68 @@ mod tests {
         assert!(frames(&empty).is_empty());
     }
 
+    /// flamegraph.pl's way: sort the lines frame by frame, then open and
+    /// close frames along them in one pass.
+    fn from_sorted_lines<'a>(lines: &[(&'a str, u64)]) -> Vec<Placed<'a>> {
+        let mut lines = lines.to_vec();
+        lines.sort_by(|a, b| a.0.split(';').cmp(b.0.split(';')));
+        let placed = |name, depth, start| Placed {
+            name,
+            depth,
+            start,
+            total: 0,
+            end: 0,
+        };
+        let mut nodes = vec![placed("all", 0, 0)];
+        let mut path: Vec<usize> = vec![0];
+        let mut x = 0;
+        for (line, value) in lines {
+            let frames: Vec<&str> = if line.is_empty() {
+                Vec::new()
+            } else {
+                line.split(';').collect()
+            };
+            let common = path[1..]
+                .iter()
+                .zip(&frames)
+                .take_while(|(n, f)| nodes[**n].name == **f)
+                .count();
+            while path.len() > common + 1 {
+                let n = path.pop().unwrap();
+                nodes[n].end = nodes.len() as u32;
+            }
+            for f in &frames[common..] {
+                path.push(nodes.len());
+                nodes.push(placed(f, path.len() as u32 - 1, x));
+            }
+            for &n in &path {
+                nodes[n].total += value;
+            }
+            x += value;
+        }
+        while let Some(n) = path.pop() {
+            nodes[n].end = nodes.len() as u32;
+        }
+        nodes
+    }
+
     #[test]
-    fn lines_order_by_frames() {
-        let mut v = vec!["a;b-x", "a;b;c", "a;b", "a", "b", "a;b;c;d"];
-        v.sort_by(|a, b| frame_order(a, b));
-        assert_eq!(v, ["a", "a;b", "a;b;c", "a;b;c;d", "a;b-x", "b"]);
-        let mut w = v.clone();
-        w.sort_by(|a, b| a.split(';').cmp(b.split(';')));
-        assert_eq!(v, w, "the same order as comparing frame by frame");
+    fn the_tree_is_laid_out_as_sorted_lines_are() {
+        // "a;b-x" sorts between "a;b" and "a;b;c" as bytes; "a" is both a
+        // line and a caller; "b" names frames at two depths.
+        let lines = [
+            ("a;b-x", 7),
+            ("a;b;c", 3),
+            ("a;b", 2),
+            ("a", 1),
+            ("b", 4),
+            ("a;b;c;d", 5),
+            ("a;b!;b", 6),
+            ("c;a;b", 1),
+        ];
+        let p = profile(&lines);
+        let tree = CallTree::from_profile(&p, false);
+        assert_eq!(tree.layout(), from_sorted_lines(&lines));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! flame graphs and animations, pprof, and JSON for the web page.
 
 pub mod animation;
+pub mod calltree;
 pub mod diff;
 pub mod flamegraph;
 pub mod folded;

@@ -587,10 +587,10 @@ fn render_folded(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
 }
 
 fn render_svg(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
-    let profile = folded_profile(st, q)?;
-    let opts = view::svg_options(q, &profile, &st.host, st.frequency_hz);
+    let tree = with_sources(st, q, |src| view::call_tree(q, src))?.map_err(switched_off)?;
+    let opts = view::svg_options(q, tree.lines(), &st.host, st.frequency_hz);
     let mut out = Vec::new();
-    render::flamegraph::write(&profile, &opts, &mut out)
+    render::flamegraph::write_tree(&tree, &opts, &mut out)
         .map_err(|e| AppError::Internal(e.to_string()))?;
     Ok(Rendered {
         body: out.into(),
