@@ -390,6 +390,7 @@ fn collect_loop(
             .then(|| live_pids(crate::clock::now()))
             .flatten()
             .map(Arc::new);
+        let events_failures = pipeline.events_drain_failures();
         let batch = match pipeline.step(next, &stop) {
             Ok(b) => b,
             Err(e) => {
@@ -420,7 +421,12 @@ fn collect_loop(
         let now_unix = crate::clock::now();
         let mut totals = StoreStats::default();
         let mut dropped_before = 0;
-        if let Some(live) = &live {
+        // A failed events drain left its aggregates in the kernel for the
+        // next one: the exited processes among them still need their
+        // mappings and names then.
+        if let Some(live) = &live
+            && pipeline.events_drain_failures() == events_failures
+        {
             pipeline.forget_exited(live, listed);
         }
         let mut add = |st: &mut Store, samples: &[crate::symbolize::SymbolizedSample]| {
@@ -496,7 +502,7 @@ fn collect_loop(
         // the whole heap, which was a few percent of the collector's time
         // when done every drain.
         #[cfg(target_env = "gnu")]
-        if crate::serve::take_rendered() || cached_bytes > 0 || drains.is_multiple_of(60) {
+        if crate::serve::take_rendered() || drains.is_multiple_of(60) {
             // SAFETY: malloc_trim only releases free heap memory.
             unsafe {
                 libc::malloc_trim(0);

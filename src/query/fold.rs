@@ -130,15 +130,21 @@ impl Query {
     /// lines, without making the lines: each stack's frames are looked up
     /// as text ids once and walked from its grouping frame's node. The
     /// line filters (`include`, `exclude`) need the line's text: with
-    /// either set, fold into a profile and build the tree from it.
-    pub fn fold_tree(
+    /// either set, fold into a profile and build the tree from it
+    /// ([`crate::view::call_tree`] does).
+    pub(crate) fn fold_tree(
         &self,
         tree: &mut CallTree,
         result: &QueryResult,
         scale: &dyn Fn(u64) -> u64,
         suffix: &str,
     ) {
-        debug_assert!(self.include.is_none() && self.exclude.is_none());
+        // Not a debug assertion: in a release build a wrong caller would
+        // draw the graph with its filters silently left out.
+        assert!(
+            self.include.is_none() && self.exclude.is_none(),
+            "fold_tree cannot apply include/exclude: fold the lines instead"
+        );
         let merged = self.merge_rows(result, scale);
         // Each stack's frames as text ids, back to back.
         let mut stack_texts: FastMap<StackId, (u32, u32)> = Default::default();

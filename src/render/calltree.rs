@@ -37,7 +37,8 @@ pub struct Placed<'a> {
     pub name: &'a str,
     /// Depth: 0 for the root.
     pub depth: u32,
-    /// Value left of this frame under its parent (its x in value units).
+    /// Value left of this frame from the graph's left edge (its x in
+    /// value units).
     pub start: u64,
     /// Inclusive value.
     pub total: u64,

@@ -152,13 +152,27 @@ where
         }
         cache.entries.entry(key.clone()).or_default().clone()
     };
-    let rendered = cell.get_or_try_init(|| render_now(st, render)).await?;
+    let mut filled = false;
+    let rendered = cell
+        .get_or_try_init(|| {
+            filled = true;
+            render_now(st, render)
+        })
+        .await?;
     let resp = rendered.response();
     let size = rendered.body.len();
     let mut cache = st.cache.lock().unwrap_or_else(|e| e.into_inner());
-    if size > CACHE_MAX_BODY {
+    // Only the request that rendered counts the body, and only while the
+    // cache still holds its cell: a hit adds no memory, and a drain may
+    // have emptied the cache (or a new generation replaced the cell)
+    // while this one rendered.
+    let kept = cache
+        .entries
+        .get(&key)
+        .is_some_and(|c| Arc::ptr_eq(c, &cell));
+    if kept && size > CACHE_MAX_BODY {
         cache.entries.remove(&key);
-    } else if cache.generation == generation {
+    } else if kept && filled {
         cache.bytes += size;
     }
     Ok(resp)

@@ -85,7 +85,6 @@ fn serves_folded_svg_and_filters() {
     assert!(empty_svg.text().contains("no samples in this window"));
 }
 
-/// Every bad parameter is a 400 whose body names the parameter and why.
 /// `emberd_memory_bytes{map="..."}` of a `/metrics` text (0 if absent).
 fn memory_gauge(text: &str, map: &str) -> u64 {
     let name = format!("emberd_memory_bytes{{map=\"{map}\"}}");
@@ -137,6 +136,7 @@ fn rendered_answers_are_freed_at_the_next_drain() {
     );
 }
 
+/// Every bad parameter is a 400 whose body names the parameter and why.
 #[test]
 fn bad_parameters_are_400_with_reasons() {
     require_root();
