@@ -26,6 +26,7 @@ use blazesym::symbolize::{Input, Symbolized};
 
 use super::packed::NameReader;
 use super::procmaps::{FileId, Mapping, MappingKind, elf_path};
+use super::symscan::Scanner;
 use super::symtab::{self, ElfSymbols};
 use super::{Frame, Module, frames_of_sym, symbol_frames};
 use crate::collect::Pid;
@@ -485,8 +486,8 @@ impl ElfInfo {
 /// outlive a file's idle time; the least recently used go past this.
 pub const SYMBOL_TABLE_BUDGET: usize = 2 << 20;
 
-/// Files whose symbol tables yielded nothing remembered, before the set
-/// is emptied.
+/// Files remembered as having no table, or one too large to copy, before
+/// either set is emptied.
 const MAX_UNREADABLE: usize = 4096;
 
 /// The compact symbol tables read, by file identity (so a file replaced
@@ -496,13 +497,17 @@ const MAX_UNREADABLE: usize = 4096;
 struct SymbolTables {
     held: HashMap<FileId, ElfSymbols>,
     lru: ByteLru<FileId>,
-    /// Files with no table to keep (no function symbols, not ELF, tables
-    /// over [`symtab::MAX_READ_BYTES`], or a compact table over the whole
-    /// budget): blazesym names them, and they are not read again at every
-    /// request.
+    /// Files with no table to read (no function symbols, not ELF):
+    /// blazesym says why, and they are not read again at every request.
     unreadable: HashSet<FileId>,
+    /// Files whose tables are too large to copy (over
+    /// [`symtab::MAX_READ_BYTES`], or a compact table over the whole
+    /// budget): each request is named by a pass over their tables.
+    large: HashSet<FileId>,
     /// Inflates names for every table.
     reader: NameReader,
+    /// Reads the large files' tables.
+    scanner: Scanner,
 }
 
 impl SymbolTables {
@@ -512,18 +517,21 @@ impl SymbolTables {
             held: HashMap::new(),
             lru: ByteLru::new(budget),
             unreadable: HashSet::new(),
+            large: HashSet::new(),
             reader: NameReader::default(),
+            scanner: Scanner::default(),
         }
     }
 
     /// Names `offsets` of file `id` by its table, read from `symtab` and
     /// `path` if not held (virtual addresses by `segments`); `None` if the
-    /// file has no table to read, or one larger than the whole budget
-    /// (remembered: blazesym names such a file from its mapping rather
-    /// than it being read again at every request). A table that large
-    /// from a separate debug file names this request and is dropped: the
-    /// fallback would name the stripped file from its `.dynsym` alone. A
-    /// file that could not be opened is tried again next time.
+    /// file has no table to read (remembered: blazesym says why, rather
+    /// than the file being read again at every request). A file whose
+    /// tables are too large to copy, or whose table is larger than the
+    /// whole budget, is remembered and named by a pass over its tables at
+    /// each request ([`Scanner`]): blazesym would keep the pages of the
+    /// mapped tables resident. A file that could not be opened is tried
+    /// again next time.
     fn name(
         &mut self,
         id: Option<FileId>,
@@ -537,25 +545,20 @@ impl SymbolTables {
         if self.unreadable.contains(&id) {
             return None;
         }
+        if self.large.contains(&id) {
+            return self.scan(symtab, path, segments, offsets, module);
+        }
         let table: &ElfSymbols = if self.lru.touch(&id) {
             self.held.get(&id)?
         } else {
             let table = match ElfSymbols::read(symtab, path, symtab::MAX_READ_BYTES) {
-                Ok(Some(table)) if table.bytes() <= self.lru.budget => table,
-                Ok(Some(table)) if symtab != path => {
-                    return Some(name_all(
-                        &table,
-                        segments,
-                        offsets,
-                        module,
-                        &mut self.reader,
-                    ));
+                Ok(symtab::Read::Table(table)) if table.bytes() <= self.lru.budget => table,
+                Ok(symtab::Read::Table(_) | symtab::Read::TooLarge) => {
+                    remember(&mut self.large, id);
+                    return self.scan(symtab, path, segments, offsets, module);
                 }
-                Ok(_) => {
-                    if self.unreadable.len() >= MAX_UNREADABLE {
-                        self.unreadable.clear();
-                    }
-                    self.unreadable.insert(id);
+                Ok(symtab::Read::None) => {
+                    remember(&mut self.unreadable, id);
                     return None;
                 }
                 Err(e) => {
@@ -575,10 +578,55 @@ impl SymbolTables {
         Some(name_all(table, segments, offsets, module, &mut self.reader))
     }
 
+    /// Names `offsets` of a file too large to copy by a pass over its
+    /// tables; `None` (blazesym names it) if it has none to read, or if
+    /// reading failed.
+    fn scan(
+        &mut self,
+        symtab: &Path,
+        path: &Path,
+        segments: &[(u64, u64, u64)],
+        offsets: &[u64],
+        module: &Arc<Module>,
+    ) -> Option<Vec<Option<Arc<[Frame]>>>> {
+        let virt: Vec<Option<u64>> = offsets.iter().map(|&o| virt_offset(segments, o)).collect();
+        let addrs: Vec<u64> = virt.iter().flatten().copied().collect();
+        let names = match self.scanner.names(symtab, path, &addrs) {
+            Ok(names) => names?,
+            Err(e) => {
+                tracing::debug!(
+                    "reading the symbol tables of {} (and {}): {e}",
+                    path.display(),
+                    symtab.display()
+                );
+                return None;
+            }
+        };
+        let mut names = names.into_iter();
+        Some(
+            virt.iter()
+                .map(|v| {
+                    // Only mapped offsets were asked for.
+                    v.as_ref()?;
+                    let name = names.next()??;
+                    Some(symbol_frames(&name, module))
+                })
+                .collect(),
+        )
+    }
+
     /// Bytes of the tables held.
     fn bytes(&self) -> usize {
         self.lru.total
     }
+}
+
+/// Adds `id` to a bounded set of remembered files (emptied when full).
+fn remember(set: &mut HashSet<FileId>, id: FileId) {
+    if set.len() >= MAX_UNREADABLE {
+        set.clear();
+    }
+    set.insert(id);
 }
 
 /// Names `offsets` (file offsets; virtual addresses by `segments`) from
@@ -767,9 +815,10 @@ mod tests {
         assert_eq!(b.total, 4);
     }
 
-    /// A table larger than the whole budget is not kept, and neither is a
-    /// file with no table: both are remembered, not read at every request;
-    /// a file that could not be opened is tried again.
+    /// A table larger than the whole budget is not kept: the file is named
+    /// by a pass over its tables, as the table would name it. A file with
+    /// no table is remembered, not read at every request; a file that
+    /// could not be opened is tried again.
     #[test]
     fn symbol_tables_keep_within_their_budget() {
         let exe = std::fs::read_link("/proc/self/exe").expect("/proc/self/exe");
@@ -794,23 +843,26 @@ mod tests {
         };
 
         let mut small = SymbolTables::new(1024);
-        assert!(
-            name(&mut small).is_none(),
-            "a table over the whole budget is left to blazesym"
-        );
+        let scanned = name(&mut small).expect("named by a pass over the tables")[0].clone();
         assert_eq!(
             (small.bytes(), small.held.len()),
             (0, 0),
             "kept over the budget"
         );
         assert!(
-            small.unreadable.contains(&id),
-            "read again at every request"
+            small.large.contains(&id) && !small.unreadable.contains(&id),
+            "not remembered as too large to copy"
         );
+        assert!(name(&mut small).is_some() && small.held.is_empty());
 
         let mut roomy = SymbolTables::new(64 << 20);
-        assert!(name(&mut roomy).expect("named")[0].is_some());
+        let held = name(&mut roomy).expect("named")[0].clone();
+        assert!(held.is_some());
         assert!(roomy.bytes() > 1024 && roomy.held.contains_key(&id));
+        assert_eq!(
+            scanned, held,
+            "the pass over the tables names as the compact table"
+        );
 
         let text = std::env::temp_dir().join(format!("emberd-not-elf-{}", std::process::id()));
         std::fs::write(&text, "not an ELF file").expect("writing a scratch file");

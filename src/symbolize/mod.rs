@@ -18,6 +18,7 @@ pub mod kallsyms;
 pub mod packed;
 pub mod perfmap;
 mod procmaps;
+mod symscan;
 pub mod symtab;
 pub mod untrusted;
 

@@ -25,8 +25,8 @@ use super::packed::{Addrs, NameReader, PackedNames};
 /// with `.dynstr`) a compact table is made from, at most. They are read
 /// whole to build it, so this bounds that transient; a table made from more
 /// would be over most of [`super::elf_worker::SYMBOL_TABLE_BUDGET`] anyway
-/// (they shrink about 4.5 times). Larger files are named by blazesym from
-/// the mapped file, as before these tables.
+/// (they shrink about 4.5 times). Larger files are named by a pass over
+/// their tables at each request ([`super::symscan`]).
 pub const MAX_READ_BYTES: u64 = 8 << 20;
 
 /// Function symbols of one table, sorted by start.
@@ -95,6 +95,31 @@ impl Table {
     }
 }
 
+/// What [`ElfSymbols::read`] found.
+// Made once per file read and unpacked at once: a box would only add an
+// allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Read {
+    /// The file's function symbols.
+    Table(ElfSymbols),
+    /// No function symbols (or not ELF).
+    None,
+    /// A symbol or string table over the bound: name the file by a pass
+    /// over its tables instead (`symbolize::symscan`).
+    TooLarge,
+}
+
+impl Read {
+    /// The table, if one was read.
+    pub fn table(self) -> Option<ElfSymbols> {
+        match self {
+            Read::Table(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
 /// The function symbols of one ELF file, by virtual address.
 #[derive(Debug)]
 pub struct ElfSymbols {
@@ -104,13 +129,13 @@ pub struct ElfSymbols {
 
 impl ElfSymbols {
     /// Reads the `.symtab` of `symtab_file` (the file itself or its
-    /// separate debug file) and the `.dynsym` of `file`. `Ok(None)` if
-    /// neither reads as ELF or has function symbols, or if either table is
-    /// over `max_bytes` ([`MAX_READ_BYTES`] in the daemon; one without the
-    /// other would name fewer frames than blazesym does from the whole
-    /// file); `Err` if either file could not be opened, which may pass
+    /// separate debug file) and the `.dynsym` of `file`. [`Read::None`] if
+    /// neither reads as ELF or has function symbols, [`Read::TooLarge`] if
+    /// either table is over `max_bytes` ([`MAX_READ_BYTES`] in the daemon;
+    /// one without the other would name fewer frames than the whole file
+    /// does); `Err` if either file could not be opened, which may pass
     /// (too many open files, a process gone with its `/proc` path).
-    pub fn read(symtab_file: &Path, file: &Path, max_bytes: u64) -> std::io::Result<Option<Self>> {
+    pub fn read(symtab_file: &Path, file: &Path, max_bytes: u64) -> std::io::Result<Read> {
         use object::{Object, ObjectSection};
         /// The table `pick` finds in `path` (`Ok(None)`: none, or not
         /// ELF); `Err(None)` if its symbol and string sections (`sections`)
@@ -135,7 +160,7 @@ impl ElfSymbols {
             if bytes > max_bytes {
                 tracing::info!(
                     "the {} of {} is {} MiB, over the {} MiB a compact copy is made from: \
-                     its frames are named from the mapped file instead",
+                     its frames are named by a pass over its tables instead",
                     sections[0],
                     path.display(),
                     bytes >> 20,
@@ -155,10 +180,9 @@ impl ElfSymbols {
             Ok((symtab, dynsym))
         });
         match tables {
-            Ok((symtab, dynsym)) => {
-                Ok((symtab.is_some() || dynsym.is_some()).then_some(Self { symtab, dynsym }))
-            }
-            Err(None) => Ok(None),
+            Ok((None, None)) => Ok(Read::None),
+            Ok((symtab, dynsym)) => Ok(Read::Table(Self { symtab, dynsym })),
+            Err(None) => Ok(Read::TooLarge),
             Err(Some(e)) => Err(e),
         }
     }
@@ -179,7 +203,7 @@ impl ElfSymbols {
 }
 
 /// Demangles a Rust or C++ name as blazesym does (Rust without the hash).
-fn demangle(name: &str) -> String {
+pub(super) fn demangle(name: &str) -> String {
     if let Ok(d) = rustc_demangle::try_demangle(name) {
         return format!("{d:#}");
     }
@@ -201,6 +225,7 @@ mod tests {
         let exe = std::fs::read_link("/proc/self/exe").expect("/proc/self/exe");
         let table = ElfSymbols::read(&exe, &exe, MAX_READ_BYTES)
             .expect("reading this binary")
+            .table()
             .expect("this binary has a symbol table");
         let blaze = blazesym::symbolize::Symbolizer::builder()
             .enable_code_info(false)
@@ -271,6 +296,7 @@ mod tests {
             MAX_READ_BYTES,
         )
         .expect("reading libc")
+        .table()
         .expect("libc has a .dynsym");
         assert!(t.bytes() > 0);
         let mut reader = NameReader::default();
@@ -292,15 +318,13 @@ mod tests {
             .map(|s| s.size())
             .sum();
         assert!(symtab > 4096, "{symtab} bytes of symbol table");
-        assert!(
-            ElfSymbols::read(&exe, &exe, symtab)
-                .expect("read")
-                .is_some()
-        );
-        assert!(
-            ElfSymbols::read(&exe, &exe, symtab - 1)
-                .expect("read")
-                .is_none()
-        );
+        assert!(matches!(
+            ElfSymbols::read(&exe, &exe, symtab).expect("read"),
+            Read::Table(_)
+        ));
+        assert!(matches!(
+            ElfSymbols::read(&exe, &exe, symtab - 1).expect("read"),
+            Read::TooLarge
+        ));
     }
 }
