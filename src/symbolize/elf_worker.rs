@@ -562,11 +562,7 @@ impl SymbolTables {
                     return None;
                 }
                 Err(e) => {
-                    tracing::debug!(
-                        "reading the symbol tables of {} (and {}): {e}",
-                        path.display(),
-                        symtab.display()
-                    );
+                    log_unread(path, symtab, &e);
                     return None;
                 }
             };
@@ -594,11 +590,7 @@ impl SymbolTables {
         let names = match self.scanner.names(symtab, path, &addrs) {
             Ok(names) => names?,
             Err(e) => {
-                tracing::debug!(
-                    "reading the symbol tables of {} (and {}): {e}",
-                    path.display(),
-                    symtab.display()
-                );
+                log_unread(path, symtab, &e);
                 return None;
             }
         };
@@ -619,6 +611,17 @@ impl SymbolTables {
     fn bytes(&self) -> usize {
         self.lru.total
     }
+}
+
+/// Logs why `path`'s symbol tables (or those of its debug file `symtab`)
+/// could not be read: at debug level, because the file is tried again at the
+/// next request and blazesym names it meanwhile.
+fn log_unread(path: &Path, symtab: &Path, e: &dyn std::fmt::Display) {
+    tracing::debug!(
+        "reading the symbol tables of {} (and {}): {e}",
+        path.display(),
+        symtab.display()
+    );
 }
 
 /// Adds `id` to a bounded set of remembered files (emptied when full).

@@ -62,6 +62,9 @@ fn unprivileged_record_names_missing_capabilities() {
         err.contains("CAP_BPF") || err.contains("cannot create"),
         "{err}"
     );
+    // An output path user nobody can create (the system's temporary
+    // directory, named per run), so that only the capabilities can fail.
+    let output = std::env::temp_dir().join(format!("emberd-unpriv-{}.folded", std::process::id()));
     let out = Command::new("setpriv")
         .args([
             "--reuid=65534",
@@ -71,10 +74,11 @@ fn unprivileged_record_names_missing_capabilities() {
             "--bounding-set=-all",
         ])
         .arg(env!("CARGO_BIN_EXE_emberd"))
-        .args(["record", "-s", "1", "-o", "/tmp/emberd-unpriv-test.folded"])
+        .args(["record", "-s", "1", "-o"])
+        .arg(&output)
         .output()
         .expect("running setpriv (util-linux)");
-    let _ = std::fs::remove_file("/tmp/emberd-unpriv-test.folded");
+    let _ = std::fs::remove_file(&output);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
