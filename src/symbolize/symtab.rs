@@ -95,6 +95,42 @@ impl Table {
     }
 }
 
+/// A file read through object's cache, but for strings up to
+/// [`super::symscan::MAX_NAME`] bytes: the cache reads a string only up to
+/// 4 KiB, and a C++ or Rust name can be longer (a function under it would
+/// go unnamed, where blazesym and the scan name it).
+#[derive(Clone, Copy)]
+struct LongStrings<'a>(&'a object::ReadCache<std::fs::File>);
+
+impl<'a> object::ReadRef<'a> for LongStrings<'a> {
+    fn len(self) -> Result<u64, ()> {
+        self.0.len()
+    }
+
+    fn read_bytes_at(self, offset: u64, size: u64) -> Result<&'a [u8], ()> {
+        self.0.read_bytes_at(offset, size)
+    }
+
+    fn read_bytes_at_until(
+        self,
+        range: std::ops::Range<u64>,
+        delimiter: u8,
+    ) -> Result<&'a [u8], ()> {
+        self.0
+            .read_bytes_at_until(range.clone(), delimiter)
+            .or_else(|()| {
+                // Over 4 KiB (or unreadable): one read of the longest name
+                // allowed, or of what is left of the table. Rare, and the
+                // cache holds it only while the file is parsed.
+                let size =
+                    (range.end.saturating_sub(range.start)).min(super::symscan::MAX_NAME as u64);
+                let bytes = self.0.read_bytes_at(range.start, size)?;
+                let end = bytes.iter().position(|&b| b == delimiter).ok_or(())?;
+                Ok(&bytes[..end])
+            })
+    }
+}
+
 /// What [`ElfSymbols::read`] found.
 // Made once per file read and unpacked at once: a box would only add an
 // allocation.
@@ -144,11 +180,11 @@ impl ElfSymbols {
             path: &Path,
             max_bytes: u64,
             sections: [&str; 2],
-            pick: impl FnOnce(&object::File<'_, &object::ReadCache<std::fs::File>>) -> Option<Table>,
+            pick: impl FnOnce(&object::File<'_, LongStrings<'_>>) -> Option<Table>,
         ) -> Result<Option<Table>, Option<std::io::Error>> {
             let file = std::fs::File::open(path).map_err(Some)?;
             let cache = object::ReadCache::new(file);
-            let Ok(elf) = object::File::parse(&cache) else {
+            let Ok(elf) = object::File::parse(LongStrings(&cache)) else {
                 return Ok(None);
             };
             // From the section headers alone, before anything is read.
