@@ -616,7 +616,7 @@ impl SymbolTables {
 /// Logs why `path`'s symbol tables (or those of its debug file `symtab`)
 /// could not be read: at debug level, because the file is tried again at the
 /// next request and blazesym names it meanwhile.
-fn log_unread(path: &Path, symtab: &Path, e: &dyn std::fmt::Display) {
+fn log_unread(path: &Path, symtab: &Path, e: &std::io::Error) {
     tracing::debug!(
         "reading the symbol tables of {} (and {}): {e}",
         path.display(),

@@ -27,9 +27,8 @@ use object::{Endianness, ReadCache};
 
 /// Bytes read from a symbol table at a time.
 const CHUNK: usize = 64 << 10;
-/// Longest name read (a longer one names nothing); the compact tables
-/// read names up to the same length.
-pub(super) const MAX_NAME: usize = 64 << 10;
+/// Longest name read (a longer one names nothing).
+const MAX_NAME: usize = 64 << 10;
 /// `Elf64_Sym`'s size.
 const SYM_SIZE: usize = 24;
 
@@ -286,7 +285,7 @@ mod tests {
 
     /// One pass over the tables names every probe of `path` as the compact
     /// table does, functions with names over 4 KiB included (object's
-    /// cache reads strings only up to 4 KiB: see `symtab::LongStrings`).
+    /// cache reads strings only up to 4 KiB: see `symtab::WholeStrings`).
     fn agrees_with_the_compact_table(path: &Path) {
         let table = ElfSymbols::read(path, path, MAX_READ_BYTES)
             .expect("read")

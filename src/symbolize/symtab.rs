@@ -95,20 +95,26 @@ impl Table {
     }
 }
 
-/// A file read through object's cache, but for strings up to
-/// [`super::symscan::MAX_NAME`] bytes: the cache reads a string only up to
-/// 4 KiB, and a C++ or Rust name can be longer (a function under it would
-/// go unnamed, where blazesym and the scan name it).
+/// A file read through object's cache, but for the strings of the symbol
+/// table's string section, which are served from one read of that section
+/// (within [`MAX_READ_BYTES`], checked first). The cache reads a string
+/// only up to 4 KiB, and a C++ or Rust name can be longer: the function
+/// would go unnamed, where blazesym and the scan name it; and it would keep
+/// a copy of every name while the file is parsed.
 #[derive(Clone, Copy)]
-struct LongStrings<'a>(&'a object::ReadCache<std::fs::File>);
+struct WholeStrings<'a> {
+    cache: &'a object::ReadCache<std::fs::File>,
+    /// The string section's file offset and bytes, once read.
+    strings: &'a std::cell::OnceCell<(u64, &'a [u8])>,
+}
 
-impl<'a> object::ReadRef<'a> for LongStrings<'a> {
+impl<'a> object::ReadRef<'a> for WholeStrings<'a> {
     fn len(self) -> Result<u64, ()> {
-        self.0.len()
+        self.cache.len()
     }
 
     fn read_bytes_at(self, offset: u64, size: u64) -> Result<&'a [u8], ()> {
-        self.0.read_bytes_at(offset, size)
+        self.cache.read_bytes_at(offset, size)
     }
 
     fn read_bytes_at_until(
@@ -116,18 +122,19 @@ impl<'a> object::ReadRef<'a> for LongStrings<'a> {
         range: std::ops::Range<u64>,
         delimiter: u8,
     ) -> Result<&'a [u8], ()> {
-        self.0
-            .read_bytes_at_until(range.clone(), delimiter)
-            .or_else(|()| {
-                // Over 4 KiB (or unreadable): one read of the longest name
-                // allowed, or of what is left of the table. Rare, and the
-                // cache holds it only while the file is parsed.
-                let size =
-                    (range.end.saturating_sub(range.start)).min(super::symscan::MAX_NAME as u64);
-                let bytes = self.0.read_bytes_at(range.start, size)?;
-                let end = bytes.iter().position(|&b| b == delimiter).ok_or(())?;
-                Ok(&bytes[..end])
-            })
+        match self.strings.get() {
+            Some(&(start, bytes))
+                if range.start >= start && range.start - start < bytes.len() as u64 =>
+            {
+                let from = &bytes[(range.start - start) as usize..];
+                let from = &from[..from
+                    .len()
+                    .min(range.end.saturating_sub(range.start) as usize)];
+                let end = from.iter().position(|&b| b == delimiter).ok_or(())?;
+                Ok(&from[..end])
+            }
+            _ => self.cache.read_bytes_at_until(range, delimiter),
+        }
     }
 }
 
@@ -172,7 +179,7 @@ impl ElfSymbols {
     /// does); `Err` if either file could not be opened, which may pass
     /// (too many open files, a process gone with its `/proc` path).
     pub fn read(symtab_file: &Path, file: &Path, max_bytes: u64) -> std::io::Result<Read> {
-        use object::{Object, ObjectSection};
+        use object::{Object, ObjectSection, ReadRef};
         /// The table `pick` finds in `path` (`Ok(None)`: none, or not
         /// ELF); `Err(None)` if its symbol and string sections (`sections`)
         /// are over `max_bytes`, `Err(Some)` if it could not be opened.
@@ -180,11 +187,16 @@ impl ElfSymbols {
             path: &Path,
             max_bytes: u64,
             sections: [&str; 2],
-            pick: impl FnOnce(&object::File<'_, LongStrings<'_>>) -> Option<Table>,
+            pick: impl for<'a> FnOnce(&object::File<'a, WholeStrings<'a>>) -> Option<Table>,
         ) -> Result<Option<Table>, Option<std::io::Error>> {
             let file = std::fs::File::open(path).map_err(Some)?;
             let cache = object::ReadCache::new(file);
-            let Ok(elf) = object::File::parse(LongStrings(&cache)) else {
+            let strings = std::cell::OnceCell::new();
+            let reader = WholeStrings {
+                cache: &cache,
+                strings: &strings,
+            };
+            let Ok(elf) = object::File::parse(reader) else {
                 return Ok(None);
             };
             // From the section headers alone, before anything is read.
@@ -203,6 +215,13 @@ impl ElfSymbols {
                     max_bytes >> 20
                 );
                 return Err(None);
+            }
+            if let Some((offset, size)) = elf
+                .section_by_name(sections[1])
+                .and_then(|s| s.file_range())
+                && let Ok(bytes) = cache.read_bytes_at(offset, size)
+            {
+                let _ = strings.set((offset, bytes));
             }
             Ok(pick(&elf))
         }
