@@ -29,7 +29,13 @@ fn main() {
         println!("cargo:rerun-if-changed={src}");
     }
     println!("cargo:rerun-if-changed=bpf/emberd.h");
-    for header in ["new_process.h", "unwind.h", "memory.h", "blockio.h"] {
+    for header in [
+        "new_process.h",
+        "unwind.h",
+        "python.h",
+        "memory.h",
+        "blockio.h",
+    ] {
         println!("cargo:rerun-if-changed=bpf/{header}");
     }
 }

@@ -110,6 +110,93 @@ struct proc_unwind {
 	struct unwind_mapping maps[EMBERD_MAX_MAPPINGS];
 };
 
+/* ---- interpreter frames (bpf/python.h; layouts from src/unwind/python.rs) ----
+ *
+ * A stack's ips hold native addresses, or, where the native walker met an
+ * interpreter's eval loop, the interpreted frames that call of the loop was
+ * running, one slot each, tagged in the top byte (no user or kernel address
+ * has these top bytes):
+ *   EMBERD_PY_FRAME | instruction index << 40 | code fingerprint (40 bits)
+ *   EMBERD_PY_MARK  | enum py_mark
+ * The fingerprint names a `py_code` record (map py_codes, key tgid and
+ * fingerprint) that the walker wrote when it first met the code object.
+ */
+#define EMBERD_TAG_MASK   0xff00000000000000ULL
+#define EMBERD_PY_FRAME   0xec00000000000000ULL
+#define EMBERD_PY_MARK    0xee00000000000000ULL
+#define EMBERD_PY_FP_BITS 40
+#define EMBERD_PY_FP_MASK ((1ULL << EMBERD_PY_FP_BITS) - 1)
+/* Instruction index (code units) kept in a frame slot; larger saturate. */
+#define EMBERD_PY_LASTI_MAX 0xffffULL
+
+/* Why Python frames are missing where an eval loop ran; keep in step with
+ * `PyMark` in src/symbolize/python.rs. */
+enum py_mark {
+	PY_MARK_NO_THREAD = 1,   /* the thread state could not be read */
+	PY_MARK_FRAME_READ = 2,  /* a frame could not be read */
+	PY_MARK_CODE_READ = 3,   /* a code object could not be read */
+	PY_MARK_BAD_KEY = 4,     /* the thread-state TLS key is not one emberd can read */
+	PY_MARK_LOOP = 5,        /* the frame chain did not end where the eval loop's did */
+};
+
+/* Byte offsets into CPython's structures; 0xffff: the field is not used. */
+struct py_layout {
+	__u16 tstate_cframe;     /* PyThreadState.cframe (3.11, 3.12) */
+	__u16 cframe_frame;      /* _PyCFrame.current_frame */
+	__u16 tstate_frame;      /* PyThreadState.current_frame (3.13) */
+	__u16 frame_code;        /* _PyInterpreterFrame.f_code / f_executable */
+	__u16 frame_previous;
+	__u16 frame_instr;       /* prev_instr (3.11, 3.12) / instr_ptr (3.13) */
+	__u16 frame_entry;       /* is_entry (3.11) or owner (3.12+), one byte */
+	__u16 code_filename;
+	__u16 code_qualname;
+	__u16 code_linetable;
+	__u16 code_firstlineno;  /* int */
+	__u16 code_adaptive;     /* co_code_adaptive: the first code unit */
+	__u16 str_length;        /* PyASCIIObject.length */
+	__u16 str_hash;
+	__u16 str_state;         /* the state bitfield's first byte */
+	__u16 str_ascii_data;    /* data of a compact ASCII string */
+	__u16 str_compact_data;  /* data of a compact non-ASCII string */
+	__u8 entry_is_owner;     /* 1: frame_entry is `owner`, the C-stack shim is 3 */
+	__u8 _pad[5];
+};
+
+/* One Python process: where its interpreter is and how to read it. */
+struct py_proc {
+	__u64 eval_start;        /* runtime addresses of _PyEval_EvalFrameDefault */
+	__u64 eval_end;
+	__u64 tss_addr;          /* runtime address of _PyRuntime's Py_tss_t (autoTSSkey) */
+	__u32 tls_specific;      /* glibc: key K's value at fsbase + this + 16 * K + 8 */
+	__u32 version;           /* Py_Version */
+	struct py_layout layout;
+};
+
+#define EMBERD_PY_QUALNAME_LEN 128
+#define EMBERD_PY_FILENAME_LEN 96
+#define EMBERD_PY_LINETABLE_LEN 256
+
+struct py_code_key {
+	__u32 tgid;
+	__u32 _pad;
+	__u64 fingerprint;       /* the frame slot's low EMBERD_PY_FP_BITS */
+};
+
+/* What the walker read of a code object when it first met it. Strings are
+ * raw data of the str object: `*_kind` 0 is ASCII, else bytes per
+ * character (1, 2, 4); the filename keeps its tail, the qualname its head. */
+struct py_code {
+	__u32 firstlineno;
+	__u32 qualname_len;      /* characters of the str (may exceed what was copied) */
+	__u32 filename_len;
+	__u16 linetable_len;     /* bytes of co_linetable (may exceed what was copied) */
+	__u8 qualname_kind;
+	__u8 filename_kind;
+	__u8 qualname[EMBERD_PY_QUALNAME_LEN];
+	__u8 filename[EMBERD_PY_FILENAME_LEN];
+	__u8 linetable[EMBERD_PY_LINETABLE_LEN];
+};
+
 /* Indices of each object's `unwind_counters`; keep in step with
  * `UnwindCounter` in src/collect/stack.rs. */
 enum unwind_counter {
@@ -119,7 +206,11 @@ enum unwind_counter {
 	UCOUNTER_FP_STEPS,           /* frames unwound by frame pointer */
 	UCOUNTER_LOST_FULL,          /* stacks lost: stack map full */
 	UCOUNTER_LOST_COLLISION,     /* stacks lost: 64-bit key collision */
-	UCOUNTER_END_BASE,           /* + enum stack_end: how user walks ended */
+	UCOUNTER_PY_FRAMES,          /* Python frames read */
+	UCOUNTER_PY_CODES,           /* code objects read (not yet in py_codes) */
+	UCOUNTER_PY_MARK_BASE,       /* + enum py_mark: why Python frames were missing */
+	UCOUNTER_PY_MARK_END = UCOUNTER_PY_MARK_BASE + 6,
+	UCOUNTER_END_BASE = UCOUNTER_PY_MARK_END, /* + enum stack_end: how user walks ended */
 	UCOUNTER_MAX = UCOUNTER_END_BASE + STACK_END_MAX,
 };
 

@@ -41,8 +41,13 @@ struct pt_regs___emberd {
 	unsigned long ip;
 } __attribute__((preserve_access_index));
 
+struct thread_struct___emberd {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
 struct task_struct___emberd {
 	unsigned int flags;
+	struct thread_struct___emberd thread;
 } __attribute__((preserve_access_index));
 
 #define EMBERD_PF_KTHREAD 0x00200000
@@ -94,7 +99,16 @@ struct unwind_state {
 	__u8 have_proc;  /* proc_unwind has this process */
 	__u8 exact_pc;   /* pc is where execution stopped, not a return address */
 	__u8 fp_from;    /* 0, or the UNWIND_MAP_* kind (+1) a frame-pointer step to this pc came from */
-	__u8 _pad;
+	__u8 py_state;   /* 0: no interpreter; 1: thread state not read yet; 2: read */
+	__u8 py_emitting; /* pushing the Python frames of one eval-loop call (bpf/python.h) */
+	__u8 py_emitted; /* Python frames pushed for this call */
+	__u8 py_failed;  /* a read failed: later eval-loop frames stay native */
+	__u8 end_after_py; /* enum stack_end + 1: the walk ends once the Python run is pushed */
+	__u8 _pad[4];
+	__u64 py_frame;  /* the next Python frame to push; 0: none */
+	__u64 py_eval_pc; /* the eval-loop frame the run replaces */
+	__u64 fsbase;    /* the thread's TLS base (bpf/python.h) */
+	struct py_proc py; /* the process's interpreter, when py_state != 0 */
 };
 
 struct {
@@ -133,6 +147,8 @@ static __always_inline struct stored_stack *scratch_stack(void)
 
 	return bpf_map_lookup_elem(&stack_scratch, &zero);
 }
+
+#include "python.h"
 
 /*
  * The two searches are global functions: the verifier checks each once, on
@@ -219,6 +235,12 @@ static __always_inline __u32 fp_failure(__u32 fp_from, __u32 err)
 
 static __always_inline long unwind_stop(struct unwind_state *st, __u32 end)
 {
+	/* The eval-loop frame's caller could not be found: its Python frames
+	 * are still pushed, then the walk ends. */
+	if (st->py_emitting && end != STACK_END_TRUNCATED) {
+		st->end_after_py = end + 1;
+		return 0;
+	}
 	st->end = end;
 	return 1;
 }
@@ -241,6 +263,15 @@ static long unwind_step(__u32 index, void *ctx)
 	nr = st->nr;
 	if (nr >= EMBERD_MAX_STACK_DEPTH)
 		return unwind_stop(st, STACK_END_TRUNCATED);
+	if (st->py_emitting) {
+		if (py_emit())
+			return unwind_stop(st, STACK_END_TRUNCATED);
+		return 0;
+	}
+	if (st->end_after_py) {
+		st->end = st->end_after_py - 1;
+		return 1;
+	}
 	if (st->pc == 0)
 		return unwind_stop(st, nr ? STACK_END_ROOT : STACK_END_ERR_READ);
 	/* Below mmap_min_addr or above user space: not code, whatever the walk
@@ -272,8 +303,33 @@ static long unwind_step(__u32 index, void *ctx)
 				return unwind_stop(st, fp_failure(st->fp_from, STACK_END_ERR_PC));
 		}
 	}
+	/* The interpreter's eval loop: its Python frames replace it (pushed
+	 * by the next steps, see bpf/python.h), then its caller is found as
+	 * for any native frame. */
+	if (st->py_state && !st->py_failed && st->pc >= st->py.eval_start &&
+	    st->pc < st->py.eval_end) {
+		if (st->py_state == 1) {
+			__u64 f = py_thread_frame();
+
+			st->py_state = 2;
+			if ((f & EMBERD_TAG_MASK) == EMBERD_PY_MARK) {
+				st->py_failed = 1;
+				s->ips[nr & 127] = f;
+				st->nr = nr + 1;
+				goto pushed;
+			}
+			st->py_frame = f;
+		}
+		if (st->py_frame) {
+			st->py_emitting = 1;
+			st->py_emitted = 0;
+			st->py_eval_pc = st->pc;
+			goto pushed;
+		}
+	}
 	s->ips[nr & 127] = st->pc;
 	st->nr = nr + 1;
+pushed:
 	st->fp_from = 0;
 
 	if (m)
@@ -460,6 +516,20 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 	st->exact_pc = 1;
 	st->fp_from = 0;
 	st->have_proc = bpf_map_lookup_elem(&proc_unwind, &tgid) != 0;
+	st->py_state = 0;
+	st->py_emitting = 0;
+	st->py_failed = 0;
+	st->py_frame = 0;
+	st->end_after_py = 0;
+	if (st->have_proc) {
+		struct py_proc *py = bpf_map_lookup_elem(&py_procs, &tgid);
+
+		if (py) {
+			st->py = *py;
+			st->py_state = 1;
+			st->fsbase = BPF_CORE_READ(task, thread.fsbase);
+		}
+	}
 	if (!st->have_proc)
 		ucount(UCOUNTER_NOT_READY);
 	bpf_loop(EMBERD_MAX_STACK_DEPTH + 1, unwind_step, 0, 0);

@@ -105,7 +105,10 @@ impl Pipeline {
             rings.push(e.new_tgids()?);
         }
         let new_processes = NewProcessRing::new(rings)?;
+        let mut symbolizer = symbolizer;
+        symbolizer.set_python_codes(sampler.unwind_maps()?.py_codes);
         let mut unwinder = Unwinder::new(sampler.unwind_maps()?);
+        unwinder.set_python(sampler.options().python);
         if sampler.options().unwind_tables && sampler.options().pid.is_none() {
             unwinder.note_all();
         }

@@ -541,6 +541,8 @@ fn load(
             &mut open.maps.unwind_refresh_pending,
             &unwind.refresh_pending,
         ),
+        (&mut open.maps.py_procs, &unwind.py_procs),
+        (&mut open.maps.py_codes, &unwind.py_codes),
     ] {
         map.reuse_fd(shared.as_fd())
             .map_err(|source| CollectError::LoadEvents { source })?;

@@ -202,6 +202,12 @@ pub struct SamplerOptions {
     /// Unwind user stacks with tables (default true); false leaves every
     /// process on frame pointers, for comparison.
     pub unwind_tables: bool,
+    /// Code objects whose names the Python walker keeps (`py_codes`, an
+    /// LRU map of ~500 bytes an entry, kernel memory allocated at load;
+    /// default [`crate::unwind::defaults::PYTHON_CODE_ENTRIES`]).
+    pub python_code_entries: u32,
+    /// Read Python frames (default true); false leaves interpreters native.
+    pub python: bool,
 }
 
 impl Default for SamplerOptions {
@@ -215,6 +221,8 @@ impl Default for SamplerOptions {
             unwind_rows: (crate::unwind::defaults::TABLE_BUDGET_BYTES / 8) as u32,
             unwind_processes: crate::unwind::defaults::MAX_PROCESSES,
             unwind_tables: true,
+            python_code_entries: crate::unwind::defaults::PYTHON_CODE_ENTRIES,
+            python: true,
         }
     }
 }
@@ -276,6 +284,10 @@ pub struct UnwindMaps {
     pub refresh: MapHandle,
     /// `unwind_refresh_pending`: set when `unwind_refresh` gains an entry.
     pub refresh_pending: MapHandle,
+    /// `py_procs`: each Python process's interpreter (`bpf/python.h`).
+    pub py_procs: MapHandle,
+    /// `py_codes`: code objects the walker met, named at drains.
+    pub py_codes: MapHandle,
 }
 
 impl CpuSampler {
@@ -312,6 +324,10 @@ impl CpuSampler {
         open.maps
             .proc_unwind
             .set_max_entries(options.unwind_processes.max(1))
+            .map_err(|source| CollectError::Load { source })?;
+        open.maps
+            .py_codes
+            .set_max_entries(options.python_code_entries.max(1))
             .map_err(|source| CollectError::Load { source })?;
         let skel = open
             .load()
@@ -367,6 +383,8 @@ impl CpuSampler {
             procs: handle(&maps.proc_unwind, "proc_unwind")?,
             refresh: handle(&maps.unwind_refresh, "unwind_refresh")?,
             refresh_pending: handle(&maps.unwind_refresh_pending, "unwind_refresh_pending")?,
+            py_procs: handle(&maps.py_procs, "py_procs")?,
+            py_codes: handle(&maps.py_codes, "py_codes")?,
         })
     }
 

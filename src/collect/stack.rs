@@ -193,6 +193,13 @@ pub struct UnwindCounters {
     pub lost_full: u64,
     /// Stacks lost to a 64-bit key collision.
     pub lost_collision: u64,
+    /// Python frames read.
+    pub py_frames: u64,
+    /// Code objects read (met for the first time, or again after eviction).
+    pub py_codes: u64,
+    /// Eval-loop calls left without their Python frames, by reason
+    /// (`enum py_mark`, index 0 unused).
+    pub py_marks: [u64; 6],
     /// How user walks ended, in [`StackEnd::ALL`] order.
     pub ends: [u64; 10],
 }
@@ -200,10 +207,12 @@ pub struct UnwindCounters {
 impl UnwindCounters {
     /// Reads an `unwind_counters` per-CPU array, summed over CPUs.
     pub(crate) fn read(map: &impl MapCore) -> Result<Self, CollectError> {
-        let mut v = [0u64; 6 + 10];
+        let mut v = [0u64; 6 + 2 + 6 + 10];
         super::percpu_sums(map, "unwind_counters", &mut v)?;
         let mut ends = [0u64; 10];
-        ends.copy_from_slice(&v[6..]);
+        ends.copy_from_slice(&v[14..]);
+        let mut py_marks = [0u64; 6];
+        py_marks.copy_from_slice(&v[8..14]);
         Ok(Self {
             walks: v[0],
             not_ready: v[1],
@@ -211,6 +220,9 @@ impl UnwindCounters {
             fp_steps: v[3],
             lost_full: v[4],
             lost_collision: v[5],
+            py_frames: v[6],
+            py_codes: v[7],
+            py_marks,
             ends,
         })
     }

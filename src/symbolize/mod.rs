@@ -18,6 +18,7 @@ pub mod kallsyms;
 pub mod packed;
 pub mod perfmap;
 mod procmaps;
+pub mod python;
 mod symscan;
 pub mod symtab;
 pub mod untrusted;
@@ -77,6 +78,8 @@ pub enum FrameKind {
     Marker,
     /// A frame of the waker's stack in an off-wake chain (`_[w]`).
     Waker,
+    /// An interpreted Python frame, `qualname (file.py)` (see [`python`]).
+    Python,
 }
 
 /// The ELF file a frame's code lives in (pprof's mapping).
@@ -118,7 +121,7 @@ impl Frame {
     /// The folded-stack suffix of this kind of frame.
     pub fn suffix(&self) -> &'static str {
         match self.kind {
-            FrameKind::User | FrameKind::Marker => "",
+            FrameKind::User | FrameKind::Marker | FrameKind::Python => "",
             FrameKind::Inlined => "_[i]",
             FrameKind::Jit => "_[j]",
             FrameKind::Kernel => "_[k]",
@@ -319,6 +322,8 @@ pub const SPARE_FRAMES_CAPACITY: usize = 128;
 
 /// Names addresses of sampled stacks; keeps caches across drains.
 pub struct Symbolizer {
+    /// Names of Python frames (code records the BPF walker copied).
+    python: python::PythonNames,
     snapshots: HashMap<Pid, MapsSnapshot>,
     /// Names of processes that have no snapshot (kernel threads have no
     /// mappings), read from `/proc/PID/comm` and trusted as long as a
@@ -400,6 +405,7 @@ impl Symbolizer {
             }
         };
         Self {
+            python: python::PythonNames::default(),
             snapshots: HashMap::new(),
             comms: HashMap::new(),
             spare_frames: Vec::new(),
@@ -420,6 +426,16 @@ impl Symbolizer {
             options,
             misses: Misses::default(),
         }
+    }
+
+    /// Names Python frames from the walker's code records (`py_codes`).
+    pub fn set_python_codes(&mut self, codes: libbpf_rs::MapHandle) {
+        self.python.set_map(codes);
+    }
+
+    /// What naming Python frames found.
+    pub fn python_stats(&self) -> python::PyNameStats {
+        self.python.stats()
     }
 
     /// Whether kernel addresses can be named.
@@ -762,6 +778,16 @@ impl Symbolizer {
         now: Instant,
     ) -> FastMap<u64, Arc<[Frame]>> {
         let mut out = FastMap::with_capacity_and_hasher(addrs.len(), Default::default());
+        // Interpreter frames are named from their code records, not maps.
+        let mut addrs = addrs;
+        addrs.retain(|&a| {
+            if python::is_tagged(a) {
+                out.insert(a, self.python.name(pid, a));
+                false
+            } else {
+                true
+            }
+        });
         // The maps read before while they cover every address and are not
         // too old; else fresh ones if the process lives, else those read
         // when it appeared.
@@ -1038,6 +1064,7 @@ impl Symbolizer {
         self.snapshot_bytes = self.snapshots.values().map(|s| s.bytes).sum();
         self.comms
             .retain(|pid, (_, t)| *t >= listed || is_live(*pid));
+        self.python.forget_exited(&is_live);
     }
 
     fn evict_idle(&mut self, now: Instant) {
@@ -1135,8 +1162,8 @@ fn lookup_addrs(ips: &[u64]) -> impl Iterator<Item = u64> + '_ {
 
 /// Entry `i` of [`lookup_addrs`].
 fn lookup_addr(ips: &[u64], i: usize) -> u64 {
-    if i == 0 {
-        ips[0]
+    if i == 0 || python::is_tagged(ips[i]) {
+        ips[i]
     } else {
         ips[i].saturating_sub(1)
     }

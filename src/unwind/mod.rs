@@ -14,6 +14,7 @@
 //! needs room, or after [`defaults::IDLE_TABLE`]. Files larger than
 //! [`defaults::MAX_FILE_BYTES`] are not read.
 
+pub mod python;
 pub mod table;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -63,6 +64,11 @@ pub mod defaults {
     pub const YOUNG_REFRESH_INTERVAL: Duration = Duration::from_millis(50);
     /// How often exited processes are looked for.
     pub const EXIT_SCAN: Duration = Duration::from_secs(5);
+    /// Code objects whose names the Python walker keeps in BPF (`py_codes`,
+    /// 504 bytes each: 2 MiB of kernel memory allocated at load). Each
+    /// sampled code object is held from the sample to the next drain (1 s);
+    /// one that is evicted before is shown as `[python: code evicted]`.
+    pub const PYTHON_CODE_ENTRIES: u32 = 4096;
 }
 
 /// Mapping kinds of `enum unwind_map_kind` in `bpf/emberd.h`.
@@ -129,6 +135,8 @@ enum TableState {
 #[derive(Debug)]
 struct TableEntry {
     name: String,
+    /// What the file gives interpreter unwinding (CPython, glibc's TLS).
+    runtime: Option<python::FileRuntime>,
     state: TableState,
     /// PT_LOAD segments, to turn runtime addresses into file addresses.
     loads: Vec<table::LoadSegment>,
@@ -170,6 +178,7 @@ enum BuildSource {
 /// What the builder thread answers.
 struct Built {
     id: TableId,
+    runtime: Option<python::FileRuntime>,
     result: Result<(table::UnwindTable, ElfInfo), String>,
     elapsed: Duration,
 }
@@ -206,8 +215,31 @@ pub struct UnwindStats {
     pub mappings_dropped: u64,
 }
 
+/// What emberd does with a Python process's frames (`emberd check`,
+/// `/metrics`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PythonState {
+    /// Its Python frames are read and merged into its stacks.
+    Unwound {
+        /// The interpreter's version.
+        version: python::PyVersion,
+    },
+    /// Its stacks stay native (the eval loop shows as itself), and why.
+    Native {
+        /// The interpreter's version, when known.
+        version: Option<python::PyVersion>,
+        /// Why (also the `reason` label in `/metrics`).
+        reason: &'static str,
+    },
+}
+
 /// The unwind tables and process mappings of the BPF unwinder.
 pub struct Unwinder {
+    py_procs: MapHandle,
+    /// Read Python frames (false: every interpreter stays native).
+    python_enabled: bool,
+    /// Python processes seen, and what is done with their frames.
+    python: HashMap<Pid, PythonState>,
     rows: RowArray,
     free: BTreeMap<u32, u32>,
     procs_map: MapHandle,
@@ -307,6 +339,9 @@ impl Unwinder {
             ..Default::default()
         };
         Self {
+            py_procs: maps.py_procs,
+            python_enabled: true,
+            python: HashMap::new(),
             rows,
             free,
             max_processes: maps.procs.max_entries() as usize,
@@ -323,6 +358,17 @@ impl Unwinder {
             last_exit_scan: Instant::now(),
             stats,
         }
+    }
+
+    /// Whether Python frames are read (default true); false leaves every
+    /// interpreter's stacks native.
+    pub fn set_python(&mut self, enabled: bool) {
+        self.python_enabled = enabled;
+    }
+
+    /// Python processes seen, and whether their frames are read.
+    pub fn python_processes(&self) -> impl Iterator<Item = (Pid, &PythonState)> {
+        self.python.iter().map(|(p, s)| (*p, s))
     }
 
     /// Figures for `/metrics`.
@@ -439,6 +485,7 @@ impl Unwinder {
             id,
             TableEntry {
                 name,
+                runtime: None,
                 state: TableState::Building,
                 loads: Vec::new(),
                 build_id: None,
@@ -555,9 +602,10 @@ impl Unwinder {
 
     fn finish(&mut self, built: Built) {
         self.stats.build_time += built.elapsed;
-        let Some(entry) = self.tables.get(&built.id) else {
+        let Some(entry) = self.tables.get_mut(&built.id) else {
             return;
         };
+        entry.runtime = built.runtime;
         let name = entry.name.clone();
         let (table, info) = match built.result {
             Ok(r) => r,
@@ -736,6 +784,9 @@ impl Unwinder {
                 self.release(&state);
             }
             let _ = self.procs_map.delete(&pid.0.to_ne_bytes());
+            if self.python.remove(&pid).is_some() {
+                let _ = self.py_procs.delete(&pid.0.to_ne_bytes());
+            }
         }
         let idle: Vec<TableId> = self
             .tables
@@ -786,6 +837,86 @@ impl Unwinder {
             self.stats.mappings_dropped += nr as u64;
             tracing::debug!("proc_unwind update for pid {pid} failed: {e}");
         }
+        self.upload_python(pid, state);
+    }
+
+    /// Gives the BPF walker a Python process's interpreter (`py_procs`),
+    /// once the tables of its interpreter and libc are in.
+    fn upload_python(&mut self, pid: Pid, state: &ProcState) {
+        use python::FileRuntime;
+        let mut interp = None;
+        let mut unsupported = None;
+        let mut libc = None;
+        for m in &state.mappings {
+            let Some(e) = m.table.and_then(|t| self.tables.get(&t)) else {
+                continue;
+            };
+            match &e.runtime {
+                Some(FileRuntime::Python(p)) => {
+                    interp = Some((p.clone(), bias_of(&e.loads, m)));
+                }
+                Some(FileRuntime::UnsupportedPython { version, reason }) => {
+                    unsupported = Some(PythonState::Native {
+                        version: *version,
+                        reason,
+                    });
+                }
+                Some(FileRuntime::Libc { tls_specific }) => libc = Some(*tls_specific),
+                None => {}
+            }
+        }
+        let key = pid.0.to_ne_bytes();
+        let new = match (interp, libc) {
+            (None, _) => unsupported,
+            (Some((p, _)), _) if !self.python_enabled => Some(PythonState::Native {
+                version: Some(p.version),
+                reason: "python unwinding off",
+            }),
+            (Some((p, None)), _) => Some(PythonState::Native {
+                version: Some(p.version),
+                reason: "interpreter's load address not found",
+            }),
+            (Some((p, _)), None) => Some(PythonState::Native {
+                version: Some(p.version),
+                reason: "libc's thread-specific data not found",
+            }),
+            (Some((p, Some(bias))), Some(tls)) => {
+                let mut v = [0u8; python::PY_PROC_BYTES];
+                let tss = p.runtime.wrapping_add(u64::from(p.layout.runtime_tss));
+                v[0..8].copy_from_slice(&p.eval.0.wrapping_add(bias).to_ne_bytes());
+                v[8..16].copy_from_slice(&p.eval.1.wrapping_add(bias).to_ne_bytes());
+                v[16..24].copy_from_slice(&tss.wrapping_add(bias).to_ne_bytes());
+                v[24..28].copy_from_slice(&tls.to_ne_bytes());
+                v[28..32].copy_from_slice(&p.version.0.to_ne_bytes());
+                v[32..].copy_from_slice(&p.layout.to_bytes());
+                match self.py_procs.update(&key, &v, MapFlags::ANY) {
+                    Ok(()) => Some(PythonState::Unwound { version: p.version }),
+                    Err(e) => {
+                        tracing::debug!("py_procs update for pid {pid} failed: {e}");
+                        Some(PythonState::Native {
+                            version: Some(p.version),
+                            reason: "too many Python processes",
+                        })
+                    }
+                }
+            }
+        };
+        match new {
+            Some(st) => {
+                if !matches!(st, PythonState::Unwound { .. }) {
+                    let _ = self.py_procs.delete(&key);
+                }
+                if self.python.get(&pid) != Some(&st) {
+                    tracing::debug!("python process {pid}: {st:?}");
+                }
+                self.python.insert(pid, st);
+            }
+            None => {
+                if self.python.remove(&pid).is_some() {
+                    let _ = self.py_procs.delete(&key);
+                }
+            }
+        }
     }
 }
 
@@ -814,9 +945,12 @@ fn bias_of(loads: &[table::LoadSegment], m: &ProcMapping) -> Option<u64> {
 fn builder_thread(jobs: mpsc::Receiver<BuildJob>, done: mpsc::Sender<Built>) {
     while let Ok(job) = jobs.recv() {
         let started = Instant::now();
-        let result = match job.source {
-            BuildSource::File(path) => read_capped(&path).and_then(|b| build(&b)),
-            BuildSource::Vdso => own_vdso().and_then(|b| build(&b)),
+        let (result, runtime) = match job.source {
+            BuildSource::File(path) => (
+                read_capped(&path).and_then(|b| build(&b)),
+                File::open(&path).ok().and_then(|f| python::inspect(&f)),
+            ),
+            BuildSource::Vdso => (own_vdso().and_then(|b| build(&b)), None),
         };
         let elapsed = started.elapsed();
         // A build's scratch (parsed CFI of a large library: tens of MiB)
@@ -830,6 +964,7 @@ fn builder_thread(jobs: mpsc::Receiver<BuildJob>, done: mpsc::Sender<Built>) {
         if done
             .send(Built {
                 id: job.id,
+                runtime,
                 result,
                 elapsed,
             })

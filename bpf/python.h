@@ -1,0 +1,310 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * CPython frames, read where the native walker (bpf/unwind.h) meets the
+ * eval loop: one native `_PyEval_EvalFrameDefault` call runs a run of
+ * Python frames (3.11 on: calls between Python functions do not recurse in
+ * C), so that native frame is replaced by the frames of its run, leaf
+ * first, read from the thread's own frame chain.
+ *
+ * - The thread state comes from the pthread key CPython keeps it under
+ *   (`_PyRuntime.autoTSSkey`): glibc keeps a key K < 32 at
+ *   fsbase + tls_specific + 16 * K + 8, with tls_specific read by the agent
+ *   from the process's libc (`pthread_getspecific`). It is set even while
+ *   the thread has released the GIL (sleeping, hashing a buffer).
+ * - A run ends at its entry frame: `is_entry` set (3.11), or the C-stack
+ *   shim frame (`owner` 3) the eval loop pushes below the run (3.12 on),
+ *   which is skipped.
+ * - Each Python frame becomes one slot (EMBERD_PY_FRAME in bpf/emberd.h):
+ *   the instruction index and a fingerprint of the code object, taken from
+ *   its address and its name, file and line table (their pointers and the
+ *   strings' hashes). The first time a (process, fingerprint) is seen the
+ *   code object's names and line table are copied to `py_codes`, where the
+ *   agent names it at the next drain. A code object freed and another made
+ *   at its address has another fingerprint, so old samples keep the old
+ *   name (the agent counts and marks a record it no longer finds).
+ *
+ * Every read is a bpf_probe_read_user of a bounded size: a process that
+ * scribbles over its interpreter gets marker frames, never more work.
+ * Offsets are data (`struct py_layout`, from src/unwind/python.rs), so one
+ * program serves every supported version.
+ */
+#ifndef EMBERD_PYTHON_H
+#define EMBERD_PYTHON_H
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096); /* set by the agent */
+	__type(key, __u32);        /* tgid */
+	__type(value, struct py_proc);
+} py_procs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096); /* set by the agent */
+	__type(key, struct py_code_key);
+	__type(value, struct py_code);
+} py_codes SEC(".maps");
+
+/* Bytes of a frame and of a code object read at once: every offset the
+ * layouts use is below these. */
+#define PY_FRAME_READ 80
+#define PY_CODE_READ 160
+#define PY_STR_READ 48
+/* PyBytesObject (3.11-3.13): ob_size at 16, the bytes at 32. */
+#define PY_BYTES_SIZE 16
+#define PY_BYTES_DATA 32
+/* `owner` of the eval loop's C-stack shim frame (FRAME_OWNED_BY_CSTACK). */
+#define PY_OWNED_BY_CSTACK 3
+
+struct py_scratch {
+	__u8 frame[PY_FRAME_READ];
+	__u8 code[PY_CODE_READ];
+	__u8 qualname[PY_STR_READ];
+	__u8 filename[PY_STR_READ];
+	struct py_code rec;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct py_scratch);
+} py_scratch SEC(".maps");
+
+/* A little-endian field of a buffer read from the process; 0 when the
+ * offset is outside it (a layout value the agent never writes). */
+#define PY_FIELD(buf, off, type)                                                       \
+	({                                                                             \
+		__u32 __o = (off);                                                     \
+		type __v = 0;                                                          \
+		if (__o <= sizeof(buf) - sizeof(type))                                 \
+			__builtin_memcpy(&__v, &(buf)[__o], sizeof(type));             \
+		__v;                                                                   \
+	})
+
+static __always_inline __u64 py_mix(__u64 h, __u64 v)
+{
+	h = (h ^ v) * 0x9e3779b97f4a7c15ULL;
+	return h ^ (h >> 31);
+}
+
+/* Where a str's characters start, and their kind (0 ASCII, else bytes per
+ * character); -1 for a string emberd does not read (not compact). */
+static __always_inline int py_str_data(struct py_layout *l, __u8 *hdr, __u64 obj, __u64 *data)
+{
+	__u8 state = PY_FIELD(((__u8(*)[PY_STR_READ])hdr)[0], l->str_state, __u8);
+	__u8 kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
+
+	if (!compact)
+		return -1;
+	if (ascii) {
+		*data = obj + l->str_ascii_data;
+		return 0;
+	}
+	if (kind != 1 && kind != 2 && kind != 4)
+		return -1;
+	*data = obj + l->str_compact_data;
+	return kind;
+}
+
+/* Copies what the agent needs to name a code object into py_codes. */
+static __always_inline void py_remember(struct py_scratch *sc, struct py_layout *l,
+					struct py_code_key *key, __u64 qualname, __u64 filename,
+					__u64 linetable)
+{
+	struct py_code *rec = &sc->rec;
+	__u64 data = 0, len, n;
+	int kind;
+
+	rec->firstlineno = PY_FIELD(sc->code, l->code_firstlineno, __u32);
+	rec->qualname_len = 0;
+	rec->filename_len = 0;
+	rec->linetable_len = 0;
+	rec->qualname_kind = 0xff;
+	rec->filename_kind = 0xff;
+
+	kind = py_str_data(l, sc->qualname, qualname, &data);
+	len = PY_FIELD(sc->qualname, l->str_length, __u64);
+	if (kind >= 0 && len < (1 << 20)) {
+		n = len * (kind ? kind : 1);
+		if (n > EMBERD_PY_QUALNAME_LEN)
+			n = EMBERD_PY_QUALNAME_LEN;
+		if (n && bpf_probe_read_user(rec->qualname, n, (void *)data) == 0) {
+			rec->qualname_len = len;
+			rec->qualname_kind = kind;
+		}
+	}
+	kind = py_str_data(l, sc->filename, filename, &data);
+	len = PY_FIELD(sc->filename, l->str_length, __u64);
+	if (kind >= 0 && len < (1 << 20)) {
+		__u64 w = kind ? kind : 1, bytes = len * w;
+
+		/* The tail: the file's own name is what a frame shows. */
+		n = bytes;
+		if (n > EMBERD_PY_FILENAME_LEN) {
+			n = EMBERD_PY_FILENAME_LEN / w * w;
+			data += bytes - n;
+		}
+		if (n <= EMBERD_PY_FILENAME_LEN && n &&
+		    bpf_probe_read_user(rec->filename, n, (void *)data) == 0) {
+			rec->filename_len = len;
+			rec->filename_kind = kind;
+		}
+	}
+	if (linetable) {
+		__u64 size = 0;
+
+		if (bpf_probe_read_user(&size, sizeof(size), (void *)(linetable + PY_BYTES_SIZE)) == 0 &&
+		    size < (1 << 16)) {
+			n = size > EMBERD_PY_LINETABLE_LEN ? EMBERD_PY_LINETABLE_LEN : size;
+			if (n == 0 || bpf_probe_read_user(rec->linetable, n,
+							  (void *)(linetable + PY_BYTES_DATA)) == 0)
+				rec->linetable_len = size;
+		}
+	}
+	bpf_map_update_elem(&py_codes, key, rec, BPF_NOEXIST);
+	ucount(UCOUNTER_PY_CODES);
+}
+
+static __always_inline __u64 py_mark(__u32 why)
+{
+	ucount(UCOUNTER_PY_MARK_BASE + (why < 6 ? why : 0));
+	return EMBERD_PY_MARK | why;
+}
+
+/*
+ * The thread's innermost Python frame (0: the thread runs no Python), or
+ * a marker slot (EMBERD_PY_MARK | why) when it cannot be read. Global: the
+ * verifier checks it once, on its own.
+ */
+__attribute__((noinline)) __u64 py_thread_frame(void)
+{
+	__u32 zero = 0;
+	struct unwind_state *st = bpf_map_lookup_elem(&unwind_states, &zero);
+	struct py_layout *l;
+	__u64 tstate = 0, frame = 0, cframe = 0;
+	__u32 tss[2] = {};
+
+	if (!st)
+		return 0;
+	l = &st->py.layout;
+	if (bpf_probe_read_user(tss, sizeof(tss), (void *)st->py.tss_addr))
+		return py_mark(PY_MARK_NO_THREAD);
+	/* Py_tss_t: _is_initialized, then the pthread key. */
+	if (!tss[0] || tss[1] >= 32)
+		return py_mark(PY_MARK_BAD_KEY);
+	if (bpf_probe_read_user(&tstate, sizeof(tstate),
+				(void *)(st->fsbase + st->py.tls_specific + 16 * (__u64)tss[1] + 8)))
+		return py_mark(PY_MARK_NO_THREAD);
+	if (!tstate)
+		return 0;
+	if (l->tstate_cframe != 0xffff) {
+		if (bpf_probe_read_user(&cframe, sizeof(cframe), (void *)(tstate + l->tstate_cframe)))
+			return py_mark(PY_MARK_NO_THREAD);
+		if (!cframe)
+			return 0;
+		if (bpf_probe_read_user(&frame, sizeof(frame), (void *)(cframe + l->cframe_frame)))
+			return py_mark(PY_MARK_NO_THREAD);
+	} else if (bpf_probe_read_user(&frame, sizeof(frame), (void *)(tstate + l->tstate_frame))) {
+		return py_mark(PY_MARK_NO_THREAD);
+	}
+	return frame;
+}
+
+/*
+ * One step of the run of Python frames replacing an eval-loop frame: reads
+ * st->py_frame, pushes its slot (or skips the C-stack shim that ends the
+ * run) and moves to the caller. Clears st->py_emitting when the run ends.
+ */
+__attribute__((noinline)) int py_emit(void)
+{
+	__u32 zero = 0;
+	struct unwind_state *st = bpf_map_lookup_elem(&unwind_states, &zero);
+	struct stored_stack *s = bpf_map_lookup_elem(&stack_scratch, &zero);
+	struct py_scratch *sc = bpf_map_lookup_elem(&py_scratch, &zero);
+	struct py_layout *l;
+	struct py_code_key key = {};
+	__u64 frame, code, qualname, filename, linetable, instr, base, idx, h, prev;
+	__u32 nr;
+	__u8 entry;
+
+	if (!st || !s || !sc)
+		return 1;
+	l = &st->py.layout;
+	frame = st->py_frame;
+	nr = st->nr;
+	if (nr >= EMBERD_MAX_STACK_DEPTH)
+		return 1;
+	if (!frame) {
+		st->py_emitting = 0;
+		return 0;
+	}
+	if (bpf_probe_read_user(sc->frame, sizeof(sc->frame), (void *)frame)) {
+		s->ips[nr & 127] = py_mark(PY_MARK_FRAME_READ);
+		goto fail;
+	}
+	prev = PY_FIELD(sc->frame, l->frame_previous, __u64);
+	entry = PY_FIELD(sc->frame, l->frame_entry, __u8);
+	if (l->entry_is_owner && entry == PY_OWNED_BY_CSTACK) {
+		/* The shim below this run: the run is over. */
+		st->py_frame = prev;
+		st->py_emitting = 0;
+		if (!st->py_emitted) {
+			/* No Python frame in the run: keep the native frame. */
+			s->ips[nr & 127] = st->py_eval_pc;
+			st->nr = nr + 1;
+		}
+		return 0;
+	}
+	code = PY_FIELD(sc->frame, l->frame_code, __u64);
+	if (bpf_probe_read_user(sc->code, sizeof(sc->code), (void *)code)) {
+		s->ips[nr & 127] = py_mark(PY_MARK_CODE_READ);
+		goto fail;
+	}
+	qualname = PY_FIELD(sc->code, l->code_qualname, __u64);
+	filename = PY_FIELD(sc->code, l->code_filename, __u64);
+	linetable = PY_FIELD(sc->code, l->code_linetable, __u64);
+	if (bpf_probe_read_user(sc->qualname, sizeof(sc->qualname), (void *)qualname) ||
+	    bpf_probe_read_user(sc->filename, sizeof(sc->filename), (void *)filename)) {
+		s->ips[nr & 127] = py_mark(PY_MARK_CODE_READ);
+		goto fail;
+	}
+	h = py_mix(0x243f6a8885a308d3ULL, code);
+	h = py_mix(h, qualname);
+	h = py_mix(h, filename);
+	h = py_mix(h, linetable);
+	h = py_mix(h, PY_FIELD(sc->code, l->code_firstlineno, __u32));
+	h = py_mix(h, PY_FIELD(sc->qualname, l->str_hash, __u64));
+	h = py_mix(h, PY_FIELD(sc->filename, l->str_hash, __u64));
+	key.tgid = st->tgid;
+	key.fingerprint = h & EMBERD_PY_FP_MASK;
+	if (!bpf_map_lookup_elem(&py_codes, &key))
+		py_remember(sc, l, &key, qualname, filename, linetable);
+
+	instr = PY_FIELD(sc->frame, l->frame_instr, __u64);
+	base = code + l->code_adaptive;
+	idx = instr > base ? (instr - base) / 2 : 0;
+	if (idx > EMBERD_PY_LASTI_MAX)
+		idx = EMBERD_PY_LASTI_MAX;
+	s->ips[nr & 127] = EMBERD_PY_FRAME | idx << EMBERD_PY_FP_BITS | key.fingerprint;
+	st->nr = nr + 1;
+	st->py_emitted = 1;
+	ucount(UCOUNTER_PY_FRAMES);
+	st->py_frame = prev;
+	/* 3.11: the run's first frame says it is the entry. */
+	if (!l->entry_is_owner && entry)
+		st->py_emitting = 0;
+	else if (!prev)
+		st->py_emitting = 0;
+	return 0;
+fail:
+	st->nr = nr + 1;
+	/* The chain cannot be trusted past here: later eval frames stay native. */
+	st->py_frame = 0;
+	st->py_failed = 1;
+	st->py_emitting = 0;
+	return 0;
+}
+
+#endif /* EMBERD_PYTHON_H */

@@ -1,0 +1,511 @@
+//! CPython: which mapped files hold an interpreter, and the layout the BPF
+//! walker (`bpf/python.h`) reads its frames with.
+//!
+//! A file is a CPython interpreter when its dynamic symbols export
+//! `_PyEval_EvalFrameDefault`, `_PyRuntime` and `Py_Version` (Debian's
+//! `python3`, linked statically, and python.org's `libpython3.X.so` alike):
+//! the version comes from the `Py_Version` constant in the file, never from
+//! its name. From 3.13 on the file's `_PyRuntime` begins with
+//! `_Py_DebugOffsets`, CPython's own statement of its layout; where it is
+//! present its offsets are checked against the table here and a
+//! disagreement leaves the interpreter native-only (with the reason), so an
+//! unexpected build is never read with a wrong layout.
+//!
+//! The thread state is found through glibc's thread-specific data, whose
+//! place in the thread control block is read from the process's libc
+//! (`pthread_getspecific`'s first instructions), not assumed.
+//!
+//! Every read here is of a bounded size at an offset the file's own headers
+//! give; a file that is not what it claims is simply not an interpreter.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+/// A Python version, as `Py_Version` encodes it (`0xMMmmppRS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PyVersion(pub u32);
+
+impl PyVersion {
+    /// Major and minor version.
+    pub fn minor(self) -> (u32, u32) {
+        (self.0 >> 24, (self.0 >> 16) & 0xff)
+    }
+}
+
+impl std::fmt::Display for PyVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (major, minor) = self.minor();
+        write!(f, "{major}.{minor}.{}", (self.0 >> 8) & 0xff)
+    }
+}
+
+/// Byte offsets into CPython's structures (`struct py_layout` in
+/// `bpf/emberd.h`); [`NONE`] marks a field the version does not have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PyLayout {
+    /// `PyThreadState.cframe` (3.11, 3.12).
+    pub tstate_cframe: u16,
+    /// `_PyCFrame.current_frame`.
+    pub cframe_frame: u16,
+    /// `PyThreadState.current_frame` (3.13).
+    pub tstate_frame: u16,
+    /// `_PyInterpreterFrame.f_code` / `f_executable`.
+    pub frame_code: u16,
+    /// `_PyInterpreterFrame.previous`.
+    pub frame_previous: u16,
+    /// `prev_instr` (3.11, 3.12) or `instr_ptr` (3.13).
+    pub frame_instr: u16,
+    /// `is_entry` (3.11) or `owner` (3.12 on).
+    pub frame_entry: u16,
+    /// `PyCodeObject.co_filename`.
+    pub code_filename: u16,
+    /// `PyCodeObject.co_qualname`.
+    pub code_qualname: u16,
+    /// `PyCodeObject.co_linetable`.
+    pub code_linetable: u16,
+    /// `PyCodeObject.co_firstlineno`.
+    pub code_firstlineno: u16,
+    /// `PyCodeObject.co_code_adaptive`: the first code unit.
+    pub code_adaptive: u16,
+    /// `PyASCIIObject.length`.
+    pub str_length: u16,
+    /// `PyASCIIObject.hash`.
+    pub str_hash: u16,
+    /// `PyASCIIObject.state`.
+    pub str_state: u16,
+    /// Data of a compact ASCII string.
+    pub str_ascii_data: u16,
+    /// Data of a compact non-ASCII string.
+    pub str_compact_data: u16,
+    /// Whether `frame_entry` is `owner` (the C-stack shim is 3).
+    pub entry_is_owner: bool,
+    /// Offset of `autoTSSkey` (a `Py_tss_t`) in `_PyRuntime`.
+    pub runtime_tss: u32,
+    /// Whether the instruction pointer points at the instruction being run
+    /// (3.13's `instr_ptr`) rather than the last one started (`prev_instr`).
+    pub instr_is_next: bool,
+}
+
+/// A field a version does not have.
+pub const NONE: u16 = 0xffff;
+
+/// The layout of a CPython minor version on x86_64, re-derived on the
+/// interpreters of these machines (Debian's 3.11.2; pyenv's 3.11.7, 3.12.1,
+/// 3.13.0) and checked by the integration tests against live processes.
+pub fn layout(version: PyVersion) -> Option<PyLayout> {
+    let common = PyLayout {
+        tstate_cframe: 56,
+        cframe_frame: 0,
+        tstate_frame: NONE,
+        frame_code: 0,
+        frame_previous: 8,
+        frame_instr: 56,
+        frame_entry: 70,
+        code_filename: 112,
+        code_qualname: 128,
+        code_linetable: 136,
+        code_firstlineno: 68,
+        code_adaptive: 192,
+        str_length: 16,
+        str_hash: 24,
+        str_state: 32,
+        str_ascii_data: 40,
+        str_compact_data: 56,
+        entry_is_owner: true,
+        runtime_tss: 1544,
+        instr_is_next: false,
+    };
+    match version.minor() {
+        (3, 11) => Some(PyLayout {
+            cframe_frame: 8,
+            frame_code: 32,
+            frame_previous: 48,
+            frame_entry: 68,
+            entry_is_owner: false,
+            code_firstlineno: 72,
+            code_adaptive: 184,
+            // 3.11's PyASCIIObject still has `wstr`.
+            str_ascii_data: 48,
+            str_compact_data: 72,
+            runtime_tss: 592,
+            ..common
+        }),
+        (3, 12) => Some(common),
+        (3, 13) => Some(PyLayout {
+            tstate_cframe: NONE,
+            tstate_frame: 72,
+            code_adaptive: 200,
+            runtime_tss: 2160,
+            instr_is_next: true,
+            ..common
+        }),
+        _ => None,
+    }
+}
+
+impl PyLayout {
+    /// The layout as `struct py_layout` bytes.
+    pub fn to_bytes(&self) -> [u8; PY_LAYOUT_BYTES] {
+        let mut out = [0u8; PY_LAYOUT_BYTES];
+        let fields = [
+            self.tstate_cframe,
+            self.cframe_frame,
+            self.tstate_frame,
+            self.frame_code,
+            self.frame_previous,
+            self.frame_instr,
+            self.frame_entry,
+            self.code_filename,
+            self.code_qualname,
+            self.code_linetable,
+            self.code_firstlineno,
+            self.code_adaptive,
+            self.str_length,
+            self.str_hash,
+            self.str_state,
+            self.str_ascii_data,
+            self.str_compact_data,
+        ];
+        for (i, f) in fields.iter().enumerate() {
+            out[i * 2..i * 2 + 2].copy_from_slice(&f.to_ne_bytes());
+        }
+        out[34] = u8::from(self.entry_is_owner);
+        out
+    }
+}
+
+/// sizeof(struct py_layout).
+pub const PY_LAYOUT_BYTES: usize = 40;
+/// sizeof(struct py_proc).
+pub const PY_PROC_BYTES: usize = 32 + PY_LAYOUT_BYTES;
+const _: () = assert!(std::mem::size_of::<crate::bpf::types::py_layout>() == PY_LAYOUT_BYTES);
+const _: () = assert!(std::mem::size_of::<crate::bpf::types::py_proc>() == PY_PROC_BYTES);
+
+/// What a mapped file contributes to reading interpreter frames.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileRuntime {
+    /// A CPython interpreter emberd can read.
+    Python(PyInterpreter),
+    /// A CPython interpreter emberd cannot read, and why.
+    UnsupportedPython {
+        /// `Py_Version`, when the file has it.
+        version: Option<PyVersion>,
+        /// Why it is not read (shown by `emberd check`, counted in /metrics).
+        reason: &'static str,
+    },
+    /// glibc: where thread-specific data lives in the thread control block.
+    Libc {
+        /// Key K's value is at fsbase + this + 16 * K + 8.
+        tls_specific: u32,
+    },
+}
+
+/// A CPython interpreter in a file (virtual addresses of the file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PyInterpreter {
+    /// `Py_Version`.
+    pub version: PyVersion,
+    /// `_PyEval_EvalFrameDefault`: [start, end).
+    pub eval: (u64, u64),
+    /// `_PyRuntime`.
+    pub runtime: u64,
+    /// How to read its structures.
+    pub layout: PyLayout,
+}
+
+/// Bound on `.dynsym` + `.dynstr` read to look for the interpreter's
+/// symbols: libpython's are ~90 KiB, a large C++ library's can be tens of
+/// MiB (and holds no interpreter).
+const MAX_DYNSYM_BYTES: u64 = 4 << 20;
+
+/// Symbols looked for.
+const EVAL: &str = "_PyEval_EvalFrameDefault";
+const RUNTIME: &str = "_PyRuntime";
+const VERSION: &str = "Py_Version";
+const GETSPECIFIC: &[&str] = &["pthread_getspecific", "__pthread_getspecific"];
+
+/// What `file` contributes to interpreter unwinding, if anything.
+pub fn inspect(file: &File) -> Option<FileRuntime> {
+    let elf = Elf::read(file)?;
+    let syms = elf.dynamic_symbols(
+        file,
+        &[EVAL, RUNTIME, VERSION, GETSPECIFIC[0], GETSPECIFIC[1]],
+    )?;
+    let get = |name: &str| syms.iter().find(|s| s.0 == name).map(|s| (s.1, s.2));
+    if let Some((eval, eval_size)) = get(EVAL) {
+        let version = get(VERSION)
+            .and_then(|(at, _)| elf.read_vaddr(file, at, 4))
+            .map(|b| PyVersion(u32::from_le_bytes(b.try_into().expect("4 bytes"))));
+        let Some(version) = version else {
+            return Some(FileRuntime::UnsupportedPython {
+                version: None,
+                reason: "no Py_Version (CPython before 3.11)",
+            });
+        };
+        let Some(layout) = layout(version) else {
+            return Some(FileRuntime::UnsupportedPython {
+                version: Some(version),
+                reason: "version without a layout",
+            });
+        };
+        let Some((runtime, _)) = get(RUNTIME) else {
+            return Some(FileRuntime::UnsupportedPython {
+                version: Some(version),
+                reason: "no _PyRuntime symbol",
+            });
+        };
+        if eval_size == 0 {
+            return Some(FileRuntime::UnsupportedPython {
+                version: Some(version),
+                reason: "_PyEval_EvalFrameDefault has no size",
+            });
+        }
+        if let Some(reason) = check_debug_offsets(&elf, file, runtime, version, &layout) {
+            return Some(FileRuntime::UnsupportedPython {
+                version: Some(version),
+                reason,
+            });
+        }
+        return Some(FileRuntime::Python(PyInterpreter {
+            version,
+            eval: (eval, eval + eval_size),
+            runtime,
+            layout,
+        }));
+    }
+    let (at, _) = GETSPECIFIC.iter().find_map(|n| get(n))?;
+    let code = elf.read_vaddr(file, at, 32)?;
+    tls_specific_of(&code).map(|tls_specific| FileRuntime::Libc { tls_specific })
+}
+
+/// glibc's x86_64 `pthread_getspecific` starts `cmp $0x1f,%edi; ja ...;
+/// mov %edi,%eax; add $N,%rax; shl $4,%rax; add %fs:0x10,%rax; mov 8(%rax)`:
+/// key K < 32 is at fsbase + 16 * (K + N) + 8. Anything else (another libc,
+/// another build) is not guessed at.
+pub fn tls_specific_of(code: &[u8]) -> Option<u32> {
+    if code.get(0..3)? != [0x83, 0xff, 0x1f] {
+        return None;
+    }
+    let at = code
+        .windows(8)
+        .position(|w| w[0..3] == [0x48, 0x83, 0xc0] && w[4..8] == [0x48, 0xc1, 0xe0, 0x04])?;
+    if at > 16 {
+        return None;
+    }
+    Some(u32::from(code[at + 3]) * 16)
+}
+
+/// From 3.13 on `_PyRuntime` starts with `_Py_DebugOffsets` ("xdebugpy",
+/// then the version): the frame and code-object offsets there must be the
+/// table's. None when they agree or the file has none; else the reason.
+fn check_debug_offsets(
+    elf: &Elf,
+    file: &File,
+    runtime: u64,
+    version: PyVersion,
+    layout: &PyLayout,
+) -> Option<&'static str> {
+    if version.minor() < (3, 13) {
+        return None;
+    }
+    let Some(b) = elf.read_vaddr(file, runtime, DEBUG_OFFSETS_READ) else {
+        return Some("_PyRuntime not readable from the file");
+    };
+    if &b[0..8] != b"xdebugpy" {
+        return Some("_PyRuntime has no _Py_DebugOffsets");
+    }
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+    if u64_at(8) as u32 != version.0 {
+        return Some("_Py_DebugOffsets names another version");
+    }
+    let offsets = debug_offsets_at(version)?;
+    let want = [
+        (offsets.tstate_frame, layout.tstate_frame),
+        (offsets.frame_previous, layout.frame_previous),
+        (offsets.frame_code, layout.frame_code),
+        (offsets.frame_instr, layout.frame_instr),
+        (offsets.frame_owner, layout.frame_entry),
+        (offsets.code_filename, layout.code_filename),
+        (offsets.code_qualname, layout.code_qualname),
+        (offsets.code_linetable, layout.code_linetable),
+        (offsets.code_firstlineno, layout.code_firstlineno),
+        (offsets.code_adaptive, layout.code_adaptive),
+        (offsets.str_ascii_size, layout.str_ascii_data),
+    ];
+    for (at, field) in want {
+        if at + 8 > b.len() || u64_at(at) != u64::from(field) {
+            return Some("_Py_DebugOffsets disagree with emberd's layout");
+        }
+    }
+    None
+}
+
+/// Bytes of `_PyRuntime` read for [`check_debug_offsets`].
+const DEBUG_OFFSETS_READ: usize = 584;
+
+/// Where, in `_Py_DebugOffsets`, the offsets emberd uses are stated.
+struct DebugOffsetsAt {
+    tstate_frame: usize,
+    frame_previous: usize,
+    frame_code: usize,
+    frame_instr: usize,
+    frame_owner: usize,
+    code_filename: usize,
+    code_qualname: usize,
+    code_linetable: usize,
+    code_firstlineno: usize,
+    code_adaptive: usize,
+    str_ascii_size: usize,
+}
+
+/// Per version: the struct is all u64 after the cookie (3.13.0:
+/// `version`, `free_threaded`, then runtime_state (3 fields),
+/// interpreter_state (13), thread_state (9), interpreter_frame (6),
+/// code_object (10), ..., unicode_object (4)), and only promised stable
+/// within a minor version.
+fn debug_offsets_at(version: PyVersion) -> Option<DebugOffsetsAt> {
+    match version.minor() {
+        (3, 13) => Some(DebugOffsetsAt {
+            tstate_frame: 184,
+            frame_previous: 232,
+            frame_code: 240,
+            frame_instr: 248,
+            frame_owner: 264,
+            code_filename: 280,
+            code_qualname: 296,
+            code_linetable: 304,
+            code_firstlineno: 312,
+            code_adaptive: 344,
+            str_ascii_size: 560,
+        }),
+        _ => None,
+    }
+}
+
+/// The few parts of an ELF file read here: section headers and the
+/// program headers that place virtual addresses in the file.
+struct Elf {
+    sections: Vec<Section>,
+    loads: Vec<(u64, u64, u64)>, // vaddr, offset, filesz
+}
+
+#[derive(Clone, Copy)]
+struct Section {
+    kind: u32,
+    offset: u64,
+    size: u64,
+    link: u32,
+}
+
+impl Elf {
+    fn read(file: &File) -> Option<Elf> {
+        let mut h = [0u8; 64];
+        file.read_exact_at(&mut h, 0).ok()?;
+        if h[0..4] != *b"\x7fELF" || h[4] != 2 || h[5] != 1 {
+            return None;
+        }
+        let u16_at = |b: &[u8], o: usize| u64::from(u16::from_le_bytes([b[o], b[o + 1]]));
+        let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4"));
+        let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
+        let (phoff, phentsize, phnum) = (u64_at(&h, 32), u16_at(&h, 54), u16_at(&h, 56));
+        let (shoff, shentsize, shnum) = (u64_at(&h, 40), u16_at(&h, 58), u16_at(&h, 60));
+        if phentsize < 56 || shentsize < 64 {
+            return None;
+        }
+        // At most 65,535 headers of 64 bytes each: bounded by the format.
+        let mut ph = vec![0u8; (phentsize * phnum) as usize];
+        file.read_exact_at(&mut ph, phoff).ok()?;
+        let mut sh = vec![0u8; (shentsize * shnum) as usize];
+        file.read_exact_at(&mut sh, shoff).ok()?;
+        let loads = ph
+            .chunks_exact(phentsize as usize)
+            .filter(|p| u32_at(p, 0) == 1)
+            .map(|p| (u64_at(p, 16), u64_at(p, 8), u64_at(p, 32)))
+            .collect();
+        let sections = sh
+            .chunks_exact(shentsize as usize)
+            .map(|s| Section {
+                kind: u32_at(s, 4),
+                offset: u64_at(s, 24),
+                size: u64_at(s, 32),
+                link: u32_at(s, 40),
+            })
+            .collect();
+        Some(Elf { sections, loads })
+    }
+
+    /// `len` bytes at virtual address `vaddr`, from the file.
+    fn read_vaddr(&self, file: &File, vaddr: u64, len: usize) -> Option<Vec<u8>> {
+        let &(v, off, filesz) = self
+            .loads
+            .iter()
+            .find(|&&(v, _, filesz)| v <= vaddr && vaddr + len as u64 <= v + filesz)?;
+        let _ = filesz;
+        let mut out = vec![0u8; len];
+        file.read_exact_at(&mut out, off + (vaddr - v)).ok()?;
+        Some(out)
+    }
+
+    /// (name, value, size) of the wanted names among the defined dynamic
+    /// symbols; None when the file has no `.dynsym` or it is too large.
+    fn dynamic_symbols(&self, file: &File, wanted: &[&str]) -> Option<Vec<(String, u64, u64)>> {
+        const SHT_DYNSYM: u32 = 11;
+        let dynsym = self.sections.iter().find(|s| s.kind == SHT_DYNSYM)?;
+        let dynstr = self.sections.get(dynsym.link as usize)?;
+        if dynsym.size.checked_add(dynstr.size)? > MAX_DYNSYM_BYTES {
+            return None;
+        }
+        let mut syms = vec![0u8; dynsym.size as usize];
+        file.read_exact_at(&mut syms, dynsym.offset).ok()?;
+        let mut strs = vec![0u8; dynstr.size as usize];
+        file.read_exact_at(&mut strs, dynstr.offset).ok()?;
+        let mut out = Vec::new();
+        for s in syms.chunks_exact(24) {
+            let name = u32::from_le_bytes(s[0..4].try_into().expect("4")) as usize;
+            let shndx = u16::from_le_bytes([s[6], s[7]]);
+            let value = u64::from_le_bytes(s[8..16].try_into().expect("8"));
+            let size = u64::from_le_bytes(s[16..24].try_into().expect("8"));
+            if shndx == 0 {
+                continue; // undefined: imported, not this file's
+            }
+            let Some(rest) = strs.get(name..) else {
+                continue;
+            };
+            let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
+            let Ok(n) = std::str::from_utf8(&rest[..end]) else {
+                continue;
+            };
+            if wanted.contains(&n) && !out.iter().any(|(o, _, _): &(String, u64, u64)| o == n) {
+                out.push((n.to_owned(), value, size));
+            }
+        }
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glibc_thread_specific_offset_is_read_from_its_code() {
+        // glibc 2.36's pthread_getspecific, as Debian 12 ships it.
+        let code = [
+            0x83, 0xff, 0x1f, 0x77, 0x3b, 0x89, 0xf8, 0x48, 0x83, 0xc0, 0x31, 0x48, 0xc1, 0xe0,
+            0x04, 0x64, 0x48, 0x03, 0x04, 0x25, 0x10, 0x00,
+        ];
+        assert_eq!(tls_specific_of(&code), Some(0x310));
+        assert_eq!(tls_specific_of(&[0x90; 32]), None);
+    }
+
+    #[test]
+    fn this_machines_libc_and_interpreters_are_recognized() {
+        let libc = File::open("/lib/x86_64-linux-gnu/libc.so.6").expect("libc");
+        assert!(matches!(inspect(&libc), Some(FileRuntime::Libc { .. })));
+        let py = File::open("/usr/bin/python3.11").expect("Debian's python3.11");
+        match inspect(&py) {
+            Some(FileRuntime::Python(p)) => assert_eq!(p.version.minor(), (3, 11)),
+            other => panic!("python3.11 not recognized: {other:?}"),
+        }
+    }
+}
