@@ -24,6 +24,9 @@ mod jit;
 /// Memory and I/O: brk, mmap, munmap, malloc (allocated, in use, Go's heap
 /// profile) and block I/O latency.
 mod memory;
+/// CPython frames merged into native stacks: Debian's python3 and pyenv's
+/// 3.12 and 3.13 against py-spy, off-CPU, deep recursion.
+mod python;
 /// The symbolizer on real processes, without BPF: perf maps, fallbacks, ELF.
 mod symbolize;
 /// User stacks unwound from .eh_frame: programs without frame pointers
