@@ -239,6 +239,7 @@ pub fn run() -> Vec<Item> {
         None => {}
     }
     items.push(unwind_item());
+    items.push(python_item());
     items.push(match crate::symbolize::kallsyms_readable() {
         Ok(true) => Item {
             what: "kallsyms",
@@ -364,6 +365,37 @@ fn memory_items(e: &crate::collect::events::EventSampler) -> Vec<Item> {
 /// Unwinding: compiles the tables of emberd's own executable files (its
 /// binary, libc, the loader, the vDSO's image is left to the daemon) and
 /// reports rows, bytes and build time, as the daemon would for any process.
+/// The Python processes running now and whether their frames are read.
+fn python_item() -> Item {
+    let found = crate::unwind::python::scan_processes();
+    let readable = found.iter().filter(|p| p.native_reason.is_none()).count();
+    let list: Vec<String> = found
+        .iter()
+        .take(20)
+        .map(|p| {
+            let v = p.version.map_or_else(|| "?".into(), |v| v.to_string());
+            match p.native_reason {
+                None => format!("{} {} (CPython {v}): Python frames read", p.pid, p.comm),
+                Some(r) => format!("{} {} (CPython {v}): native only, {r}", p.pid, p.comm),
+            }
+        })
+        .collect();
+    Item {
+        what: "python",
+        status: if readable == found.len() {
+            Status::Ok
+        } else {
+            Status::Degraded
+        },
+        detail: format!(
+            "CPython 3.11-3.13 frames are read in BPF (no CAP_SYS_PTRACE needed); {} Python processes running, {readable} readable{}{}",
+            found.len(),
+            if list.is_empty() { "" } else { ": " },
+            list.join("; ") + if found.len() > 20 { "; ..." } else { "" },
+        ),
+    }
+}
+
 fn unwind_item() -> Item {
     let reports = crate::unwind::self_report();
     let mut parts = Vec::new();

@@ -529,11 +529,18 @@ fn collect_loop(
             ("dwarf", caches.dwarf),
             ("elf_symbols", caches.elf_symbols),
             ("kernel_symbols", caches.kernel_symbols),
+            ("python_codes", caches.python_codes),
             ("unwind_rows", pipeline.unwind_stats().bytes as usize),
             ("response_cache", cached_bytes),
         ]);
         if let Ok((cpu, events)) = pipeline.unwind_counters() {
             metrics.observe_unwind(&cpu, events.as_ref(), &pipeline.unwind_stats());
+            metrics.observe_python(
+                &cpu,
+                events.as_ref(),
+                &pipeline.python_names(),
+                &pipeline.python_processes(),
+            );
         }
         liveness.drained();
         if let Ok(counters) = pipeline.counters() {

@@ -16,6 +16,7 @@ use crate::collect::{Counter as BpfCounter, Counters, StackEnd, UnwindCounters};
 use crate::store::StoreStats;
 use crate::store::heap::HeapStats;
 use crate::symbolize::Misses;
+use crate::symbolize::python::{PyMark, PyNameStats};
 use crate::unwind::UnwindStats;
 
 /// A label value: the names are fixed strings, borrowed, so updating a
@@ -128,6 +129,12 @@ pub struct Metrics {
     user_stacks: Family<WalkLabel, Counter>,
     perf_map_refused: Family<MissLabel, Counter>,
     collector_faults: Family<MissLabel, Counter>,
+    python_frames: Family<EventLabel, Counter>,
+    python_code_reads: Family<EventLabel, Counter>,
+    python_missing: Family<ReasonLabel, Counter>,
+    python_names: Family<MissLabel, Counter>,
+    python_processes: Family<MissLabel, Gauge>,
+    last_python: Mutex<(UnwindCounters, UnwindCounters, PyNameStats)>,
     memory: Family<MapLabel, Gauge>,
     last_faults: Mutex<[u64; 3]>,
     unwind_frames: Family<MethodLabel, Counter>,
@@ -293,10 +300,40 @@ impl Metrics {
             "Collector trouble that loses no sample but delays or degrades it: new-process notices dropped (maps read late), events drains failed (retried next drain), process snapshots halved for their byte budget",
             collector_faults.clone(),
         );
+        let python_frames = Family::<EventLabel, Counter>::default();
+        registry.register(
+            "python_frames",
+            "Python frames read in BPF (event=cpu: CPU samples; offcpu: every events-object stack)",
+            python_frames.clone(),
+        );
+        let python_code_reads = Family::<EventLabel, Counter>::default();
+        registry.register(
+            "python_code_reads",
+            "Python code objects copied to py_codes in BPF (met for the first time, or again after eviction)",
+            python_code_reads.clone(),
+        );
+        let python_missing = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "python_frames_missing",
+            "Eval-loop calls whose Python frames could not be read, by reason (shown as a [python: ...] marker frame)",
+            python_missing.clone(),
+        );
+        let python_names = Family::<MissLabel, Counter>::default();
+        registry.register(
+            "python_names",
+            "Python frames named at drains (reason=named), or whose code record was evicted from py_codes before the drain (reason=evicted, shown as [python: code evicted])",
+            python_names.clone(),
+        );
+        let python_processes = Family::<MissLabel, Gauge>::default();
+        registry.register(
+            "python_processes",
+            "Python processes seen: reason=unwound (frames read), or why their stacks stay native",
+            python_processes.clone(),
+        );
         let memory = Family::<MapLabel, Gauge>::default();
         registry.register(
             "memory_bytes",
-            "Bytes held by each bounded part of emberd (map=store|store_ticks|perf_maps|symbol_caches|process_snapshots|dwarf|elf_symbols|kernel_symbols|unwind_rows|malloc_heap), estimated",
+            "Bytes held by each bounded part of emberd (map=store|store_ticks|perf_maps|symbol_caches|process_snapshots|dwarf|elf_symbols|kernel_symbols|python_codes|unwind_rows|malloc_heap), estimated",
             memory.clone(),
         );
         Self {
@@ -305,6 +342,12 @@ impl Metrics {
             last_heap: Mutex::new(HeapStats::default()),
             memory,
             collector_faults,
+            python_frames,
+            python_code_reads,
+            python_missing,
+            python_names,
+            python_processes,
+            last_python: Mutex::new(Default::default()),
             last_faults: Mutex::new([0; 3]),
             perf_map_refused,
             user_stacks,
@@ -681,6 +724,60 @@ impl Metrics {
             events: events.copied().unwrap_or_default(),
             stats: stats.clone(),
         };
+    }
+
+    /// Updates the Python metrics from the walkers' counters, the names
+    /// found at drains and the processes seen.
+    pub fn observe_python(
+        &self,
+        cpu: &UnwindCounters,
+        events: Option<&UnwindCounters>,
+        names: &PyNameStats,
+        processes: &std::collections::BTreeMap<&'static str, u64>,
+    ) {
+        let mut last = self.last_python.lock().unwrap_or_else(|e| e.into_inner());
+        let none = UnwindCounters::default();
+        for (event, now, prev) in [
+            ("cpu", cpu, &last.0),
+            ("offcpu", events.unwrap_or(&none), &last.1),
+        ] {
+            let label = EventLabel {
+                event: event.into(),
+            };
+            self.python_frames
+                .get_or_create(&label)
+                .inc_by(now.py_frames.saturating_sub(prev.py_frames));
+            self.python_code_reads
+                .get_or_create(&label)
+                .inc_by(now.py_codes.saturating_sub(prev.py_codes));
+            for (i, reason) in PyMark::LABELS.iter().enumerate().skip(1) {
+                self.python_missing
+                    .get_or_create(&ReasonLabel {
+                        event: event.into(),
+                        reason: (*reason).into(),
+                    })
+                    .inc_by(now.py_marks[i].saturating_sub(prev.py_marks[i]));
+            }
+        }
+        for (reason, n, p) in [
+            ("named", names.named, last.2.named),
+            ("evicted", names.evicted, last.2.evicted),
+        ] {
+            self.python_names
+                .get_or_create(&MissLabel {
+                    reason: reason.into(),
+                })
+                .inc_by(n.saturating_sub(p));
+        }
+        self.python_processes.clear();
+        for (state, n) in processes {
+            self.python_processes
+                .get_or_create(&MissLabel {
+                    reason: (*state).into(),
+                })
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+        *last = (*cpu, events.copied().unwrap_or_default(), *names);
     }
 
     /// Updates the store metrics after an insert; `dropped_before` is the

@@ -320,6 +320,35 @@ impl Pipeline {
         self.symbolizer.cache_bytes()
     }
 
+    /// What naming Python frames found.
+    pub fn python_names(&self) -> crate::symbolize::python::PyNameStats {
+        self.symbolizer.python_stats()
+    }
+
+    /// Python processes by state: `unwound`, or why they stay native.
+    pub fn python_processes(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        let mut out = std::collections::BTreeMap::new();
+        for (_, st) in self.unwinder.python_processes() {
+            let key = match st {
+                crate::unwind::PythonState::Unwound { .. } => "unwound",
+                crate::unwind::PythonState::Native { reason, .. } => reason,
+            };
+            *out.entry(key).or_default() += 1;
+        }
+        out
+    }
+
+    /// Python processes seen and what is done with their frames.
+    pub fn python_process_list(&self) -> Vec<(crate::collect::Pid, crate::unwind::PythonState)> {
+        let mut v: Vec<_> = self
+            .unwinder
+            .python_processes()
+            .map(|(p, s)| (p, s.clone()))
+            .collect();
+        v.sort_by_key(|(p, _)| p.0);
+        v
+    }
+
     /// Figures of the unwind tables.
     pub fn unwind_stats(&self) -> UnwindStats {
         self.unwinder.stats()

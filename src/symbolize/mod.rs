@@ -199,6 +199,8 @@ pub struct CacheBytes {
     pub elf_symbols: usize,
     /// The kernel's symbol table.
     pub kernel_symbols: usize,
+    /// Python code objects named (their names and line tables).
+    pub python_codes: usize,
 }
 
 /// Options of the [`Symbolizer`].
@@ -456,6 +458,7 @@ impl Symbolizer {
             dwarf: self.dwarf_bytes,
             elf_symbols: self.symtab_bytes,
             kernel_symbols: self.kernel_symbols.as_ref().map_or(0, KernelSymbols::bytes),
+            python_codes: self.python.stats().cached_bytes as usize,
         }
     }
 

@@ -278,6 +278,73 @@ pub fn inspect(file: &File) -> Option<FileRuntime> {
     tls_specific_of(&code).map(|tls_specific| FileRuntime::Libc { tls_specific })
 }
 
+/// A Python process found by [`scan_processes`].
+#[derive(Debug, Clone)]
+pub struct FoundProcess {
+    /// Its pid.
+    pub pid: u32,
+    /// Its name.
+    pub comm: String,
+    /// The interpreter's version, when known.
+    pub version: Option<PyVersion>,
+    /// None when its frames can be read; else why not.
+    pub native_reason: Option<&'static str>,
+}
+
+/// The Python processes running now, and whether their frames can be
+/// read (`emberd check`). Each mapped file is inspected once, through
+/// `/proc/PID/map_files` (the mapped inode, whatever its path now names).
+pub fn scan_processes() -> Vec<FoundProcess> {
+    use std::collections::HashMap;
+    use std::os::unix::fs::MetadataExt;
+    let mut seen: HashMap<(u64, u64), Option<FileRuntime>> = HashMap::new();
+    let mut out = Vec::new();
+    let Ok(procs) = procfs::process::all_processes() else {
+        return out;
+    };
+    for p in procs.flatten() {
+        let Ok(maps) = p.maps() else { continue };
+        let (mut interp, mut libc) = (None, false);
+        for m in maps {
+            if !m.perms.contains(procfs::process::MMPermissions::EXECUTE) || m.inode == 0 {
+                continue;
+            }
+            let path = format!(
+                "/proc/{}/map_files/{:x}-{:x}",
+                p.pid, m.address.0, m.address.1
+            );
+            let Ok(md) = std::fs::metadata(&path) else {
+                continue;
+            };
+            let rt = seen
+                .entry((md.dev(), md.ino()))
+                .or_insert_with(|| File::open(&path).ok().and_then(|f| inspect(&f)));
+            match rt {
+                Some(FileRuntime::Libc { .. }) => libc = true,
+                Some(r) => interp = Some(r.clone()),
+                None => {}
+            }
+        }
+        let (version, native_reason) = match interp {
+            None => continue,
+            Some(FileRuntime::Python(i)) if libc => (Some(i.version), None),
+            Some(FileRuntime::Python(i)) => (
+                Some(i.version),
+                Some("libc's thread-specific data not found"),
+            ),
+            Some(FileRuntime::UnsupportedPython { version, reason }) => (version, Some(reason)),
+            Some(FileRuntime::Libc { .. }) => continue,
+        };
+        out.push(FoundProcess {
+            pid: p.pid as u32,
+            comm: p.stat().map(|s| s.comm).unwrap_or_default(),
+            version,
+            native_reason,
+        });
+    }
+    out
+}
+
 /// glibc's x86_64 `pthread_getspecific` starts `cmp $0x1f,%edi; ja ...;
 /// mov %edi,%eax; add $N,%rax; shl $4,%rax; add %fs:0x10,%rax; mov 8(%rax)`:
 /// key K < 32 is at fsbase + 16 * (K + N) + 8. Anything else (another libc,

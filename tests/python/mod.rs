@@ -342,3 +342,91 @@ fn python_sleep_is_charged_to_the_sleeping_function() {
         "no off-CPU time in nanosleep under holdout_sleeper:\n{ctx}"
     );
 }
+
+/// A Python process that overwrites its own interpreter structures while
+/// the daemon samples it (a frame chain looping on itself, one pointing at
+/// an unmapped address, a 1 MB name with `;` and newlines, a line table of
+/// random bytes): the daemon keeps sampling everyone else, shows and
+/// counts the damage as markers, and its memory stays within budget.
+#[test]
+fn hostile_python_process_cannot_harm_the_daemon() {
+    require_root();
+    let d = Daemon::start(&[], &[]);
+    let bin = build_c("cpu_70_30");
+    let native = Workload::spawn(Command::new(&bin).arg("14"));
+    let hostile = Workload::spawn(
+        Command::new("/usr/bin/python3")
+            .arg(workload("py_hostile.py"))
+            .arg("14"),
+    );
+    wait(9000);
+    let folded = |pid: u32| parse_folded(&d.get(&format!("/folded?seconds=6&pid={pid}")).text());
+    let c = folded(native.pid());
+    let py = folded(hostile.pid());
+    let metrics = d.get("/metrics").text();
+    let ctx = format!("hostile:\n{}\nnative:\n{}", top(&py, 8), top(&c, 4));
+
+    let hot = sum_where(&c, |f| {
+        has_seq(f, &["main", "hot_a"]) || has_seq(f, &["main", "hot_b"])
+    });
+    assert!(
+        c.total() >= 200 && hot * 10 >= c.total() * 9,
+        "the native workload beside it should be sampled as usual ({hot} of {}):\n{ctx}",
+        c.total()
+    );
+    let marked = sum_where(&py, |f| f.contains(&"[python: frame unreadable]"));
+    let looped = sum_where(&py, |f| {
+        f.get(1) == Some(&"[truncated]")
+            && f.iter()
+                .filter(|x| **x == "victim_spin (py_hostile.py)")
+                .count()
+                > 20
+    });
+    assert!(
+        marked > 0,
+        "a frame pointing at unmapped memory should show as a marker:\n{ctx}"
+    );
+    assert!(
+        looped > 0,
+        "a frame chain looping on itself should end in [truncated]:\n{ctx}"
+    );
+    for (s, _) in py.sorted() {
+        for f in s.frames() {
+            assert!(
+                f.chars().count() <= 200,
+                "a frame name from the process should be capped, got {} chars",
+                f.chars().count()
+            );
+        }
+    }
+    let metric = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(
+        metric("emberd_python_frames_missing_total{event=\"cpu\",reason=\"frame_unreadable\"}")
+            > 0.0,
+        "unreadable frames should be counted in /metrics:\n{metrics}"
+    );
+    let codes = metric("emberd_memory_bytes{map=\"python_codes\"}");
+    assert!(
+        codes <= 3.0 * 1024.0 * 1024.0,
+        "python_codes holds {codes} bytes"
+    );
+    let rss_kib: u64 = std::fs::read_to_string(format!("/proc/{}/status", d.child.id()))
+        .expect("the daemon's status")
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:")?
+                .trim()
+                .trim_end_matches(" kB")
+                .trim()
+                .parse()
+                .ok()
+        })
+        .expect("VmRSS");
+    assert!(rss_kib < 96 * 1024, "the daemon's RSS is {rss_kib} KiB");
+    assert_eq!(d.get("/healthz").status, 200, "the daemon stays up");
+}
