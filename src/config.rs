@@ -68,6 +68,13 @@ pub struct RawConfig {
     /// `unwind_table_budget_mib = 16`: bytes of unwind rows the BPF
     /// unwinder holds (kernel memory, allocated at start).
     pub unwind_table_budget_mib: Option<u64>,
+    /// `python = true`: show CPython 3.11-3.13 frames in place of the
+    /// interpreter's eval loop (false: interpreters' stacks stay native).
+    pub python: Option<bool>,
+    /// `python_code_entries = 4096`: code objects whose names the Python
+    /// walker keeps in BPF (about 560 bytes of kernel memory each,
+    /// allocated at start).
+    pub python_code_entries: Option<u32>,
     /// `offcpu = true`: record off-CPU time.
     pub offcpu: Option<bool>,
     /// `wakeup = true`: record wakeup time.
@@ -133,6 +140,8 @@ impl RawConfig {
             unwind_table_budget_mib: other
                 .unwind_table_budget_mib
                 .or(self.unwind_table_budget_mib),
+            python: other.python.or(self.python),
+            python_code_entries: other.python_code_entries.or(self.python_code_entries),
             offcpu: other.offcpu.or(self.offcpu),
             wakeup: other.wakeup.or(self.wakeup),
             offwake: other.offwake.or(self.offwake),
@@ -178,6 +187,10 @@ pub struct Config {
     pub counts_map_entries: u32,
     /// Rows of the BPF unwind-table array (budget bytes / 8).
     pub unwind_rows: u32,
+    /// Read Python frames.
+    pub python: bool,
+    /// Entries of the BPF map of Python code objects.
+    pub python_code_entries: u32,
     /// Symbolizer bounds (perf maps).
     pub symbolizer: crate::symbolize::SymbolizerOptions,
     /// Off-CPU, wakeup, off-wake and page-fault recording.
@@ -360,6 +373,12 @@ impl Config {
                 .counts_map_entries
                 .unwrap_or_else(crate::collect::defaults::counts_map_entries),
             unwind_rows: unwind_rows(raw.unwind_table_budget_mib)?,
+            python: raw.python.unwrap_or(true),
+            python_code_entries: match raw.python_code_entries {
+                None => crate::unwind::defaults::PYTHON_CODE_ENTRIES,
+                Some(n @ 64..=1_048_576) => n,
+                Some(n) => anyhow::bail!("python_code_entries = {n}: use 64 to 1048576"),
+            },
             symbolizer: {
                 let mut o = crate::symbolize::SymbolizerOptions::default();
                 if let Some(m) = raw.perf_map_max_mib {

@@ -155,6 +155,8 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         stack_map_entries: config.stack_map_entries,
         counts_map_entries: config.counts_map_entries,
         unwind_rows: config.unwind_rows,
+        python: config.python,
+        python_code_entries: config.python_code_entries,
         // Idle samples are kept in the store and left out at query time
         // unless `idle=1` asks for them.
         include_idle: true,

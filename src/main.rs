@@ -68,6 +68,12 @@ struct DaemonArgs {
     /// Bytes of unwind tables (.eh_frame rows) the BPF unwinder holds, MiB [default: 16].
     #[arg(long)]
     unwind_table_budget_mib: Option<u64>,
+    /// Show CPython 3.11-3.13 frames in place of the eval loop [default: true].
+    #[arg(long, action = clap::ArgAction::Set)]
+    python: Option<bool>,
+    /// Code objects whose names the Python walker keeps in BPF [default: 4096].
+    #[arg(long)]
+    python_code_entries: Option<u32>,
     /// Larger perf maps are not read, MiB [default: 64].
     #[arg(long)]
     perf_map_max_mib: Option<u64>,
@@ -260,6 +266,14 @@ struct RecordArgs {
     /// to compare).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     unwind_tables: bool,
+    /// Show CPython 3.11-3.13 frames in place of the interpreter's eval loop
+    /// (false: interpreters' stacks stay native).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    python: bool,
+    /// Python frames as `function (file.py:LINE)`, one frame per line run
+    /// (py-spy's default; without it, py-spy's `--nolineno` form).
+    #[arg(long)]
+    lines: bool,
 }
 
 /// What to log: `EMBERD_LOG` (`info`, `warn,emberd::daemon=debug`, ...:
@@ -330,6 +344,7 @@ fn run_record(args: RecordArgs) -> anyhow::Result<ExitCode> {
     sampler.counts_map_entries = args.counts_map_entries;
     sampler.unwind_rows = emberd::config::unwind_rows(Some(args.unwind_table_budget_mib))?;
     sampler.unwind_tables = args.unwind_tables;
+    sampler.python = args.python;
     let options = RecordOptions {
         duration: Duration::from_secs(args.seconds),
         sampler,
@@ -344,6 +359,7 @@ fn run_record(args: RecordArgs) -> anyhow::Result<ExitCode> {
             k.malloc_sample_bytes = args.malloc_sample_kib.saturating_mul(1024);
             k
         },
+        lines: args.lines,
     };
     let summary = record::record(&options)?;
     eprintln!("{}", summary.report());
@@ -364,6 +380,8 @@ fn run_daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         stack_map_entries: args.stack_map_entries,
         counts_map_entries: args.counts_map_entries,
         unwind_table_budget_mib: args.unwind_table_budget_mib,
+        python: args.python,
+        python_code_entries: args.python_code_entries,
         perf_map_max_mib: args.perf_map_max_mib,
         perf_map_budget_mib: args.perf_map_budget_mib,
         symbol_cache_mib: args.symbol_cache_mib,

@@ -67,6 +67,8 @@ pub struct RecordOptions {
     /// Knobs of the off-CPU and page-fault programs (which events are on
     /// follows `event`).
     pub event_knobs: EventOptions,
+    /// Python frames with their line (`--lines`).
+    pub lines: bool,
 }
 
 /// What a recording collected, for the summary line.
@@ -247,6 +249,7 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
         ("to".into(), (unix_now() + 2).to_string()),
         ("group".into(), options.grouping.to_string()),
         ("event".into(), options.event.name().into()),
+        ("lines".into(), u8::from(options.lines).to_string()),
     ];
     let query = Query::parse(&params, unix_now(), u64::MAX / 4)
         .map_err(|e| anyhow::anyhow!("internal query: {e}"))?;

@@ -93,7 +93,7 @@ impl Query {
                     let part = frame_text.entry(id).or_insert_with(|| {
                         let mut part = String::new();
                         name.clear();
-                        let _ = write!(name, "{f}{suffix}");
+                        let _ = write!(name, "{}{suffix}", f.text(self.lines));
                         FoldedStack::push_frame(&mut part, &name);
                         part
                     });
@@ -160,7 +160,7 @@ impl Query {
                     let Some(f) = result.frame(id) else { continue };
                     let text = *frame_text.entry(id).or_insert_with(|| {
                         name.clear();
-                        let _ = write!(name, "{f}{suffix}");
+                        let _ = write!(name, "{}{suffix}", f.text(self.lines));
                         tree.intern(&name)
                     });
                     // As in the folded line: an empty name leading the

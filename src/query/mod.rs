@@ -252,6 +252,8 @@ pub struct Query {
     pub svg: SvgParams,
     /// Length of the window asked for, in seconds.
     pub seconds: u64,
+    /// Python frames with their line, `qualname (file.py:LINE)` (`lines=1`).
+    pub lines: bool,
 }
 
 /// Unix seconds now.
@@ -264,6 +266,7 @@ pub fn unix_now() -> u64 {
 const KNOWN: &[&str] = &[
     "seconds", "from", "to", "event", "pid", "tid", "comm", "cgroup", "group", "include",
     "exclude", "idle", "title", "colors", "hash", "inverted", "reverse", "minwidth", "width",
+    "lines",
 ];
 
 impl Query {
@@ -414,6 +417,10 @@ impl Query {
         Ok(Query {
             event,
             seconds: to - from,
+            lines: get("lines")
+                .map(|v| parse_bool("lines", v))
+                .transpose()?
+                .unwrap_or(false),
             selection,
             group,
             include: get("include")

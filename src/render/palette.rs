@@ -3,8 +3,9 @@
 //! A colour is a function of the frame's name alone, so the same function
 //! has the same colour in every graph and on every reload. The multi
 //! palettes pick a hue from what the name says about the code (emberd's
-//! `_[k]` kernel, `_[j]` JIT and `_[i]` inlined suffixes, `::` namespaces,
-//! paths); the shade within the hue comes from a hash of the name.
+//! `_[k]` kernel, `_[j]` JIT and `_[i]` inlined suffixes, Python's
+//! `qualname (file.py)`, `::` namespaces, paths); the shade within the hue
+//! comes from a hash of the name.
 
 use std::fmt;
 use std::str::FromStr;
@@ -178,9 +179,26 @@ impl Palette {
     }
 }
 
-/// The hue emberd's frame suffixes ask for: kernel, JIT, inlined.
+/// Whether a frame is an interpreted Python frame: `qualname (file.py)`
+/// or, with lines, `qualname (file.py:LINE)` (py-spy's forms).
+pub fn is_python_frame(name: &str) -> bool {
+    let Some(inner) = name.strip_suffix(')') else {
+        return false;
+    };
+    let file = inner.rsplit_once(" (").map_or("", |(_, f)| f);
+    let file = match file.rsplit_once(':') {
+        Some((f, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => f,
+        _ => file,
+    };
+    file.ends_with(".py")
+}
+
+/// The hue emberd's frame suffixes ask for: kernel, JIT, inlined; and
+/// Python frames, blue (as the java palette sets JIT frames apart).
 fn suffix_hue(name: &str) -> Option<Hue> {
-    if name.ends_with("_[k]") {
+    if is_python_frame(name) {
+        Some(Hue::Blue)
+    } else if name.ends_with("_[k]") {
         Some(Hue::Orange)
     } else if name.ends_with("_[j]") {
         Some(Hue::Green)
@@ -287,6 +305,11 @@ mod tests {
         assert_eq!(p.color("hot_a", false), p.color("hot_a", false));
         let k = p.color("do_syscall_64_[k]", false);
         assert!(k.r >= 190 && k.b == 0, "kernel frames are orange: {k}");
+        let py = p.color("Holdout.run (app.py)", false);
+        assert!(py.b > py.r && py.b > py.g, "Python frames are blue: {py}");
+        let pyl = p.color("run (app.py:12)", false);
+        assert!(pyl.b > pyl.r, "with lines too: {pyl}");
+        assert!(!is_python_frame("main") && !is_python_frame("f (x.pyc)"));
         let j = p.color("LazyCompile:*fib_[j]", false);
         assert!(j.g >= 200 && j.g > j.r, "JIT frames are green: {j}");
         let u = p.color("hot_a", false);

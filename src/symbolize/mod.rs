@@ -136,6 +136,31 @@ impl fmt::Display for Frame {
     }
 }
 
+impl Frame {
+    /// The frame's folded text; with `lines`, a Python frame's line joins
+    /// its file as py-spy writes it: `qualname (file.py:LINE)`.
+    pub fn text(&self, lines: bool) -> FrameText<'_> {
+        FrameText { frame: self, lines }
+    }
+}
+
+/// See [`Frame::text`].
+#[derive(Debug, Clone, Copy)]
+pub struct FrameText<'a> {
+    frame: &'a Frame,
+    lines: bool,
+}
+
+impl fmt::Display for FrameText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let fr = self.frame;
+        match (self.lines, fr.kind, fr.line, fr.name.strip_suffix(')')) {
+            (true, FrameKind::Python, Some(line), Some(head)) => write!(f, "{head}:{line})"),
+            _ => write!(f, "{fr}"),
+        }
+    }
+}
+
 /// A sample with its stack named, root first: user frames, then kernel frames.
 #[derive(Debug, Clone)]
 pub struct SymbolizedSample {
@@ -1283,6 +1308,25 @@ fn push_stack(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn python_frames_show_their_line_when_asked() {
+        let f = Frame {
+            line: Some(42),
+            ..Frame::new("Holdout.run (app.py)", FrameKind::Python)
+        };
+        assert_eq!(f.text(false).to_string(), "Holdout.run (app.py)");
+        assert_eq!(f.text(true).to_string(), "Holdout.run (app.py:42)");
+        let native = Frame {
+            line: Some(7),
+            ..Frame::new("main", FrameKind::User)
+        };
+        assert_eq!(
+            native.text(true).to_string(),
+            "main",
+            "native frames keep their names"
+        );
+    }
 
     #[test]
     fn marker_frames_are_shared_and_spare_vectors_bounded() {

@@ -413,6 +413,10 @@
     if (hit) return HIT;
     let h = 0;
     for (let k = 0; k < name.length; k++) h = (h * 31 + name.charCodeAt(k)) >>> 0;
+    // Python frames, `qualname (file.py)`: blue, as the SVG's palette.
+    if (/\.py(:\d+)?\)$/.test(name)) {
+      return `rgb(${80 + (h % 60)},${80 + ((h >> 8) % 60)},${205 + ((h >> 16) % 50)})`;
+    }
     const kernel = name.endsWith('_[k]');
     const r = kernel ? 200 + (h % 40) : 205 + (h % 50);
     const g = kernel ? 120 + ((h >> 8) % 60) : 80 + ((h >> 8) % 130);
