@@ -31,6 +31,14 @@
 #ifndef EMBERD_PYTHON_H
 #define EMBERD_PYTHON_H
 
+/* PyBytesObject (3.11-3.13): ob_size at 16, the bytes at 32. */
+#define PY_BYTES_SIZE 16
+#define PY_BYTES_DATA 32
+/* How long a CPU trusts that a code record it met is still in py_codes. */
+#define PY_SEEN_NS 100000000ULL
+/* `owner` of the eval loop's C-stack shim frame (FRAME_OWNED_BY_CSTACK). */
+#define PY_OWNED_BY_CSTACK 3
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -46,40 +54,16 @@ struct {
 	__type(value, struct py_code);
 } py_codes SEC(".maps");
 
-/* Bytes of a frame and of a code object read at once: every offset the
- * layouts use is below these. */
-#define PY_FRAME_READ 80
-#define PY_CODE_READ 160
-#define PY_STR_READ 48
-/* PyBytesObject (3.11-3.13): ob_size at 16, the bytes at 32. */
-#define PY_BYTES_SIZE 16
-#define PY_BYTES_DATA 32
-/* `owner` of the eval loop's C-stack shim frame (FRAME_OWNED_BY_CSTACK). */
-#define PY_OWNED_BY_CSTACK 3
-
-struct py_scratch {
-	__u8 frame[PY_FRAME_READ];
-	__u8 code[PY_CODE_READ];
-	__u8 qualname[PY_STR_READ];
-	__u8 filename[PY_STR_READ];
-	struct py_code rec;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct py_scratch);
-} py_scratch SEC(".maps");
-
-/* A little-endian field of a buffer read from the process; 0 when the
- * offset is outside it (a layout value the agent never writes). */
+/* A field of a buffer read from the process; 0 when the offset is outside
+ * it (a layout value the agent never writes). CPython's fields are
+ * naturally aligned, and so are the buffers: one aligned load, where a
+ * byte-wise copy was a sixth of a frame's cost. */
 #define PY_FIELD(buf, off, type)                                                       \
 	({                                                                             \
-		__u32 __o = (off);                                                     \
+		__u32 __o = (off) & ~(__u32)(sizeof(type) - 1);                        \
 		type __v = 0;                                                          \
 		if (__o <= sizeof(buf) - sizeof(type))                                 \
-			__builtin_memcpy(&__v, &(buf)[__o], sizeof(type));             \
+			__v = *(type *)&(buf)[__o];                                    \
 		__v;                                                                   \
 	})
 
@@ -135,7 +119,11 @@ static __always_inline void py_remember(struct py_scratch *sc, struct py_layout 
 			rec->qualname_kind = kind;
 		}
 	}
-	kind = py_str_data(l, sc->filename, filename, &data);
+	/* The header may have been skipped (the walk knew the file's hash). */
+	if (bpf_probe_read_user(sc->filename, sizeof(sc->filename), (void *)filename))
+		kind = -1;
+	else
+		kind = py_str_data(l, sc->filename, filename, &data);
 	len = PY_FIELD(sc->filename, l->str_length, __u64);
 	if (kind >= 0 && len < (1 << 20)) {
 		__u64 w = kind ? kind : 1, bytes = len * w;
@@ -213,32 +201,24 @@ __attribute__((noinline)) __u64 py_thread_frame(void)
 }
 
 /*
- * One step of the run of Python frames replacing an eval-loop frame: reads
+ * One frame of the run of Python frames replacing an eval-loop frame: reads
  * st->py_frame, pushes its slot (or skips the C-stack shim that ends the
  * run) and moves to the caller. Clears st->py_emitting when the run ends.
  */
-__attribute__((noinline)) int py_emit(void)
+static __always_inline void py_emit_one(struct unwind_state *st, struct stored_stack *s)
 {
-	__u32 zero = 0;
-	struct unwind_state *st = bpf_map_lookup_elem(&unwind_states, &zero);
-	struct stored_stack *s = bpf_map_lookup_elem(&stack_scratch, &zero);
-	struct py_scratch *sc = bpf_map_lookup_elem(&py_scratch, &zero);
-	struct py_layout *l;
+	struct py_scratch *sc = &st->py_scratch;
+	struct py_layout *l = &st->py.layout;
 	struct py_code_key key = {};
 	__u64 frame, code, qualname, filename, linetable, instr, base, idx, h, prev;
-	__u32 nr;
+	__u64 file_hash = 0;
+	__u32 nr = st->nr, wslot;
 	__u8 entry;
 
-	if (!st || !s || !sc)
-		return 1;
-	l = &st->py.layout;
 	frame = st->py_frame;
-	nr = st->nr;
-	if (nr >= EMBERD_MAX_STACK_DEPTH)
-		return 1;
 	if (!frame) {
 		st->py_emitting = 0;
-		return 0;
+		return;
 	}
 	if (bpf_probe_read_user(sc->frame, sizeof(sc->frame), (void *)frame)) {
 		s->ips[nr & 127] = py_mark(PY_MARK_FRAME_READ);
@@ -255,9 +235,16 @@ __attribute__((noinline)) int py_emit(void)
 			s->ips[nr & 127] = st->py_eval_pc;
 			st->nr = nr + 1;
 		}
-		return 0;
+		return;
 	}
 	code = PY_FIELD(sc->frame, l->frame_code, __u64);
+	wslot = (code >> 4) & (PY_WALK_SLOTS - 1);
+	if (st->py_walk_code_gen[wslot] == st->walk_gen && st->py_walk_code[wslot] == code) {
+		/* Met earlier in this walk: the same live object (the frames on
+		 * a stack hold their code), so the same fingerprint. */
+		key.fingerprint = st->py_walk_fp[wslot];
+		goto push;
+	}
 	if (bpf_probe_read_user(sc->code, sizeof(sc->code), (void *)code)) {
 		s->ips[nr & 127] = py_mark(PY_MARK_CODE_READ);
 		goto fail;
@@ -265,10 +252,22 @@ __attribute__((noinline)) int py_emit(void)
 	qualname = PY_FIELD(sc->code, l->code_qualname, __u64);
 	filename = PY_FIELD(sc->code, l->code_filename, __u64);
 	linetable = PY_FIELD(sc->code, l->code_linetable, __u64);
-	if (bpf_probe_read_user(sc->qualname, sizeof(sc->qualname), (void *)qualname) ||
-	    bpf_probe_read_user(sc->filename, sizeof(sc->filename), (void *)filename)) {
+	if (bpf_probe_read_user(sc->qualname, sizeof(sc->qualname), (void *)qualname)) {
 		s->ips[nr & 127] = py_mark(PY_MARK_CODE_READ);
 		goto fail;
+	}
+	/* A module's frames share its file name str: hashed once a walk. */
+	if (st->py_walk_file_gen == st->walk_gen && st->py_walk_file == filename) {
+		file_hash = st->py_walk_file_hash;
+	} else {
+		if (bpf_probe_read_user(&file_hash, sizeof(file_hash),
+					(void *)(filename + l->str_hash))) {
+			s->ips[nr & 127] = py_mark(PY_MARK_CODE_READ);
+			goto fail;
+		}
+		st->py_walk_file = filename;
+		st->py_walk_file_hash = file_hash;
+		st->py_walk_file_gen = st->walk_gen;
 	}
 	h = py_mix(0x243f6a8885a308d3ULL, code);
 	h = py_mix(h, qualname);
@@ -276,12 +275,28 @@ __attribute__((noinline)) int py_emit(void)
 	h = py_mix(h, linetable);
 	h = py_mix(h, PY_FIELD(sc->code, l->code_firstlineno, __u32));
 	h = py_mix(h, PY_FIELD(sc->qualname, l->str_hash, __u64));
-	h = py_mix(h, PY_FIELD(sc->filename, l->str_hash, __u64));
+	h = py_mix(h, file_hash);
 	key.tgid = st->tgid;
 	key.fingerprint = h & EMBERD_PY_FP_MASK;
-	if (!bpf_map_lookup_elem(&py_codes, &key))
-		py_remember(sc, l, &key, qualname, filename, linetable);
+	{
+		/* A record this CPU found (or wrote) in the last PY_SEEN_NS is
+		 * still there: skip the hash lookup, a fifth of a frame's cost.
+		 * Looking it up at least that often keeps it recent in the LRU
+		 * until the drain names it. */
+		__u32 slot = key.fingerprint & (PY_SEEN_SLOTS - 1);
+		__u64 tag = (__u64)key.tgid << EMBERD_PY_FP_BITS | key.fingerprint;
 
+		if (st->py_seen[slot] != tag || st->now - st->py_seen_at[slot] > PY_SEEN_NS) {
+			if (!bpf_map_lookup_elem(&py_codes, &key))
+				py_remember(sc, l, &key, qualname, filename, linetable);
+			st->py_seen[slot] = tag;
+			st->py_seen_at[slot] = st->now;
+		}
+	}
+	st->py_walk_code[wslot] = code;
+	st->py_walk_fp[wslot] = key.fingerprint;
+	st->py_walk_code_gen[wslot] = st->walk_gen;
+push:
 	instr = PY_FIELD(sc->frame, l->frame_instr, __u64);
 	base = code + l->code_adaptive;
 	idx = instr > base ? (instr - base) / 2 : 0;
@@ -290,20 +305,46 @@ __attribute__((noinline)) int py_emit(void)
 	s->ips[nr & 127] = EMBERD_PY_FRAME | idx << EMBERD_PY_FP_BITS | key.fingerprint;
 	st->nr = nr + 1;
 	st->py_emitted = 1;
-	ucount(UCOUNTER_PY_FRAMES);
+	st->py_frames++;
 	st->py_frame = prev;
 	/* 3.11: the run's first frame says it is the entry. */
 	if (!l->entry_is_owner && entry)
 		st->py_emitting = 0;
 	else if (!prev)
 		st->py_emitting = 0;
-	return 0;
+	return;
 fail:
 	st->nr = nr + 1;
 	/* The chain cannot be trusted past here: later eval frames stay native. */
 	st->py_frame = 0;
 	st->py_failed = 1;
 	st->py_emitting = 0;
+}
+
+/* Python frames pushed per step of the native walk's loop: the loop's
+ * callback and its state lookups cost as much as a frame's reads. */
+#define PY_FRAMES_PER_STEP 8
+
+/*
+ * Pushes up to PY_FRAMES_PER_STEP frames of the current run. Returns 1 when
+ * the stack is full with the run unfinished (the walk ends truncated).
+ * Global: the verifier checks it once, on its own.
+ */
+__attribute__((noinline)) int py_emit(void)
+{
+	__u32 zero = 0;
+	struct unwind_state *st = bpf_map_lookup_elem(&unwind_states, &zero);
+	struct stored_stack *s = bpf_map_lookup_elem(&stack_scratch, &zero);
+
+	if (!st || !s)
+		return 1;
+	for (int i = 0; i < PY_FRAMES_PER_STEP; i++) {
+		if (!st->py_emitting)
+			return 0;
+		if (st->nr >= EMBERD_MAX_STACK_DEPTH)
+			return 1;
+		py_emit_one(st, s);
+	}
 	return 0;
 }
 

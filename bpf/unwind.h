@@ -89,6 +89,26 @@ struct {
 	__type(value, __u32);
 } unwind_refresh_pending SEC(".maps");
 
+/* Bytes of a frame and of a code object read at once (bpf/python.h): every
+ * offset the layouts use is below these. */
+#define PY_FRAME_READ 80
+#define PY_CODE_READ 160
+#define PY_STR_READ 48
+
+/* Code objects remembered within one walk (recursion, a module's frames). */
+#define PY_WALK_SLOTS 8
+/* Entries of each CPU's cache of code records it found in py_codes. */
+#define PY_SEEN_SLOTS 64
+
+/* What bpf/python.h reads of one frame, and the code record it writes. */
+struct py_scratch {
+	__u8 frame[PY_FRAME_READ] __attribute__((aligned(8)));
+	__u8 code[PY_CODE_READ] __attribute__((aligned(8)));
+	__u8 qualname[PY_STR_READ] __attribute__((aligned(8)));
+	__u8 filename[PY_STR_READ] __attribute__((aligned(8)));
+	struct py_code rec;
+} __attribute__((aligned(8)));
+
 struct unwind_state {
 	__u64 pc;
 	__u64 sp;
@@ -109,6 +129,23 @@ struct unwind_state {
 	__u64 py_eval_pc; /* the eval-loop frame the run replaces */
 	__u64 fsbase;    /* the thread's TLS base (bpf/python.h) */
 	struct py_proc py; /* the process's interpreter, when py_state != 0 */
+	__u32 py_frames; /* Python frames pushed by this walk */
+	__u32 _pad2;
+	__u64 now;       /* ns at the walk's start (bpf_ktime_get_ns) */
+	/* Code records this CPU found in py_codes lately (bpf/python.h):
+	 * tgid << 40 | fingerprint, and when. */
+	__u64 py_seen[PY_SEEN_SLOTS];
+	__u64 py_seen_at[PY_SEEN_SLOTS];
+	/* This walk's code objects and their fingerprints (bpf/python.h):
+	 * valid while py_walk_code_gen equals walk_gen. */
+	__u64 walk_gen;
+	__u64 py_walk_code[PY_WALK_SLOTS];
+	__u64 py_walk_fp[PY_WALK_SLOTS];
+	__u64 py_walk_code_gen[PY_WALK_SLOTS];
+	__u64 py_walk_file;      /* the last file name str this walk hashed */
+	__u64 py_walk_file_hash;
+	__u64 py_walk_file_gen;
+	struct py_scratch py_scratch; /* bpf/python.h's reads (one lookup less a frame) */
 };
 
 struct {
@@ -521,12 +558,15 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 	st->py_failed = 0;
 	st->py_frame = 0;
 	st->end_after_py = 0;
+	st->py_frames = 0;
 	if (st->have_proc) {
 		struct py_proc *py = bpf_map_lookup_elem(&py_procs, &tgid);
 
 		if (py) {
 			st->py = *py;
 			st->py_state = 1;
+			st->now = bpf_ktime_get_ns();
+			st->walk_gen++;
 			st->fsbase = BPF_CORE_READ(task, thread.fsbase);
 		}
 	}
@@ -540,6 +580,13 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 	if (!st->have_proc && s->end != STACK_END_TRUNCATED)
 		s->end = STACK_END_NOT_READY;
 	ucount(UCOUNTER_WALKS);
+	if (st->py_frames) {
+		__u32 which = UCOUNTER_PY_FRAMES;
+		__u64 *v = bpf_map_lookup_elem(&unwind_counters, &which);
+
+		if (v)
+			*v += st->py_frames;
+	}
 	ucount(UCOUNTER_END_BASE + (s->end < STACK_END_MAX ? s->end : 0));
 	return s;
 }

@@ -390,6 +390,11 @@ fn unit_capabilities_suffice_as_unprivileged_user() {
     let bin = build_c("syscall_loop");
     let port = free_port();
     let _w = Workload::spawn(Command::new(&bin).arg("12"));
+    let py = Workload::spawn(
+        Command::new("/usr/bin/python3")
+            .arg(workload("py_mixed.py"))
+            .arg("12"),
+    );
     let mut child = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(format!("--inh-caps=-all,{caps}"))
@@ -436,6 +441,15 @@ fn unit_capabilities_suffice_as_unprivileged_user() {
         "user frames unnamed with {caps}:\n{ctx}"
     );
     assert_eq!(unnamed, 0, "{ctx}");
+    // Python frames are read in BPF: the unit's capabilities suffice (no
+    // CAP_SYS_PTRACE) for another user's interpreter.
+    let p = parse_folded(&d.get(&format!("/folded?seconds=3&pid={}", py.pid())).text());
+    let python = sum_where(&p, |f| f.contains(&"holdout_thread_spin (py_mixed.py)"));
+    assert!(
+        python * 5 >= p.total() && p.total() > 0,
+        "Python frames missing as nobody with {caps}:\n{}",
+        top(&p, 8)
+    );
 }
 
 fn child_take(c: &mut std::process::Child) -> std::process::Child {
