@@ -406,18 +406,28 @@ impl Unwinder {
                         "/proc/{pid}/map_files/{:x}-{:x}",
                         m.address.0, m.address.1
                     ));
-                    // The mapped inode itself, wherever the path now points.
-                    let key = std::fs::metadata(&map_file).ok().map(|md| FileKey {
-                        dev: md.dev(),
-                        ino: md.ino(),
-                        mtime: md.mtime(),
-                    });
-                    key.map(|key| {
+                    // The mapped inode itself, wherever the path now points;
+                    // where map_files is closed to emberd (another user's
+                    // process under the unit's capabilities: EACCES), the
+                    // host path when it is that very inode.
+                    let found = match std::fs::metadata(&map_file) {
+                        Ok(md) => Some((md, map_file)),
+                        Err(_) => std::fs::metadata(path)
+                            .ok()
+                            .filter(|md| same_inode(md, m.dev, m.inode))
+                            .map(|md| (md, path.clone())),
+                    };
+                    found.map(|(md, source)| {
+                        let key = FileKey {
+                            dev: md.dev(),
+                            ino: md.ino(),
+                            mtime: md.mtime(),
+                        };
                         let name = path.file_name().map_or_else(
                             || path.display().to_string(),
                             |n| n.to_string_lossy().into(),
                         );
-                        self.table_for(key, name, BuildSource::File(map_file))
+                        self.table_for(key, name, BuildSource::File(source))
                     })
                 }
                 MMapPath::Vdso => {
@@ -918,6 +928,15 @@ impl Unwinder {
             }
         }
     }
+}
+
+/// Whether `md` is the file a maps line names by device (major, minor)
+/// and inode.
+pub(crate) fn same_inode(md: &std::fs::Metadata, dev: (i32, i32), inode: u64) -> bool {
+    let (major, minor) = (libc::major(md.dev()), libc::minor(md.dev()));
+    md.ino() == inode
+        && i64::from(major) == i64::from(dev.0)
+        && i64::from(minor) == i64::from(dev.1)
 }
 
 /// runtime address - file virtual address for a mapping, from the PT_LOAD

@@ -309,12 +309,24 @@ pub fn scan_processes() -> Vec<FoundProcess> {
             if !m.perms.contains(procfs::process::MMPermissions::EXECUTE) || m.inode == 0 {
                 continue;
             }
-            let path = format!(
+            let mut path = format!(
                 "/proc/{}/map_files/{:x}-{:x}",
                 p.pid, m.address.0, m.address.1
             );
-            let Ok(md) = std::fs::metadata(&path) else {
-                continue;
+            let md = match std::fs::metadata(&path) {
+                Ok(md) => md,
+                // map_files closed (another user's process): the host path
+                // when it is the very inode mapped.
+                Err(_) => match &m.pathname {
+                    procfs::process::MMapPath::Path(host) => match std::fs::metadata(host) {
+                        Ok(md) if super::same_inode(&md, m.dev, m.inode) => {
+                            path = host.display().to_string();
+                            md
+                        }
+                        _ => continue,
+                    },
+                    _ => continue,
+                },
             };
             let rt = seen
                 .entry((md.dev(), md.ino()))
