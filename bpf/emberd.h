@@ -136,7 +136,7 @@ enum py_mark {
 	PY_MARK_FRAME_READ = 2,  /* a frame could not be read */
 	PY_MARK_CODE_READ = 3,   /* a code object could not be read */
 	PY_MARK_BAD_KEY = 4,     /* the thread-state TLS key is not one emberd can read */
-	PY_MARK_LOOP = 5,        /* the frame chain did not end where the eval loop's did */
+	PY_MARK_LOOP = 5,        /* the native walk reached its root with Python frames left */
 };
 
 /* Byte offsets into CPython's structures; 0xffff: the field is not used. */

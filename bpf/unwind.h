@@ -573,6 +573,15 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 	if (!st->have_proc)
 		ucount(UCOUNTER_NOT_READY);
 	bpf_loop(EMBERD_MAX_STACK_DEPTH + 1, unwind_step, 0, 0);
+	/* The native walk reached its root with Python frames left over: some
+	 * eval-loop call was not seen as one (its return address in code
+	 * outside _PyEval_EvalFrameDefault's symbol, such as a .cold part), so
+	 * runs may sit under the wrong native frames. Say so at the root. */
+	if (st->py_state == 2 && !st->py_failed && st->py_frame && st->end == STACK_END_ROOT &&
+	    st->nr < EMBERD_MAX_STACK_DEPTH) {
+		s->ips[st->nr & 127] = py_mark(PY_MARK_LOOP);
+		st->nr++;
+	}
 	s->nr = st->nr;
 	s->end = st->end;
 	/* Without tables a frame-pointer walk proves nothing: rbp = 0 is no root

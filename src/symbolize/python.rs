@@ -104,6 +104,9 @@ const _: () = assert!(std::mem::size_of::<crate::bpf::types::py_code>() == PY_CO
 /// (each about 600 bytes with its line table: 2.4 MiB at most).
 pub const MAX_CACHED_CODES: usize = 4096;
 
+/// Named slots cached (each about 150 bytes: key, frame, shared name).
+pub const MAX_CACHED_SLOTS: usize = 16384;
+
 /// Counts of what naming Python frames found, for `/metrics`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PyNameStats {
@@ -125,6 +128,9 @@ pub struct PyNameStats {
 pub struct PythonNames {
     codes: Option<MapHandle>,
     cache: FastMap<(Pid, u64), Arc<Code>>,
+    /// Named slots (fingerprint and instruction index): the same few come
+    /// at every drain, and naming one allocates. Emptied with `cache`.
+    frames: FastMap<(Pid, u64), Arc<[Frame]>>,
     cached_bytes: usize,
     stats: PyNameStats,
 }
@@ -147,7 +153,7 @@ impl PythonNames {
     /// Counts so far.
     pub fn stats(&self) -> PyNameStats {
         PyNameStats {
-            cached_bytes: self.cached_bytes as u64,
+            cached_bytes: (self.cached_bytes + self.frames.len() * SLOT_BYTES) as u64,
             ..self.stats
         }
     }
@@ -156,6 +162,7 @@ impl PythonNames {
     pub fn forget_exited(&mut self, is_live: impl Fn(Pid) -> bool) {
         let before = self.cache.len();
         self.cache.retain(|(pid, _), _| is_live(*pid));
+        self.frames.retain(|(pid, _), _| is_live(*pid));
         if self.cache.len() != before {
             self.cached_bytes = self.cache.values().map(|c| code_bytes(c)).sum();
         }
@@ -168,6 +175,10 @@ impl PythonNames {
             self.stats.marks[(slot & 0xff).min(5) as usize] += 1;
             return one(Frame::new(m.text(), FrameKind::Marker));
         }
+        if let Some(f) = self.frames.get(&(pid, slot)) {
+            self.stats.named += 1;
+            return f.clone();
+        }
         let fp = slot & FP_MASK;
         let index = ((slot >> FP_BITS) & 0xffff) as u32;
         let Some(code) = self.code(pid, fp) else {
@@ -176,13 +187,18 @@ impl PythonNames {
         };
         self.stats.named += 1;
         let line = line_of(&code.linetable, code.firstlineno, index);
-        one(Frame {
+        let f = one(Frame {
             name: code.name.clone(),
             kind: FrameKind::Python,
             file: Some(code.file.clone()),
             line,
             module: None,
-        })
+        });
+        if self.frames.len() >= MAX_CACHED_SLOTS {
+            self.frames.clear();
+        }
+        self.frames.insert((pid, slot), f.clone());
+        f
     }
 
     fn code(&mut self, pid: Pid, fp: u64) -> Option<Arc<Code>> {
@@ -199,6 +215,7 @@ impl PythonNames {
         if self.cache.len() >= MAX_CACHED_CODES {
             // Emptied whole: a record still in BPF is read again.
             self.cache.clear();
+            self.frames.clear();
             self.cached_bytes = 0;
         }
         self.cached_bytes += code_bytes(&code);
@@ -206,6 +223,9 @@ impl PythonNames {
         Some(code)
     }
 }
+
+/// Bytes a cached slot costs, about (key, Arc'd frame, table slot).
+const SLOT_BYTES: usize = 150;
 
 fn code_bytes(c: &Code) -> usize {
     std::mem::size_of::<Code>() + c.name.len() + c.file.len() + c.linetable.len() + 64
