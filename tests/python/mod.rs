@@ -473,3 +473,56 @@ fn hostile_python_process_cannot_harm_the_daemon() {
     assert!(rss_kib < 96 * 1024, "the daemon's RSS is {rss_kib} KiB");
     assert_eq!(d.get("/healthz").status, 200, "the daemon stays up");
 }
+
+/// pprof carries each Python frame's file and line, as `go tool pprof`
+/// reads them: the hot loop of `spin` is its line 20, the calls from
+/// `holdout_main_loop` its lines 67-72, and `--lines` writes the same line
+/// into folded frames.
+#[test]
+fn python_lines_reach_pprof_and_folded() {
+    require_root();
+    let w = Workload::spawn(
+        Command::new("/usr/bin/python3")
+            .arg(workload("py_mixed.py"))
+            .arg("10"),
+    );
+    wait(1000);
+    let pid = w.pid().to_string();
+    let pb = scratch().join("py-lines.pb.gz");
+    let out = run_record(&pb, &["-s", "3", "-p", &pid]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let home = scratch().join("pprof-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let pprof = Command::new("go")
+        .args(["tool", "pprof", "-top", "-lines"])
+        .arg(&pb)
+        .env("HOME", &home)
+        .env("PPROF_TMPDIR", &home)
+        .output()
+        .expect("running go tool pprof (golang-go, installed by ./scripts/setup)");
+    let text = String::from_utf8_lossy(&pprof.stdout);
+    assert!(
+        pprof.status.success(),
+        "go tool pprof failed: {}",
+        String::from_utf8_lossy(&pprof.stderr)
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains("spin (py_mixed.py)") && l.ends_with("py_mixed.py:20")),
+        "spin's hot loop should be line 20 of py_mixed.py:\n{text}"
+    );
+    let folded = record_folded("py-lines.folded", &["-s", "3", "--lines", "-p", &pid]);
+    // The innermost Python frame (native code may run above it).
+    let hot = sum_where(&folded, |f| {
+        f.iter().rev().find(|x| x.contains(".py:")) == Some(&"spin (py_mixed.py:20)")
+    });
+    assert!(
+        hot * 2 >= folded.total(),
+        "with --lines most samples' innermost Python frame should be spin (py_mixed.py:20):\n{}",
+        top(&folded, 6)
+    );
+}
