@@ -185,14 +185,24 @@ fn python_frames_agree_with_py_spy_on_stock_interpreters() {
             shares(&ours, fold_recursion),
             shares(&theirs, fold_recursion),
         );
-        for (x, y, who) in [(&a, &b, "py-spy"), (&b, &a, "emberd")] {
-            for (s, v) in x.iter().filter(|(_, v)| **v >= 0.03) {
-                assert!(
-                    y.contains_key(s),
-                    "{label}: a Python stack of {:.1}% is missing from {who}'s profile: {s}\n{ctx}",
-                    v * 100.0
-                );
-            }
+        for (s, v) in a.iter().filter(|(_, v)| **v >= 0.03) {
+            assert!(
+                b.contains_key(s),
+                "{label}: a Python stack of {:.1}% is missing from py-spy's profile: {s}\n{ctx}",
+                v * 100.0
+            );
+        }
+        // py-spy (reading without pausing the process) also reported
+        // stacks cut short of their root on 3.11, 3.6-3.8% of samples
+        // (`holdout_recurse;spin` alone): such a stack must be the leaf end
+        // of one of emberd's.
+        for (s, v) in b.iter().filter(|(_, v)| **v >= 0.03) {
+            let tail = format!(";{s}");
+            assert!(
+                a.keys().any(|o| o == s || o.ends_with(&tail)),
+                "{label}: a Python stack of {:.1}% is missing from emberd's profile: {s}\n{ctx}",
+                v * 100.0
+            );
         }
 
         // Each function under its caller, and merged with native frames.
