@@ -338,17 +338,6 @@ impl Pipeline {
         out
     }
 
-    /// Python processes seen and what is done with their frames.
-    pub fn python_process_list(&self) -> Vec<(crate::collect::Pid, crate::unwind::PythonState)> {
-        let mut v: Vec<_> = self
-            .unwinder
-            .python_processes()
-            .map(|(p, s)| (p, s.clone()))
-            .collect();
-        v.sort_by_key(|(p, _)| p.0);
-        v
-    }
-
     /// Figures of the unwind tables.
     pub fn unwind_stats(&self) -> UnwindStats {
         self.unwinder.stats()

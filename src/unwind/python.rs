@@ -81,9 +81,6 @@ pub struct PyLayout {
     pub entry_is_owner: bool,
     /// Offset of `autoTSSkey` (a `Py_tss_t`) in `_PyRuntime`.
     pub runtime_tss: u32,
-    /// Whether the instruction pointer points at the instruction being run
-    /// (3.13's `instr_ptr`) rather than the last one started (`prev_instr`).
-    pub instr_is_next: bool,
 }
 
 /// A field a version does not have.
@@ -113,7 +110,6 @@ pub fn layout(version: PyVersion) -> Option<PyLayout> {
         str_compact_data: 56,
         entry_is_owner: true,
         runtime_tss: 1544,
-        instr_is_next: false,
     };
     match version.minor() {
         (3, 11) => Some(PyLayout {
@@ -136,7 +132,6 @@ pub fn layout(version: PyVersion) -> Option<PyLayout> {
             tstate_frame: 72,
             code_adaptive: 200,
             runtime_tss: 2160,
-            instr_is_next: true,
             ..common
         }),
         _ => None,

@@ -354,3 +354,30 @@ impl Drop for Daemon {
 pub fn parse_folded(text: &str) -> Profile {
     emberd::render::folded::read(text.as_bytes()).expect("valid folded stacks")
 }
+
+/// Runs `go tool pprof ARGS` and returns its output; panics with its error.
+pub fn go_pprof(args: &[&str]) -> String {
+    let tmp = scratch().join("pprof-home");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let out = Command::new("go")
+        .arg("tool")
+        .arg("pprof")
+        .args(args)
+        .env("HOME", &tmp)
+        .env("PPROF_TMPDIR", &tmp)
+        .output()
+        .expect("running go tool pprof (golang-go, installed by ./scripts/setup)");
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The value of one metric line (`name{labels}`) in a `/metrics` text, 0 if absent.
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}

@@ -4,13 +4,6 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 
-/// The value of one metric line (`name{labels}`) in a `/metrics` text, 0 if absent.
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
 /// What a local user can put at the perf-map path of someone else's process.
 #[derive(Debug, Clone, Copy)]
 enum Trap {

@@ -370,25 +370,6 @@ fn malloc_allocated_and_in_use_sampled_by_bytes() {
     assert_eq!(sum_where(&p, mine), 0, "an exited process holds nothing");
 }
 
-fn go_pprof(args: &[&str]) -> String {
-    let tmp = scratch().join("pprof-home");
-    std::fs::create_dir_all(&tmp).unwrap();
-    let out = Command::new("go")
-        .arg("tool")
-        .arg("pprof")
-        .args(args)
-        .env("HOME", &tmp)
-        .env("PPROF_TMPDIR", &tmp)
-        .output()
-        .expect("running go tool pprof (golang-go, installed by ./scripts/setup)");
-    assert!(
-        out.status.success(),
-        "go tool pprof {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// `emberd record -e malloc -p PID -o heap.pb.gz` traces that one process
 /// and writes Go's heap profile, which go tool pprof reads.
 #[test]

@@ -452,18 +452,14 @@ fn hostile_python_process_cannot_harm_the_daemon() {
             );
         }
     }
-    let metric = |name: &str| {
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
     assert!(
-        metric("emberd_python_frames_missing_total{event=\"cpu\",reason=\"frame_unreadable\"}")
-            > 0.0,
+        metric(
+            &metrics,
+            "emberd_python_frames_missing_total{event=\"cpu\",reason=\"frame_unreadable\"}"
+        ) > 0.0,
         "unreadable frames should be counted in /metrics:\n{metrics}"
     );
-    let codes = metric("emberd_memory_bytes{map=\"python_codes\"}");
+    let codes = metric(&metrics, "emberd_memory_bytes{map=\"python_codes\"}");
     assert!(
         codes <= 3.0 * 1024.0 * 1024.0,
         "python_codes holds {codes} bytes"
@@ -505,21 +501,7 @@ fn python_lines_reach_pprof_and_folded() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let home = scratch().join("pprof-home");
-    std::fs::create_dir_all(&home).unwrap();
-    let pprof = Command::new("go")
-        .args(["tool", "pprof", "-top", "-lines"])
-        .arg(&pb)
-        .env("HOME", &home)
-        .env("PPROF_TMPDIR", &home)
-        .output()
-        .expect("running go tool pprof (golang-go, installed by ./scripts/setup)");
-    let text = String::from_utf8_lossy(&pprof.stdout);
-    assert!(
-        pprof.status.success(),
-        "go tool pprof failed: {}",
-        String::from_utf8_lossy(&pprof.stderr)
-    );
+    let text = go_pprof(&["-top", "-lines", pb.to_str().expect("utf-8 path")]);
     assert!(
         text.lines()
             .any(|l| l.contains("spin (py_mixed.py)") && l.ends_with("py_mixed.py:20")),
