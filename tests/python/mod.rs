@@ -314,12 +314,26 @@ fn python_frames_agree_with_py_spy_on_stock_interpreters() {
                 );
             }
         }
-        // No marker on an ordinary program: every frame read, every
-        // eval-loop call matched to its run.
-        let marked = sum_where(&p, |f| f.iter().any(|x| x.starts_with("[python:")));
-        assert_eq!(
-            marked, 0,
-            "{label}: Python markers in an ordinary program:\n{ctx}"
+        // Markers on an ordinary program are rare: every frame read, every
+        // eval-loop call matched to its run, but for the few instructions
+        // where CPython has entered a new eval-loop call and not yet linked
+        // its frame (read without pausing the thread, as py-spy's default
+        // does; measured: 1 sample in ~3,000 on 3.12).
+        let marked: Vec<String> = p
+            .sorted()
+            .into_iter()
+            .filter(|(s, _)| s.frames().any(|x| x.starts_with("[python:")))
+            .map(|(s, n)| format!("{n:>6} {}", s.frames().collect::<Vec<_>>().join(";")))
+            .collect();
+        let marked_n = sum_where(&p, |f| f.iter().any(|x| x.starts_with("[python:")));
+        eprintln!(
+            "{label}: {marked_n} of {ours_total} Python samples marked:\n{}",
+            marked.join("\n")
+        );
+        assert!(
+            marked_n * 200 <= ours_total,
+            "{label}: {marked_n} of {ours_total} Python samples hold markers (at most 0.5%):\n{}\n{ctx}",
+            marked.join("\n")
         );
         // Python stacks keep their native roots.
         let rooted = sum_where(&p, |f| f.iter().any(|x| is_py(x)) && reaches_root(f));
