@@ -428,7 +428,10 @@ fn run_unwind_tables(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     );
     for f in files {
         let started = std::time::Instant::now();
-        match emberd::unwind::read_capped(f).and_then(|b| emberd::unwind::build(&b)) {
+        match emberd::unwind::read_capped(f)
+            .map_err(|e| e.to_string())
+            .and_then(|b| emberd::unwind::build(&b))
+        {
             Ok((t, _)) => println!(
                 "{:>9} {:>10} {:>9.1} {:>6}  {} (fdes {}, corrupt fdes skipped {}, unsupported rows {})",
                 t.rows.len(),

@@ -285,7 +285,7 @@ impl Metrics {
         let unwind_counts = Family::<MissLabel, Counter>::default();
         registry.register(
             "unwind_table_events",
-            "Unwind-table work: builds, failures (corrupt or unreadable files), files without CFI, corrupt FDEs skipped, budget refusals, evictions, mappings dropped",
+            "Unwind-table work: builds, failures (corrupt or unreadable files), files refused unread (not ELF, sections over the cap), files without CFI, corrupt FDEs skipped, budget refusals, evictions, mappings dropped",
             unwind_counts.clone(),
         );
         let perf_map_refused = Family::<MissLabel, Counter>::default();
@@ -703,6 +703,7 @@ impl Metrics {
         for (reason, n, prev) in [
             ("built", stats.builds, p.builds),
             ("build_failed", stats.build_failures, p.build_failures),
+            ("refused", stats.refused, p.refused),
             ("no_cfi", stats.no_info_files, p.no_info_files),
             ("corrupt_fde_skipped", stats.bad_fdes, p.bad_fdes),
             ("budget_refused", stats.budget_refused, p.budget_refused),

@@ -19,7 +19,6 @@ pub mod table;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
-use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -49,6 +48,12 @@ pub mod defaults {
     pub const MAX_PROCESSES: u32 = 8192;
     /// Files larger than this are not read for unwind tables.
     pub const MAX_FILE_BYTES: u64 = 1 << 30;
+    /// The most of one file's sections (CFI, notes, section names) read
+    /// for its table, and the most a compressed `.debug_frame` may
+    /// inflate to: a file claiming more is refused. The largest CFI
+    /// measured here, node's `.eh_frame` with its header, is 3.3 MiB
+    /// (libjvm 1.8 MiB, chromium 0.5 MiB).
+    pub const MAX_CFI_BYTES: u64 = 64 << 20;
     /// A table no live process maps is evicted after this long.
     pub const IDLE_TABLE: Duration = Duration::from_secs(600);
     /// A process's mappings are read again at most this often when the BPF
@@ -180,6 +185,8 @@ struct Built {
     id: TableId,
     runtime: Option<python::FileRuntime>,
     result: Result<(table::UnwindTable, ElfInfo), String>,
+    /// The file was refused for what it is (not ELF, sections too large).
+    refused: bool,
     elapsed: Duration,
 }
 
@@ -198,6 +205,9 @@ pub struct UnwindStats {
     pub builds: u64,
     /// Files that could not be read or parsed (corrupt CFI, too large, gone).
     pub build_failures: u64,
+    /// Files refused unread for what they are: not ELF, not regular, or
+    /// claiming sections over [`defaults::MAX_CFI_BYTES`].
+    pub refused: u64,
     /// Files without any CFI.
     pub no_info_files: u64,
     /// FDEs skipped as corrupt, over all builds.
@@ -621,7 +631,11 @@ impl Unwinder {
             Ok(r) => r,
             Err(e) => {
                 tracing::debug!("no unwind table for {name}: {e}");
-                self.stats.build_failures += 1;
+                if built.refused {
+                    self.stats.refused += 1;
+                } else {
+                    self.stats.build_failures += 1;
+                }
                 if let Some(e) = self.tables.get_mut(&built.id) {
                     e.state = TableState::NoInfo;
                 }
@@ -964,11 +978,18 @@ fn bias_of(loads: &[table::LoadSegment], m: &ProcMapping) -> Option<u64> {
 fn builder_thread(jobs: mpsc::Receiver<BuildJob>, done: mpsc::Sender<Built>) {
     while let Ok(job) = jobs.recv() {
         let started = Instant::now();
+        let mut refused = false;
         let (result, runtime) = match job.source {
-            BuildSource::File(path) => (
-                read_capped(&path).and_then(|b| build(&b)),
-                File::open(&path).ok().and_then(|f| python::inspect(&f)),
-            ),
+            BuildSource::File(path) => match read_capped(&path) {
+                Ok(b) => (
+                    build(&b),
+                    File::open(&path).ok().and_then(|f| python::inspect(&f)),
+                ),
+                Err(e) => {
+                    refused = e.is_refusal();
+                    (Err(e.to_string()), None)
+                }
+            },
             BuildSource::Vdso => (own_vdso().and_then(|b| build(&b)), None),
         };
         let elapsed = started.elapsed();
@@ -985,6 +1006,7 @@ fn builder_thread(jobs: mpsc::Receiver<BuildJob>, done: mpsc::Sender<Built>) {
                 id: job.id,
                 runtime,
                 result,
+                refused,
                 elapsed,
             })
             .is_err()
@@ -1008,53 +1030,106 @@ pub fn build(bytes: &[u8]) -> Result<(table::UnwindTable, ElfInfo), String> {
     Ok((t, info))
 }
 
+/// Why a file was not read for its unwind table.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// Opening or reading failed (gone, no permission, I/O error).
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A FIFO, device, directory: nothing a loader maps as code.
+    #[error("{0}: not a regular file")]
+    NotRegular(PathBuf),
+    /// Larger than [`defaults::MAX_FILE_BYTES`].
+    #[error("{0}: larger than {max} bytes", max = defaults::MAX_FILE_BYTES)]
+    TooLarge(PathBuf),
+    /// Not a 64-bit little-endian ELF file, or its headers point outside
+    /// it: refused unread (a user can map any file as executable).
+    #[error("{0}: not an ELF file emberd can read (refused unread)")]
+    NotElf(PathBuf),
+    /// Its headers claim more than [`defaults::MAX_CFI_BYTES`] of the
+    /// sections the table builder reads.
+    #[error("{0}: its CFI, note and name sections claim over {max} bytes (refused)", max = defaults::MAX_CFI_BYTES)]
+    SectionsTooLarge(PathBuf),
+}
+
+impl ReadError {
+    /// Whether the file was refused for what it is (counted as `refused`),
+    /// rather than failing to read.
+    pub fn is_refusal(&self) -> bool {
+        !matches!(self, ReadError::Io { .. })
+    }
+}
+
 /// Reads a regular file of at most [`defaults::MAX_FILE_BYTES`], as far as
-/// the table builder needs it: for an ELF file, its headers and the CFI,
-/// note and debuglink sections, into a zeroed buffer of the file's size
-/// whose other pages are never touched (so never resident: a 100 MiB binary
-/// costs a few MiB while its table is built).
-pub fn read_capped(path: &std::path::Path) -> Result<Vec<u8>, String> {
-    let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let md = f
-        .metadata()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+/// the table builder needs it: its ELF headers and the CFI, note and
+/// debuglink sections, into a zeroed buffer of the file's size whose other
+/// pages are never touched (so never resident: a 100 MiB binary costs a few
+/// MiB while its table is built). What is read is bounded by what emberd
+/// needs, whatever the file says about itself: a file that is not ELF is
+/// refused unread, and one whose sections claim more than
+/// [`defaults::MAX_CFI_BYTES`] is refused before they are read.
+pub fn read_capped(path: &std::path::Path) -> Result<Vec<u8>, ReadError> {
+    let io = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let f = File::open(path).map_err(io)?;
+    let md = f.metadata().map_err(io)?;
     if !md.is_file() {
-        return Err(format!("{}: not a regular file", path.display()));
+        return Err(ReadError::NotRegular(path.to_path_buf()));
     }
     if md.len() > defaults::MAX_FILE_BYTES {
-        return Err(format!(
-            "{}: larger than {} bytes",
-            path.display(),
-            defaults::MAX_FILE_BYTES
-        ));
+        return Err(ReadError::TooLarge(path.to_path_buf()));
     }
     let mut bytes = vec![0u8; md.len() as usize];
-    if read_elf_parts(&f, &mut bytes).is_none() {
-        // Not an ELF file we understand: read it whole, and let the parser
-        // say what is wrong with it.
-        let mut all = Vec::with_capacity(md.len() as usize);
-        f.take(defaults::MAX_FILE_BYTES)
-            .read_to_end(&mut all)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        return Ok(all);
+    match read_elf_parts(&f, &mut bytes) {
+        Ok(()) => Ok(bytes),
+        Err(PartsError::Io(e)) => Err(io(e)),
+        Err(PartsError::NotElf) => Err(ReadError::NotElf(path.to_path_buf())),
+        Err(PartsError::TooLarge) => Err(ReadError::SectionsTooLarge(path.to_path_buf())),
     }
-    Ok(bytes)
+}
+
+/// Why [`read_elf_parts`] stopped.
+enum PartsError {
+    Io(std::io::Error),
+    /// Not ELF64 LE, or a header points outside the file.
+    NotElf,
+    /// Over [`defaults::MAX_CFI_BYTES`].
+    TooLarge,
 }
 
 /// Fills the parts of `buf` (the file's size) the table builder reads:
 /// ELF, program and section headers, section names, and the sections it
-/// uses. None if the file is not a 64-bit little-endian ELF file or a read
-/// falls outside it.
-fn read_elf_parts(f: &File, buf: &mut [u8]) -> Option<()> {
+/// uses, at most [`defaults::MAX_CFI_BYTES`] of sections in all.
+fn read_elf_parts(f: &File, buf: &mut [u8]) -> Result<(), PartsError> {
     use std::os::unix::fs::FileExt;
-    let read = |buf: &mut [u8], off: u64, len: u64| -> Option<()> {
-        let end = off.checked_add(len)?;
-        let dst = buf.get_mut(off as usize..end as usize)?;
-        f.read_exact_at(dst, off).ok()
+    let mut budget = defaults::MAX_CFI_BYTES;
+    // Headers are bounded by their u16 counts (4 MiB each at most); the
+    // sections they name are charged to the budget before being read.
+    let mut read = |buf: &mut [u8], off: u64, len: u64, charged: bool| -> Result<(), PartsError> {
+        if charged {
+            budget = budget.checked_sub(len).ok_or(PartsError::TooLarge)?;
+        }
+        let end = off.checked_add(len).ok_or(PartsError::NotElf)?;
+        let dst = usize::try_from(off)
+            .ok()
+            .zip(usize::try_from(end).ok())
+            .and_then(|(a, b)| buf.get_mut(a..b))
+            .ok_or(PartsError::NotElf)?;
+        f.read_exact_at(dst, off).map_err(PartsError::Io)
     };
-    read(buf, 0, 64)?;
+    if buf.len() < 64 {
+        return Err(PartsError::NotElf);
+    }
+    read(buf, 0, 64, false)?;
     if buf[0..4] != *b"\x7fELF" || buf[4] != 2 || buf[5] != 1 {
-        return None;
+        return Err(PartsError::NotElf);
     }
     let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as u64;
     let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4")) as u64;
@@ -1066,11 +1141,11 @@ fn read_elf_parts(f: &File, buf: &mut [u8]) -> Option<()> {
         u16_at(buf, 60),
         u16_at(buf, 62),
     );
-    read(buf, phoff, phentsize.checked_mul(phnum)?)?;
-    read(buf, shoff, shentsize.checked_mul(shnum)?)?;
-    if shentsize < 64 {
-        return None;
+    if shentsize < 64 || (phnum > 0 && phentsize < 56) {
+        return Err(PartsError::NotElf);
     }
+    read(buf, phoff, phentsize * phnum, false)?;
+    read(buf, shoff, shentsize * shnum, false)?;
     let header = |buf: &[u8], i: u64| -> Option<(u64, u32, u64, u64)> {
         let at = usize::try_from(shoff + i * shentsize).ok()?;
         let h = buf.get(at..at + 64)?;
@@ -1083,14 +1158,15 @@ fn read_elf_parts(f: &File, buf: &mut [u8]) -> Option<()> {
     };
     // PT_NOTE segments: the build id, where section headers do not say.
     for i in 0..phnum {
-        let at = usize::try_from(phoff + i * phentsize).ok()?;
-        let h = buf.get(at..at + 56)?;
+        let at = usize::try_from(phoff + i * phentsize).map_err(|_| PartsError::NotElf)?;
+        let h = buf.get(at..at + 56).ok_or(PartsError::NotElf)?;
         if u32_at(h, 0) == 4 {
-            read(buf, u64_at(h, 8), u64_at(h, 32))?;
+            let (off, size) = (u64_at(h, 8), u64_at(h, 32));
+            read(buf, off, size, true)?;
         }
     }
-    let (_, _, stroff, strsize) = header(buf, shstrndx)?;
-    read(buf, stroff, strsize)?;
+    let (_, _, stroff, strsize) = header(buf, shstrndx).ok_or(PartsError::NotElf)?;
+    read(buf, stroff, strsize, true)?;
     const WANTED: &[&[u8]] = &[
         b".eh_frame",
         b".eh_frame_hdr",
@@ -1099,16 +1175,19 @@ fn read_elf_parts(f: &File, buf: &mut [u8]) -> Option<()> {
         b".gnu_debuglink",
     ];
     for i in 0..shnum {
-        let (name, kind, off, size) = header(buf, i)?;
-        let name_at = usize::try_from(stroff + name).ok()?;
-        let name = buf.get(name_at..)?;
-        let name = &name[..name.iter().position(|&c| c == 0)?];
+        let (name, kind, off, size) = header(buf, i).ok_or(PartsError::NotElf)?;
+        let name_at = usize::try_from(stroff + name).map_err(|_| PartsError::NotElf)?;
+        let name = buf.get(name_at..).ok_or(PartsError::NotElf)?;
+        let name = &name[..name
+            .iter()
+            .position(|&c| c == 0)
+            .ok_or(PartsError::NotElf)?];
         // SHT_NOBITS (8) has no bytes in the file.
         if kind != 8 && (kind == 7 /* SHT_NOTE */ || WANTED.contains(&name)) {
-            read(buf, off, size)?;
+            read(buf, off, size, true)?;
         }
     }
-    Some(())
+    Ok(())
 }
 
 /// This process's vDSO image: the kernel maps the same one into every
@@ -1155,7 +1234,9 @@ pub fn self_report() -> Vec<Result<FileTableReport, String>> {
         })
         .map(|path| {
             let started = Instant::now();
-            let (t, _) = read_capped(&path).and_then(|b| build(&b))?;
+            let (t, _) = read_capped(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| build(&b))?;
             Ok(FileTableReport {
                 path,
                 rows: t.rows.len(),

@@ -183,6 +183,15 @@ pub enum TableError {
         /// The underlying read error.
         source: object::Error,
     },
+    /// A compressed section claims to inflate past
+    /// [`super::defaults::MAX_CFI_BYTES`].
+    #[error("section {name} inflates to {claimed} bytes, over the cap (refused)")]
+    TooLarge {
+        /// The section name.
+        name: &'static str,
+        /// The size its compression header claims.
+        claimed: u64,
+    },
     /// Every row had a pc >= 2^32, so nothing fits the u32 row format.
     #[error("all {0} unwind rows have a pc >= 2^32 and cannot be represented")]
     PcOutOfRange(u64),
@@ -325,6 +334,15 @@ fn section_data<'a>(
     let Some(section) = file.section_by_name(name) else {
         return Ok(None);
     };
+    // A compressed section says what it inflates to; a user's file may
+    // claim (or be) a zlib bomb: refuse it before inflating.
+    let claimed = section
+        .compressed_data()
+        .map_err(|source| TableError::Section { name, source })?
+        .uncompressed_size;
+    if claimed > super::defaults::MAX_CFI_BYTES {
+        return Err(TableError::TooLarge { name, claimed });
+    }
     let data = section
         .uncompressed_data()
         .map_err(|source| TableError::Section { name, source })?;

@@ -650,3 +650,87 @@ fn unix_socket_serves_with_file_permissions() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(mode, 0o660, "socket mode {mode:o}");
 }
+
+/// The daemon's peak resident memory (VmHWM), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("daemon's status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status")
+}
+
+/// A local user (nobody) maps as executable a 600 MiB sparse file that is
+/// not ELF, and a copy of a real binary grown to 600 MiB whose `.eh_frame`
+/// header claims 500 MiB. The unwind-table builder used to read the first
+/// whole and the second's claimed section (532-575 MiB RSS, past the unit's
+/// MemoryMax=512M: killed, history gone). Now both are refused unread and
+/// counted, the daemon's peak RSS stays under 150 MiB, and the user's own
+/// process is still sampled and named.
+#[test]
+fn files_mapped_as_code_are_read_only_as_far_as_needed() {
+    require_root();
+    let dir = scratch().join("mapped-code");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    const SIZE: u64 = 600 << 20;
+    let not_elf = dir.join("data.bin");
+    std::fs::File::create(&not_elf)
+        .and_then(|f| f.set_len(SIZE))
+        .expect("sparse file");
+    // A real ELF file whose .eh_frame section header claims 500 MiB.
+    let liar = dir.join("liar.so");
+    let mut bytes = std::fs::read(build_c("cpu_70_30")).expect("a built binary");
+    {
+        use object::read::elf::FileHeader;
+        let header = object::elf::FileHeader64::<object::LittleEndian>::parse(&bytes[..]).unwrap();
+        let e = header.endian().unwrap();
+        let sections = header.sections(e, &bytes[..]).unwrap();
+        let (idx, _) = sections
+            .iter()
+            .enumerate()
+            .find(|(_, s)| sections.section_name(e, s).ok() == Some(&b".eh_frame"[..]))
+            .expect("the binary has .eh_frame");
+        let at = header.e_shoff.get(e) as usize + idx * 64 + 32;
+        bytes[at..at + 8].copy_from_slice(&(500u64 << 20).to_le_bytes());
+    }
+    std::fs::write(&liar, &bytes).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&liar)
+        .and_then(|f| f.set_len(SIZE))
+        .unwrap();
+    let mut d = Daemon::start(&[], &[]);
+    let before = peak_rss_kib(d.child.id());
+    let mut user = Command::new("setpriv");
+    user.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg("/usr/bin/python3")
+        .arg(workload("map_exec.py"))
+        .arg(&not_elf)
+        .arg(&liar)
+        .stdout(std::process::Stdio::null());
+    let w = Workload::spawn(&mut user);
+    wait(6000);
+    let m = d.get("/metrics").text();
+    let peak = peak_rss_kib(d.child.id());
+    let refused = metric(&m, "emberd_unwind_table_events_total{reason=\"refused\"}");
+    let folded = d.get(&format!("/folded?seconds=4&pid={}", w.pid())).text();
+    let alive = d.child.try_wait().unwrap().is_none();
+    drop(w);
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("daemon peak RSS: {before} KiB at start, {peak} KiB after the mappings");
+    assert!(alive, "the daemon died");
+    assert!(
+        peak < 150 << 10,
+        "the daemon's peak RSS went from {before} KiB to {peak} KiB"
+    );
+    assert!(
+        refused >= 2.0,
+        "both files should be refused and counted (refused = {refused}):\n{m}"
+    );
+    assert!(
+        folded.contains("holdout_mapper"),
+        "the user's process should still be sampled and named:\n{folded}"
+    );
+}
