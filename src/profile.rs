@@ -68,25 +68,53 @@ impl fmt::Display for Grouping {
     }
 }
 
+/// A character of a frame name as folded text carries it: `;` separates
+/// frames, so it becomes `:`; every other whitespace or control character
+/// (newline, tab, vertical tab, NEL, U+2028...) becomes a plain space, so
+/// that no reader splits a line, or the stack from its count, inside a name.
+fn folded_char(c: char) -> char {
+    match c {
+        ';' => ':',
+        c if c.is_whitespace() || c.is_control() => ' ',
+        c => c,
+    }
+}
+
+/// Appends a frame's name to folded text, made safe for the format: see
+/// [`folded_char`]; and `a;f 5 3` reads as a differential line (stack
+/// `a;f`, counts 5 and 3) in flamegraph.pl and inferno, so the space before
+/// a number that ends a name becomes `_`.
+fn push_name(text: &mut String, frame: &str) {
+    let start = text.len();
+    if frame.contains(|c: char| folded_char(c) != c) {
+        text.extend(frame.chars().map(folded_char));
+    } else {
+        text.push_str(frame);
+    }
+    if let Some(i) = text[start..].rfind(' ') {
+        let tail = &text[start + i + 1..];
+        if tail.starts_with(|c: char| c.is_ascii_digit())
+            && tail.chars().all(|c| c.is_ascii_digit() || c == '.')
+        {
+            text.replace_range(start + i..start + i + 1, "_");
+        }
+    }
+}
+
 /// One folded stack: frames root first joined by `;`, without the count.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FoldedStack(String);
 
 impl FoldedStack {
     /// Builds a folded stack from frame strings, making each safe for the
-    /// format: `;` separates frames and a newline ends the line, so both are
-    /// replaced inside names.
+    /// format (see [`folded_char`]).
     pub fn from_frames<'a>(frames: impl IntoIterator<Item = &'a str>) -> Self {
         let mut s = String::new();
         for (i, f) in frames.into_iter().enumerate() {
             if i > 0 {
                 s.push(';');
             }
-            s.extend(f.chars().map(|c| match c {
-                ';' => ':',
-                '\n' | '\r' => ' ',
-                c => c,
-            }));
+            push_name(&mut s, f);
         }
         Self(s)
     }
@@ -99,15 +127,7 @@ impl FoldedStack {
         if !text.is_empty() {
             text.push(';');
         }
-        if frame.contains([';', '\n', '\r']) {
-            text.extend(frame.chars().map(|c| match c {
-                ';' => ':',
-                '\n' | '\r' => ' ',
-                c => c,
-            }));
-        } else {
-            text.push_str(frame);
-        }
+        push_name(text, frame);
     }
 
     /// A stack from text built with [`FoldedStack::push_frame`].

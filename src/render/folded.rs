@@ -228,9 +228,31 @@ mod tests {
 
     #[test]
     fn separators_inside_names_are_replaced() {
-        let s = FoldedStack::from_frames(["a;b", "c\nd", "e f"]);
-        assert_eq!(s.as_str(), "a:b;c d;e f");
-        assert_eq!(s.frames().count(), 3);
+        let s = FoldedStack::from_frames(["a;b", "c\nd", "e f", "g\th\u{b}i\u{85}j\u{2028}k\u{0}"]);
+        assert_eq!(s.as_str(), "a:b;c d;e f;g h i j k ");
+        assert_eq!(s.frames().count(), 4);
+    }
+
+    /// A leaf named `f 5` would make the line `a;f 5 3`, which two-column
+    /// readers (flamegraph.pl's differential input, inferno) take for stack
+    /// `a;f` with counts 5 and 3.
+    #[test]
+    fn a_name_ending_in_a_number_is_not_read_as_a_count() {
+        let mut p = Profile::default();
+        p.add(FoldedStack::from_frames(["a", "f 5"]), 3);
+        p.add(FoldedStack::from_frames(["b", "g 1.5"]), 2);
+        p.add(FoldedStack::from_frames(["c", "h 5x"]), 1);
+        let mut out = Vec::new();
+        write(&p, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text, "a;f_5 3\nb;g_1.5 2\nc;h 5x 1\n");
+        for line in text.lines() {
+            let fields: Vec<&str> = line.rsplitn(3, ' ').collect();
+            assert!(
+                fields.len() < 3 || fields[1].parse::<f64>().is_err(),
+                "{line:?} reads as two counts"
+            );
+        }
     }
 
     #[test]

@@ -37,6 +37,10 @@ pub enum KallsymsError {
 /// The kernel's symbols: start addresses and deflated names.
 #[derive(Debug)]
 pub struct KernelSymbols {
+    /// The address of `_text`: addresses without a symbol are printed as
+    /// an offset from it, never absolute (that would give away the
+    /// kernel's randomized base).
+    pub text: Option<u64>,
     addrs: Addrs,
     names: PackedNames,
     reader: NameReader,
@@ -83,6 +87,7 @@ impl KernelSymbols {
         if lines.is_empty() {
             return None;
         }
+        let text = lines.iter().find(|l| l.name == "_text").map(|l| l.addr);
         // Stable: of aliases at one address, the first listed stays first.
         lines.sort_by_key(|l| l.addr);
         let sorted: Vec<u64> = lines.iter().map(|l| l.addr).collect();
@@ -90,6 +95,7 @@ impl KernelSymbols {
         drop(sorted);
         let names = PackedNames::new(lines.iter().map(|l| l.name))?;
         Some(Self {
+            text,
             addrs,
             names,
             reader: NameReader::default(),

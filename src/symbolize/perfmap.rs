@@ -266,7 +266,7 @@ fn parse_line(line: &[u8]) -> Option<PerfMapEntry> {
     Some(PerfMapEntry {
         start,
         size,
-        name: name.into(),
+        name: super::cap_name(name).into(),
     })
 }
 

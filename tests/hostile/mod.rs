@@ -734,3 +734,65 @@ fn files_mapped_as_code_are_read_only_as_far_as_needed() {
         "the user's process should still be sampled and named:\n{folded}"
     );
 }
+
+/// A user's binary with a 4 MiB function name, spinning in that function:
+/// the name reaches /folded, the SVG and pprof cut to `MAX_NAME_BYTES`
+/// (4 KiB) with `…[+N bytes]`, so no answer holds a 4 MB line and the
+/// daemon stays within its memory.
+#[test]
+fn a_4_mib_symbol_name_is_cut_everywhere() {
+    require_root();
+    let dir = scratch().join("long-name");
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = format!("holdout_long_{}", "x".repeat(4 << 20));
+    std::fs::write(
+        dir.join("long_name.h"),
+        format!("#define LONG_NAME \"{name}\"\n"),
+    )
+    .unwrap();
+    let include = format!("-I{}", dir.display());
+    let bin = build_c_with(
+        "long_name",
+        "long-name",
+        &["-O2", "-fno-omit-frame-pointer", &include],
+    );
+    let w = Workload::spawn(&mut Command::new(&bin));
+    let d = Daemon::start(&[], &[]);
+    let pid = w.pid();
+    // The first drain can take seconds on a busy 2-CPU machine.
+    let t0 = Instant::now();
+    let folded = loop {
+        wait(1000);
+        let f = d.get(&format!("/folded?seconds=3&pid={pid}")).text();
+        if f.contains("holdout_long") || t0.elapsed() > Duration::from_secs(20) {
+            break f;
+        }
+    };
+    let svg = d.get(&format!("/flamegraph.svg?seconds=3&pid={pid}"));
+    let pprof = d.get(&format!("/debug/pprof/profile?seconds=3&pid={pid}"));
+    let rss = peak_rss_kib(d.child.id());
+    drop(w);
+    let longest = folded.lines().map(str::len).max().unwrap_or(0);
+    assert!(
+        folded.contains("holdout_long_xxx") && folded.contains("…[+"),
+        "the long name should show, cut:\n{}",
+        &folded[..folded.len().min(2000)]
+    );
+    assert!(
+        longest < 2 * emberd::symbolize::MAX_NAME_BYTES,
+        "a folded line of {longest} bytes"
+    );
+    assert_eq!(svg.status, 200);
+    assert!(
+        svg.body.len() < 256 << 10,
+        "the SVG is {} bytes",
+        svg.body.len()
+    );
+    assert_eq!(pprof.status, 200);
+    assert!(
+        pprof.body.len() < 64 << 10,
+        "the pprof is {} bytes",
+        pprof.body.len()
+    );
+    assert!(rss < 150 << 10, "the daemon's peak RSS is {rss} KiB");
+}
