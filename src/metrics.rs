@@ -440,6 +440,11 @@ impl Metrics {
                 misses.perf_map_malformed_lines,
                 prev_m.perf_map_malformed_lines,
             ),
+            (
+                "perf_map_entry_dropped",
+                misses.perf_map_entries_dropped,
+                prev_m.perf_map_entries_dropped,
+            ),
         ] {
             self.misses
                 .get_or_create(&MissLabel {

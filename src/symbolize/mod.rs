@@ -201,6 +201,9 @@ pub struct Misses {
     pub kernel_no_symbol: u64,
     /// Perf-map lines skipped as malformed.
     pub perf_map_malformed_lines: u64,
+    /// Perf-map entries not kept: past half the perf-map byte budget, or
+    /// past `perfmap::MAX_ENTRIES`.
+    pub perf_map_entries_dropped: u64,
     /// Perf maps not read, by reason (FIFO, other owner, too large, ...).
     pub perf_map_refused: std::collections::BTreeMap<untrusted::Refusal, u64>,
     /// Perf maps dropped from the cache to stay within its byte budget.
@@ -1029,15 +1032,23 @@ impl Symbolizer {
             Some(c) => (Some(c.map), c.parsed),
             None => (None, 0),
         };
-        let (tail, parsed) = perfmap::parse_complete_lines(&file, from, stamp.size);
+        // One map may take half the budget: two fit, so two large maps do
+        // not evict each other at every drain.
+        let max_bytes = self.options.perf_map_budget_bytes / 2;
+        let (tail, parsed) = perfmap::parse_complete_lines(&file, from, stamp.size, max_bytes);
         self.misses.perf_map_malformed_lines += tail.malformed_lines;
         let map = match base {
             Some(b) => {
                 let mut b = Arc::try_unwrap(b).unwrap_or_else(|shared| (*shared).clone());
-                b.merge(tail);
+                let dropped = b.dropped_entries;
+                b.merge(tail, max_bytes);
+                self.misses.perf_map_entries_dropped += b.dropped_entries - dropped;
                 b
             }
-            None => tail,
+            None => {
+                self.misses.perf_map_entries_dropped += tail.dropped_entries;
+                tail
+            }
         };
         self.cache_perf_map(pid, Some(stamp), parsed, map, now)
     }

@@ -32,13 +32,30 @@ pub struct PerfMap {
     entries: Vec<PerfMapEntry>,
     /// Lines that did not parse (bad hex, missing name, too long, not UTF-8).
     pub malformed_lines: u64,
-    /// Entries dropped beyond [`MAX_ENTRIES`].
+    /// Entries dropped beyond [`MAX_ENTRIES`] or the byte budget.
     pub dropped_entries: u64,
+    /// Bytes the entries hold, as [`PerfMap::approx_bytes`] counts them.
+    bytes: usize,
+}
+
+/// Heap bytes of one entry: the struct and its name (the allocator rounds
+/// a name up to 16 bytes and adds 8).
+fn entry_bytes(e: &PerfMapEntry) -> usize {
+    std::mem::size_of::<PerfMapEntry>() + (e.name.len() + 8).next_multiple_of(16)
 }
 
 impl PerfMap {
     /// Parses a whole perf map. I/O errors end the parse with what was read.
-    pub fn parse<R: BufRead>(mut reader: R) -> io::Result<Self> {
+    pub fn parse<R: BufRead>(reader: R) -> io::Result<Self> {
+        Self::parse_within(reader, usize::MAX)
+    }
+
+    /// Parses a perf map keeping at most `max_bytes` of entries (as
+    /// [`PerfMap::approx_bytes`] counts them): the lines past the budget are
+    /// counted in `dropped_entries`, not held. So a 64 MiB map never costs
+    /// more than the budget (and the parse's vector growth) while it is
+    /// read, rather than ~380 MB parsed and then evicted.
+    pub fn parse_within<R: BufRead>(mut reader: R, max_bytes: usize) -> io::Result<Self> {
         let mut map = PerfMap::default();
         // Order of appearance decides which of two overlapping entries wins:
         // the later one describes the code that is there now.
@@ -55,7 +72,11 @@ impl PerfMap {
                         continue;
                     }
                     match parse_line(&line) {
-                        Some(e) if indexed.len() < MAX_ENTRIES => {
+                        Some(e)
+                            if indexed.len() < MAX_ENTRIES
+                                && map.bytes + entry_bytes(&e) <= max_bytes =>
+                        {
+                            map.bytes += entry_bytes(&e);
                             indexed.push((n, e));
                             n += 1;
                         }
@@ -69,6 +90,8 @@ impl PerfMap {
         // For equal starts keep only the newest.
         indexed.dedup_by_key(|(_, e)| e.start);
         map.entries = indexed.into_iter().map(|(_, e)| e).collect();
+        map.entries.shrink_to_fit();
+        map.bytes = map.entries.iter().map(entry_bytes).sum();
         Ok(map)
     }
 
@@ -77,10 +100,23 @@ impl PerfMap {
     /// a copy of the whole map for every append of a growing JIT's map was
     /// most of the daemon's heap peak (48 of 205 MiB, a node process
     /// compiling 4,000 functions a second).
-    pub fn merge(&mut self, newer: PerfMap) {
+    /// Entries that would take the map past `max_bytes` are dropped and
+    /// counted.
+    pub fn merge(&mut self, newer: PerfMap, max_bytes: usize) {
         self.malformed_lines += newer.malformed_lines;
         self.dropped_entries += newer.dropped_entries;
-        self.entries.extend(newer.entries);
+        let room = max_bytes.saturating_sub(self.bytes);
+        let mut taken = 0;
+        let fit = newer
+            .entries
+            .iter()
+            .take_while(|e| {
+                taken += entry_bytes(e);
+                taken <= room
+            })
+            .count();
+        self.dropped_entries += (newer.entries.len() - fit) as u64;
+        self.entries.extend(newer.entries.into_iter().take(fit));
         // Stable: for one start the older entry stays first, then the
         // newer (appended after it). Mostly sorted runs: cheap.
         self.entries.sort_by_key(|e| e.start);
@@ -97,17 +133,14 @@ impl PerfMap {
         let dropped = self.entries.len().saturating_sub(MAX_ENTRIES) as u64;
         self.entries.truncate(MAX_ENTRIES);
         self.dropped_entries += dropped;
+        self.bytes = self.entries.iter().map(entry_bytes).sum();
     }
 
-    /// Bytes this map holds, roughly (entries and their names).
+    /// Bytes this map holds, roughly (entries and their names, and the
+    /// vector's spare capacity).
     pub fn approx_bytes(&self) -> usize {
-        // The allocator rounds each name up to 16 bytes and adds 8.
-        self.entries.capacity() * std::mem::size_of::<PerfMapEntry>()
-            + self
-                .entries
-                .iter()
-                .map(|e| (e.name.len() + 8).next_multiple_of(16))
-                .sum::<usize>()
+        self.bytes
+            + (self.entries.capacity() - self.entries.len()) * std::mem::size_of::<PerfMapEntry>()
     }
 
     /// The entry whose range holds `addr`.
@@ -139,7 +172,12 @@ impl PerfMap {
 /// written may end in half a line, left for the next read. Returns the
 /// entries and the offset up to which lines were parsed. Reads are
 /// positioned (`pread`), bounded by `size` as it was at open.
-pub fn parse_complete_lines(file: &std::fs::File, from: u64, size: u64) -> (PerfMap, u64) {
+pub fn parse_complete_lines(
+    file: &std::fs::File,
+    from: u64,
+    size: u64,
+    max_bytes: usize,
+) -> (PerfMap, u64) {
     use std::os::unix::fs::FileExt;
     if size <= from {
         return (PerfMap::default(), from);
@@ -168,7 +206,8 @@ pub fn parse_complete_lines(file: &std::fs::File, from: u64, size: u64) -> (Perf
         pos: from,
         end: complete,
     };
-    let map = PerfMap::parse(io::BufReader::with_capacity(64 * 1024, reader)).unwrap_or_default();
+    let map = PerfMap::parse_within(io::BufReader::with_capacity(64 * 1024, reader), max_bytes)
+        .unwrap_or_default();
     (map, complete)
 }
 
@@ -332,6 +371,35 @@ mod tests {
         assert_eq!(m.malformed_lines, 1);
     }
 
+    /// A map larger than the budget keeps what fits, counts the rest, and
+    /// a later append past the budget is dropped and counted too.
+    #[test]
+    fn parse_and_merge_keep_within_the_byte_budget() {
+        let line = |i: u64| {
+            format!(
+                "{:x} 10 LazyCompile:*fn_{i} /srv/app/file_{i}.js:1:1\n",
+                0x1000 + i * 16
+            )
+        };
+        let text: String = (0..100_000).map(line).collect();
+        let budget = 1 << 20;
+        let m = PerfMap::parse_within(text.as_bytes(), budget).unwrap();
+        assert!(
+            m.approx_bytes() <= budget + budget / 8,
+            "{} bytes",
+            m.approx_bytes()
+        );
+        assert!(m.len() > 5_000, "{} entries kept", m.len());
+        assert_eq!(m.len() as u64 + m.dropped_entries, 100_000);
+        let mut grown = PerfMap::parse_within(text.as_bytes(), budget / 2).unwrap();
+        let held = grown.len();
+        let more: String = (100_000..200_000).map(line).collect();
+        grown.merge(PerfMap::parse(more.as_bytes()).unwrap(), budget);
+        assert!(grown.approx_bytes() <= budget + budget / 8);
+        assert!(grown.len() > held);
+        assert_eq!(grown.len() as u64 + grown.dropped_entries, 200_000);
+    }
+
     #[test]
     fn empty_file() {
         let m = parse("");
@@ -392,10 +460,10 @@ mod tests {
         let mut text = b"10 10 first\n20 10 second\n".to_vec();
         text.extend(std::iter::repeat_n(b'x', 200_000));
         let (_tmp, file) = TempFile::new(&text);
-        let (m, off) = parse_complete_lines(&file, 0, text.len() as u64);
+        let (m, off) = parse_complete_lines(&file, 0, text.len() as u64, usize::MAX);
         assert_eq!((m.len(), off), (2, 25));
         // From the half line on, nothing is complete yet.
-        let (m, off) = parse_complete_lines(&file, 25, text.len() as u64);
+        let (m, off) = parse_complete_lines(&file, 25, text.len() as u64, usize::MAX);
         assert_eq!((m.len(), off), (0, 25));
     }
 
@@ -535,7 +603,7 @@ mod tests {
             ) {
                 let (_tmp, file) = TempFile::new(&text);
                 let len = text.len() as u64;
-                let (whole, end) = parse_complete_lines(&file, 0, len);
+                let (whole, end) = parse_complete_lines(&file, 0, len, usize::MAX);
                 let complete = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
                 prop_assert_eq!(end, complete as u64);
                 let direct = PerfMap::parse(&text[..complete]).unwrap();
@@ -543,12 +611,12 @@ mod tests {
                 prop_assert_eq!(whole.malformed_lines, direct.malformed_lines);
 
                 let cut = cut.index(text.len() + 1) as u64;
-                let (first, mid) = parse_complete_lines(&file, 0, cut);
+                let (first, mid) = parse_complete_lines(&file, 0, cut, usize::MAX);
                 prop_assert!(mid <= cut);
-                let (second, end2) = parse_complete_lines(&file, mid, len);
+                let (second, end2) = parse_complete_lines(&file, mid, len, usize::MAX);
                 prop_assert_eq!(end2, end);
                 let mut merged = first.clone();
-                merged.merge(second);
+                merged.merge(second, usize::MAX);
                 prop_assert_eq!(&merged.entries, &whole.entries);
                 prop_assert_eq!(merged.malformed_lines, whole.malformed_lines);
                 same_lookups(&merged, &whole, probe_addrs(&whole, &extra));

@@ -796,3 +796,62 @@ fn a_4_mib_symbol_name_is_cut_everywhere() {
     );
     assert!(rss < 150 << 10, "the daemon's peak RSS is {rss} KiB");
 }
+
+/// Two node processes whose perf maps are 60 MiB each (under the 64 MiB
+/// file cap, 4x the 16 MiB budget of parsed maps): each map is parsed only
+/// up to half the budget (the rest counted as dropped), so the daemon's
+/// peak RSS stays far below the ~380 MB one such map used to cost parsed,
+/// and the JIT frames that fit are still named.
+#[test]
+fn large_perf_maps_are_parsed_within_the_budget() {
+    require_root();
+    let nodes: Vec<Workload> = (0..2)
+        .map(|_| {
+            Workload::spawn(
+                Command::new("node")
+                    .current_dir(scratch())
+                    .arg(workload("busy.js"))
+                    .arg("40"),
+            )
+        })
+        .collect();
+    wait(1500);
+    for n in &nodes {
+        let path = format!("/tmp/perf-{}.map", n.pid());
+        // node appends its own lines to the map: ours go first.
+        let own = std::fs::read(&path).unwrap_or_default();
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&path).expect("perf map"));
+        let mut i: u64 = 0;
+        let mut written = 0usize;
+        while written < 60 << 20 {
+            let line = format!(
+                "{:x} 10 LazyCompile:*emberd_fake_{i} /srv/app/generated/module_{i}.js:1:1\n",
+                0x7000_0000_0000 + i * 16
+            );
+            f.write_all(line.as_bytes()).unwrap();
+            written += line.len();
+            i += 1;
+        }
+        f.write_all(&own).unwrap();
+        f.flush().unwrap();
+    }
+    let d = Daemon::start(&[], &[]);
+    wait(8000);
+    let m = d.get("/metrics").text();
+    let peak = peak_rss_kib(d.child.id());
+    let dropped = metric(
+        &m,
+        "emberd_symbolize_misses_total{reason=\"perf_map_entry_dropped\"}",
+    );
+    let samples = metric(&m, "emberd_samples_total{event=\"cpu\"}");
+    for n in &nodes {
+        let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", n.pid()));
+    }
+    eprintln!("daemon peak RSS {peak} KiB, perf-map entries dropped {dropped}");
+    assert!(samples > 0.0, "sampling stopped");
+    assert!(
+        dropped > 0.0,
+        "the maps' entries past the budget should be counted as dropped:\n{m}"
+    );
+    assert!(peak < 150 << 10, "the daemon's peak RSS was {peak} KiB");
+}
