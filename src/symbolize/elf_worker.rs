@@ -442,43 +442,69 @@ impl ElfInfo {
         })
     }
 
-    /// The supplementary file of `.gnu_debugaltlink`, where blazesym looks
-    /// for it: by its build id under the debug directories, then at the
-    /// path written (dwz writes an absolute one).
+    /// The supplementary file of `.gnu_debugaltlink`: by its build id under
+    /// the debug directories, or at the path written (dwz writes an
+    /// absolute one) if that is under them. The file names a path any
+    /// user can write: anywhere else it is not followed.
     fn supplementary_file(&self) -> Option<PathBuf> {
         let (name, id) = self.altlink.as_ref()?;
         let by_id = (id.len() >= 8).then(|| crate::unwind::table::debug_file_path(id));
+        let written = name.is_absolute()
+            && !name
+                .components()
+                .any(|c| c == std::path::Component::ParentDir)
+            && DEBUG_DIRS.iter().any(|d| name.starts_with(d));
         by_id
             .into_iter()
-            .chain(name.is_absolute().then(|| name.clone()))
+            .chain(written.then(|| name.clone()))
             .find(|p| p.is_file())
     }
 
-    /// The separate debug file, where blazesym looks for it: by build id
-    /// under /usr/lib/debug, then by debug link, also under /lib/debug.
+    /// The separate debug file, as gdb searches for it: by build id under
+    /// /usr/lib/debug, then by debug link (a plain file name) beside the
+    /// binary, in its `.debug` directory, and under the debug directories.
+    /// A file beside the binary counts only if it is no symlink and has the
+    /// binary's owner (or root): a user's binary cannot have another
+    /// user's file read for its names.
     fn debug_file(&self, path: &Path) -> Option<PathBuf> {
-        const DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
+        use std::os::unix::fs::MetadataExt;
         let mut candidates = Vec::new();
         // The unwinder looks there too, for a stripped file's .eh_frame.
         if let Some(id) = self.build_id.as_deref().filter(|id| id.len() > 1) {
-            candidates.push(crate::unwind::table::debug_file_path(id));
+            candidates.push((crate::unwind::table::debug_file_path(id), false));
         }
-        if let Some(link) = &self.debuglink {
+        let plain = |l: &str| !l.is_empty() && !l.contains('/') && l != "." && l != "..";
+        if let Some(link) = self.debuglink.as_deref().filter(|l| plain(l)) {
             let dir = path.parent().unwrap_or(Path::new("/"));
-            candidates.push(dir.join(link));
-            candidates.push(dir.join(".debug").join(link));
-            for d in DIRS {
-                candidates.push(
+            candidates.push((dir.join(link), true));
+            candidates.push((dir.join(".debug").join(link), true));
+            for d in DEBUG_DIRS {
+                candidates.push((
                     Path::new(d)
                         .join(dir.strip_prefix("/").unwrap_or(dir))
                         .join(link),
-                );
-                candidates.push(Path::new(d).join(link));
+                    false,
+                ));
+                candidates.push((Path::new(d).join(link), false));
             }
         }
-        candidates.into_iter().find(|c| c != path && c.is_file())
+        let owner = std::fs::metadata(path).ok().map(|m| m.uid());
+        let trusted = |c: &Path, beside: bool| {
+            if !beside {
+                return c.is_file();
+            }
+            std::fs::symlink_metadata(c)
+                .is_ok_and(|m| m.file_type().is_file() && (m.uid() == 0 || Some(m.uid()) == owner))
+        };
+        candidates
+            .into_iter()
+            .find(|(c, beside)| c != path && trusted(c, *beside))
+            .map(|(c, _)| c)
     }
 }
+
+/// Where separate debug files live; only root writes there.
+const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
 
 /// Bytes of compact symbol tables ([`ElfSymbols`]) kept, all files
 /// together. Tables are small (emberd's own 240 KB, bash's or python3's

@@ -1,4 +1,5 @@
 use std::io::Write;
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -854,4 +855,105 @@ fn large_perf_maps_are_parsed_within_the_budget() {
         "the maps' entries past the budget should be counted as dropped:\n{m}"
     );
     assert!(peak < 150 << 10, "the daemon's peak RSS was {peak} KiB");
+}
+
+/// A local user's stripped binary whose `.gnu_debuglink` names `spin.debug`,
+/// a symlink beside it to another user's private binary (mode 0600, uid
+/// 4242, its functions `victim_secret_*`), and a second binary whose link
+/// climbs out (`../victim/private.bin`). emberd follows neither (as gdb
+/// searches: a plain name, beside the binary only if no symlink and the
+/// binary's owner), so the user's profile never shows the victim's names.
+#[test]
+fn debug_links_cannot_read_another_users_file() {
+    require_root();
+    let root = Path::new("/tmp/emberd-debuglink-test");
+    let _ = std::fs::remove_dir_all(root);
+    let (victim_dir, user_dir) = (root.join("victim"), root.join("user"));
+    std::fs::create_dir_all(&victim_dir).unwrap();
+    std::fs::create_dir_all(&user_dir).unwrap();
+    let run = |cmd: &mut Command| {
+        let out = cmd.output().expect("running binutils");
+        assert!(
+            out.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let built = build_c("cpu_70_30");
+    let private = victim_dir.join("private.bin");
+    run(Command::new("objcopy")
+        .args(["--strip-debug", "--redefine-sym", "hot_a=victim_secret_a"])
+        .args(["--redefine-sym", "hot_b=victim_secret_b"])
+        .arg(&built)
+        .arg(&private));
+    let (spin, climb) = (user_dir.join("spin"), user_dir.join("climb"));
+    for bin in [&spin, &climb] {
+        run(Command::new("strip")
+            .arg("--strip-all")
+            .arg("-o")
+            .arg(bin)
+            .arg(&built));
+    }
+    // objcopy computes the link's CRC from a file by that name: the
+    // victim's own bytes, as a user who once saw the file would.
+    std::fs::copy(&private, user_dir.join("spin.debug")).unwrap();
+    run(Command::new("objcopy")
+        .current_dir(&user_dir)
+        .arg("--add-gnu-debuglink=spin.debug")
+        .arg(&spin));
+    std::fs::remove_file(user_dir.join("spin.debug")).unwrap();
+    // A link that climbs out of the binary's directory: the name, NUL,
+    // padding to 4 bytes, then a CRC.
+    let mut section = b"../victim/private.bin\0".to_vec();
+    section.resize(section.len().next_multiple_of(4) + 4, 0);
+    std::fs::write(user_dir.join("link"), &section).unwrap();
+    run(Command::new("objcopy")
+        .arg(format!(
+            "--add-section=.gnu_debuglink={}",
+            user_dir.join("link").display()
+        ))
+        .arg(&climb));
+    std::os::unix::fs::symlink(&private, user_dir.join("spin.debug")).unwrap();
+    run(Command::new("chown")
+        .args(["-R", "4242:4242"])
+        .arg(&victim_dir));
+    run(Command::new("chmod").arg("600").arg(&private));
+    run(Command::new("chmod").arg("755").arg(root));
+    run(Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(&user_dir));
+    let d = Daemon::start(&[], &[]);
+    let users: Vec<Workload> = ["spin", "climb"]
+        .iter()
+        .map(|n| {
+            Workload::spawn(
+                Command::new("setpriv")
+                    .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                    .arg(user_dir.join(n))
+                    .arg("30"),
+            )
+        })
+        .collect();
+    let t0 = Instant::now();
+    let folded = loop {
+        wait(1000);
+        let f: String = users
+            .iter()
+            .map(|w| d.get(&format!("/folded?seconds=3&pid={}", w.pid())).text())
+            .collect();
+        let both = f.contains("spin;") && f.contains("climb;");
+        if both || t0.elapsed() > Duration::from_secs(20) {
+            break f;
+        }
+    };
+    drop(users);
+    let _ = std::fs::remove_dir_all(root);
+    assert!(
+        folded.contains("spin;") && folded.contains("climb;"),
+        "both user processes should be sampled:\n{folded}"
+    );
+    assert!(
+        !folded.contains("victim_secret"),
+        "the victim's private symbols named the user's frames:\n{folded}"
+    );
 }
