@@ -487,11 +487,17 @@ pub fn access(raw: &crate::config::RawConfig) -> Item {
                 .ok()
                 .flatten()
                 .map_or_else(|| m.gid().to_string(), |g| g.name);
+            // The file's owner reads it too, whatever its mode says.
+            let owner = match nix::unistd::User::from_uid(m.uid().into()).ok().flatten() {
+                _ if m.uid() == 0 => String::new(),
+                Some(u) => format!(", user {}", u.name),
+                None => format!(", uid {}", m.uid()),
+            };
             Item {
                 what,
                 status: Status::Ok,
                 detail: format!(
-                    "root and group {group}: http://{listen} needs the token in {} (mode {:04o}); \
+                    "root{owner} and group {group}: http://{listen} needs the token in {} (mode {:04o}); \
                      `emberd login` logs a browser in",
                     path.display(),
                     m.mode() & 0o7777

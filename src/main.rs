@@ -153,8 +153,12 @@ enum Command {
     /// like `perf record -F 99 -a -g` followed by flamegraph.pl.
     Record(RecordArgs),
     /// Say which kernel features and privileges are present, and what each
-    /// missing one costs.
-    Check,
+    /// missing one costs, and who may read the daemon's profiles.
+    Check {
+        /// The daemon's config file. Default: /etc/emberd/emberd.toml if it exists.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Compile the unwind tables of ELF files (as the daemon does for every
     /// mapped file) and print rows, bytes and build time of each.
     UnwindTables {
@@ -338,7 +342,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Record(args)) => run_record(args),
-        Some(Command::Check) => run_check(),
+        Some(Command::Check { config }) => run_check(config.as_deref()),
         Some(Command::UnwindTables { files }) => run_unwind_tables(&files),
         Some(Command::Diff(args)) => run_diff(args),
         Some(Command::Animate(args)) => run_animate(args),
@@ -625,9 +629,9 @@ fn run_login(args: LoginArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn run_check() -> anyhow::Result<ExitCode> {
+fn run_check(config: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
     let mut items = check::run();
-    items.push(match RawConfig::load(None) {
+    items.push(match RawConfig::load(config) {
         Ok(raw) => check::access(&raw),
         Err(e) => check::Item {
             what: "who reads profiles",

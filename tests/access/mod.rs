@@ -189,8 +189,8 @@ fn wait_for_samples(d: &Daemon, token: &str, n: u64) {
 /// The token file as scripts/install makes it (mode 0640, root and the
 /// group; kept when run again): user nobody cannot read it and gets 401
 /// from the README's curl command, a member of the group reads the token
-/// and gets the profile with it (and with `--oauth2-bearer`), and `emberd
-/// login` works for the member only.
+/// and gets the profile with it (and with `--oauth2-bearer`), `emberd
+/// login` works for the member only, and `emberd check` names the group.
 #[test]
 fn token_file_lets_only_root_and_its_group_read_profiles() {
     require_root();
@@ -269,6 +269,23 @@ fn token_file_lets_only_root_and_its_group_read_profiles() {
         "--oauth2-bearer"
     );
     inst.login(&d);
+
+    let out = emberd()
+        .args(["check", "--config"])
+        .arg(&inst.config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("who reads profiles"))
+        .unwrap_or_else(|| panic!("emberd check says who reads profiles: {text}"));
+    assert!(
+        line.starts_with("[ok")
+            && line.contains(&format!("root and group {}", inst.group))
+            && line.contains("mode 0640"),
+        "{line}"
+    );
 }
 
 /// `GET /login?code=` spends the code: the first visit sets an HttpOnly,
