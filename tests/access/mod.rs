@@ -292,7 +292,9 @@ fn token_file_lets_only_root_and_its_group_read_profiles() {
 /// SameSite=Strict session cookie that reads profiles, a second visit with
 /// the same code gets 401 with the reason, and so does a code older than
 /// 60 s. A session cannot mint codes (`POST /login` needs the token
-/// itself), and a made-up session reads nothing.
+/// itself), and a made-up session reads nothing. Codes waiting and
+/// sessions are bounded in count, and 6,000 logins and bad codes leave RSS
+/// within 4 MiB.
 #[test]
 fn login_codes_work_once_and_expire() {
     require_root();
@@ -345,6 +347,62 @@ fn login_codes_work_once_and_expire() {
     let r = request(d.port, "GET", &old, "");
     assert_eq!(r.status, 401, "a code after 61 s: {}", r.text());
     assert!(r.text().contains("used or expired"), "{}", r.text());
+
+    // Bounded: codes waiting (429 past 16), sessions (the first one ends
+    // after 64 more), memory (a flood of logins and bad codes, against as
+    // many other requests first, once the daemon has settled).
+    let rss = |d: &Daemon| (d.status_kib("VmRSS"), d.status_kib("VmHWM"));
+    for _ in 0..6000 {
+        request(d.port, "GET", "/readyz", &bearer);
+    }
+    let before = rss(&d);
+    let codes: Vec<String> = (0..16)
+        .map(|_| request(d.port, "POST", "/login", &bearer))
+        .map(|r| {
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.text().trim().to_owned()
+        })
+        .collect();
+    let r = request(d.port, "POST", "/login", &bearer);
+    assert!(
+        r.status == 429
+            && r.header("retry-after") == Some("60")
+            && r.text().contains("16 login codes"),
+        "codes waiting are bounded: {} {}",
+        r.status,
+        r.text()
+    );
+    for code in &codes {
+        assert_eq!(request(d.port, "GET", code, "").status, 303);
+    }
+    for i in 0..6000 {
+        let path = if i % 3 == 0 {
+            request(d.port, "POST", "/login", &bearer)
+                .text()
+                .trim()
+                .to_owned()
+        } else {
+            format!("/login?code={i:032x}")
+        };
+        request(d.port, "GET", &path, "");
+    }
+    let after = rss(&d);
+    eprintln!(
+        "RSS, HWM after 6,000 other requests {before:?} KiB, after 2,000 logins and 4,000 bad codes {after:?} KiB"
+    );
+    // Logins hold (16 + 64) x ~100 bytes; the margin is the stores' own
+    // growth meanwhile (a second of history), and catches 1 KiB per request.
+    assert!(
+        after.0 < before.0 + 4096 && after.1 < before.1 + 4096,
+        "RSS, HWM {before:?} KiB -> {after:?} KiB"
+    );
+    let r = request(
+        d.port,
+        "GET",
+        "/folded?seconds=5",
+        &format!("Cookie: {session}\r\n"),
+    );
+    assert_eq!(r.status, 401, "the oldest session ended: {}", r.text());
 }
 
 /// Under the installed token, in Chromium: the page without a login is a
