@@ -434,3 +434,75 @@ fn unwind_item() -> Item {
         ),
     }
 }
+
+/// Who may read the profiles a daemon with these settings serves: every
+/// local user (no token, TCP), or those who can read the token file or the
+/// Unix socket.
+pub fn access(raw: &crate::config::RawConfig) -> Item {
+    use std::os::unix::fs::MetadataExt;
+    let what = "who reads profiles";
+    let listen = raw
+        .listen
+        .as_deref()
+        .unwrap_or(crate::config::defaults::LISTEN);
+    if let Some(sock) = &raw.unix_socket {
+        return Item {
+            what,
+            status: Status::Ok,
+            detail: format!(
+                "emberd's user and group: the Unix socket {} is mode 0660",
+                sock.display()
+            ),
+        };
+    }
+    let Some(path) = &raw.auth_token_file else {
+        return Item {
+            what,
+            status: Status::Degraded,
+            detail: format!(
+                "every local user: http://{listen} needs no token (set auth_token_file; scripts/install does)"
+            ),
+        };
+    };
+    match std::fs::metadata(path) {
+        Err(e) => Item {
+            what,
+            status: Status::Degraded,
+            detail: format!(
+                "auth_token_file {}: {e}: the daemon will not start",
+                path.display()
+            ),
+        },
+        Ok(m) if m.mode() & 0o007 != 0 => Item {
+            what,
+            status: Status::Degraded,
+            detail: format!(
+                "every local user: the token file {} is mode {:04o}, readable by all (chmod 0640)",
+                path.display(),
+                m.mode() & 0o7777
+            ),
+        },
+        Ok(m) => {
+            let group = nix::unistd::Group::from_gid(m.gid().into())
+                .ok()
+                .flatten()
+                .map_or_else(|| m.gid().to_string(), |g| g.name);
+            // The file's owner reads it too, whatever its mode says.
+            let owner = match nix::unistd::User::from_uid(m.uid().into()).ok().flatten() {
+                _ if m.uid() == 0 => String::new(),
+                Some(u) => format!(", user {}", u.name),
+                None => format!(", uid {}", m.uid()),
+            };
+            Item {
+                what,
+                status: Status::Ok,
+                detail: format!(
+                    "root{owner} and group {group}: http://{listen} needs the token in {} (mode {:04o}); \
+                     `emberd login` logs a browser in",
+                    path.display(),
+                    m.mode() & 0o7777
+                ),
+            }
+        }
+    }
+}

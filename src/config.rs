@@ -223,18 +223,25 @@ pub fn parse_states(s: &str) -> anyhow::Result<u32> {
     Ok(mask)
 }
 
+impl RawConfig {
+    /// The settings of the file at `path`, or of the default path if it
+    /// exists (else none: all defaults), unchecked.
+    pub fn load(path: Option<&Path>) -> anyhow::Result<RawConfig> {
+        Ok(match path {
+            Some(p) => read_file(p)?,
+            None if Path::new(defaults::CONFIG_PATH).exists() => {
+                read_file(Path::new(defaults::CONFIG_PATH))?
+            }
+            None => RawConfig::default(),
+        })
+    }
+}
+
 impl Config {
     /// Reads the file (`path`, or the default path if it exists) and applies
     /// `flags` on top.
     pub fn load(path: Option<&Path>, flags: RawConfig) -> anyhow::Result<Config> {
-        let file = match path {
-            Some(p) => Some(read_file(p)?),
-            None if Path::new(defaults::CONFIG_PATH).exists() => {
-                Some(read_file(Path::new(defaults::CONFIG_PATH))?)
-            }
-            None => None,
-        };
-        Self::from_raw(file.unwrap_or_default().overridden_by(flags))
+        Self::from_raw(RawConfig::load(path)?.overridden_by(flags))
     }
 
     /// Checks raw settings.

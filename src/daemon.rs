@@ -222,11 +222,17 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
     };
     match started_rx.recv() {
         Ok(Ok(cpus)) => tracing::info!(
-            "sampling cpu-clock at {} Hz on CPUs {cpus:?}; serving {}",
+            "sampling cpu-clock at {} Hz on CPUs {cpus:?}; serving {}; {}",
             config.frequency_hz,
             match &config.unix_socket {
                 Some(p) => format!("on the Unix socket {}", p.display()),
                 None => format!("http://{}", config.listen),
+            },
+            match (&config.unix_socket, &config.auth_token) {
+                (Some(_), _) => "profiles for emberd's user and group (socket mode 0660)",
+                (None, Some(_)) =>
+                    "profiles need the token (auth_token_file) or a login (emberd login)",
+                (None, None) => "no auth_token_file: every local user can read profiles",
             }
         ),
         Ok(Err(e)) => {
@@ -264,6 +270,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         access: Arc::new(serve::Access {
             allowed_hosts: config.allowed_hosts.clone(),
             token: config.auth_token.clone(),
+            logins: Default::default(),
         }),
         frequency_hz: config.frequency_hz,
         retention_secs: config.retention.as_secs(),

@@ -153,8 +153,12 @@ enum Command {
     /// like `perf record -F 99 -a -g` followed by flamegraph.pl.
     Record(RecordArgs),
     /// Say which kernel features and privileges are present, and what each
-    /// missing one costs.
-    Check,
+    /// missing one costs, and who may read the daemon's profiles.
+    Check {
+        /// The daemon's config file. Default: /etc/emberd/emberd.toml if it exists.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Compile the unwind tables of ELF files (as the daemon does for every
     /// mapped file) and print rows, bytes and build time of each.
     UnwindTables {
@@ -168,6 +172,24 @@ enum Command {
     Diff(DiffArgs),
     /// Flame graph animation of folded files, one phase each, in order.
     Animate(AnimateArgs),
+    /// Print a one-time URL (valid 60 s) that logs a browser into the web
+    /// page of a daemon with auth_token_file. Run as root or a member of
+    /// the token file's group (scripts/install: group emberd).
+    Login(LoginArgs),
+}
+
+/// Where the daemon is and its token: the daemon's own settings.
+#[derive(Debug, clap::Args)]
+struct LoginArgs {
+    /// The daemon's config file. Default: /etc/emberd/emberd.toml if it exists.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The daemon's listen address, if not the config's.
+    #[arg(long)]
+    listen: Option<String>,
+    /// The token file, if not the config's.
+    #[arg(long)]
+    auth_token_file: Option<PathBuf>,
 }
 
 /// Options both comparisons take.
@@ -320,10 +342,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Record(args)) => run_record(args),
-        Some(Command::Check) => run_check(),
+        Some(Command::Check { config }) => run_check(config.as_deref()),
         Some(Command::UnwindTables { files }) => run_unwind_tables(&files),
         Some(Command::Diff(args)) => run_diff(args),
         Some(Command::Animate(args)) => run_animate(args),
+        Some(Command::Login(args)) => run_login(args),
         None => run_daemon(cli.daemon),
     };
     match result {
@@ -576,8 +599,49 @@ fn run_animate(args: AnimateArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn run_check() -> anyhow::Result<ExitCode> {
-    let items = check::run();
+fn run_login(args: LoginArgs) -> anyhow::Result<ExitCode> {
+    let flags = RawConfig {
+        listen: args.listen,
+        auth_token_file: args.auth_token_file,
+        ..RawConfig::default()
+    };
+    let config = Config::load(args.config.as_deref(), flags).context(
+        "only root and members of the token file's group may log in (scripts/install: group emberd)",
+    )?;
+    if let Some(sock) = &config.unix_socket {
+        anyhow::bail!(
+            "this emberd serves on the Unix socket {} (unix_socket): a browser cannot open it; \
+             read it with curl --unix-socket",
+            sock.display()
+        );
+    }
+    let addr = emberd::serve::auth::reachable(config.listen);
+    let Some(token) = config.auth_token else {
+        eprintln!(
+            "emberd: no auth_token_file: every local user can read profiles, and the page needs no login"
+        );
+        println!("http://{addr}/");
+        return Ok(ExitCode::SUCCESS);
+    };
+    println!("{}", emberd::serve::auth::login_url(addr, &token)?);
+    eprintln!(
+        "emberd: open it within {} s; it works once and logs the browser in for {} h",
+        emberd::serve::auth::CODE_TTL.as_secs(),
+        emberd::serve::auth::SESSION_TTL.as_secs() / 3600
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_check(config: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
+    let mut items = check::run();
+    items.push(match RawConfig::load(config) {
+        Ok(raw) => check::access(&raw),
+        Err(e) => check::Item {
+            what: "who reads profiles",
+            status: Status::Degraded,
+            detail: format!("{e:#}"),
+        },
+    });
     for item in &items {
         println!("{item}");
     }

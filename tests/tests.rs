@@ -6,6 +6,10 @@
 
 mod common;
 
+/// Who may read profiles: the token file as scripts/install sets it up, the
+/// web page's login in a real browser, one-time codes.
+mod access;
+
 /// The command line: errors a user would hit, `check`, SVG output.
 mod cli;
 /// Change over time: differential flame graphs and animations, from the

@@ -5,6 +5,7 @@
 //! blocking thread, so a large query never holds up the drain. Connection
 //! limits (header timeout, connection cap) live in [`conn`].
 
+pub mod auth;
 mod compare;
 pub mod conn;
 mod web;
@@ -215,8 +216,10 @@ pub struct Access {
     /// Host names (lower case) the `Host` header may carry besides IP
     /// literals and `localhost`.
     pub allowed_hosts: Vec<String>,
-    /// The bearer token every route but `/healthz` needs, if set.
+    /// The bearer token every route but `/healthz` and `/login` needs, if set.
     pub token: Option<String>,
+    /// Browser logins: one-time codes and session cookies (see [`auth`]).
+    pub logins: auth::Logins,
 }
 
 impl Access {
@@ -300,7 +303,8 @@ async fn limits(State(st): State<AppState>, req: Request, next: Next) -> Respons
     }
 }
 
-/// Refuses requests for other hosts (421) and without the token (401).
+/// Refuses requests for other hosts (421) and without the token or a
+/// login session (401).
 async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let host = req
         .headers()
@@ -317,13 +321,8 @@ async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response
         )
             .into_response();
     }
-    if req.uri().path() != "/healthz" && !st.access.token_ok(&req) {
-        return (
-            StatusCode::UNAUTHORIZED,
-            [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
-            "this emberd needs Authorization: Bearer <token> (auth_token_file)\n",
-        )
-            .into_response();
+    if !auth::open_route(req.uri().path()) && !st.access.allows(&req) {
+        return auth::unauthorized();
     }
     next.run(req).await
 }
@@ -441,6 +440,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/login", get(auth::redeem).post(auth::mint))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), limits))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
@@ -466,7 +466,7 @@ async fn observe(State(st): State<AppState>, req: Request, next: Next) -> Respon
 async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
-        "no such route; emberd serves / (the web page), /heatmap.json, /profile.json, /flamegraph.svg, /folded, /diff.svg, /diff.folded, /animation.svg, /animation.folded, /debug/pprof/profile, /metrics, /healthz, /readyz\n",
+        "no such route; emberd serves / (the web page), /heatmap.json, /profile.json, /flamegraph.svg, /folded, /diff.svg, /diff.folded, /animation.svg, /animation.folded, /debug/pprof/profile, /metrics, /healthz, /readyz, /login\n",
     )
         .into_response()
 }

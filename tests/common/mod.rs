@@ -333,6 +333,23 @@ impl Daemon {
         http_get(self.port, path)
     }
 
+    /// A field of the daemon's /proc/PID/status in KiB (`VmRSS`, `VmHWM`).
+    pub fn status_kib(&self, field: &str) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("the daemon's status")
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(field)?
+                    .strip_prefix(':')?
+                    .trim()
+                    .trim_end_matches(" kB")
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("{field} in the daemon's status"))
+    }
+
     /// Sends SIGTERM.
     pub fn terminate(&self) {
         nix::sys::signal::kill(

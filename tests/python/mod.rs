@@ -478,18 +478,7 @@ fn hostile_python_process_cannot_harm_the_daemon() {
         codes <= 3.0 * 1024.0 * 1024.0,
         "python_codes holds {codes} bytes"
     );
-    let rss_kib: u64 = std::fs::read_to_string(format!("/proc/{}/status", d.child.id()))
-        .expect("the daemon's status")
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("VmRSS:")?
-                .trim()
-                .trim_end_matches(" kB")
-                .trim()
-                .parse()
-                .ok()
-        })
-        .expect("VmRSS");
+    let rss_kib = d.status_kib("VmRSS");
     assert!(rss_kib < 96 * 1024, "the daemon's RSS is {rss_kib} KiB");
     assert_eq!(d.get("/healthz").status, 200, "the daemon stays up");
 }

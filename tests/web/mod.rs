@@ -22,6 +22,28 @@ fn wait_loads(b: &Browser, n: u64) {
     }
 }
 
+/// Waits for the page's first profile, screenshots it to `shot`, and
+/// checks that it works: no console errors, nothing fetched but from
+/// `origin`.
+pub(crate) fn page_loaded(b: &Browser, origin: &str, shot: &std::path::Path) {
+    wait_loads(b, 1);
+    b.screenshot(shot);
+    assert_eq!(
+        b.console_errors(),
+        Vec::<String>::new(),
+        "no console errors"
+    );
+    let resources = b.eval(
+        "return performance.getEntriesByType('resource').map(function (e) { return e.name; });",
+    );
+    for url in resources.as_array().unwrap() {
+        assert!(
+            url.as_str().unwrap().starts_with(origin),
+            "the page fetched {url} from elsewhere"
+        );
+    }
+}
+
 /// Drags over the history strip from unix second `a` to `b`, as a mouse does.
 fn drag(b: &Browser, a: f64, z: f64) {
     b.eval(&format!(
@@ -118,22 +140,7 @@ fn web_page_selects_phases_from_the_history() {
     let b = Browser::start();
     let origin = format!("http://127.0.0.1:{}", d.port);
     b.goto(&format!("{origin}/#event=cpu&range=300&comm=%5Ephases%24"));
-    wait_loads(&b, 1);
-    b.screenshot(&shots.join("1-loaded.png"));
-    assert_eq!(
-        b.console_errors(),
-        Vec::<String>::new(),
-        "no console errors"
-    );
-    let resources = b.eval(
-        "return performance.getEntriesByType('resource').map(function (e) { return e.name; });",
-    );
-    for url in resources.as_array().unwrap() {
-        assert!(
-            url.as_str().unwrap().starts_with(&origin),
-            "the page fetched {url} from elsewhere"
-        );
-    }
+    page_loaded(&b, &origin, &shots.join("1-loaded.png"));
 
     // phase_two's seconds.
     drag(&b, start + 7.5, start + 11.5);

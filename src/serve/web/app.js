@@ -68,8 +68,11 @@
     return p;
   }
 
+  // The session cookie of `emberd login` (HttpOnly: this script never
+  // sees it) goes with every request to this origin; said, not assumed.
+  // A 401's text says how to log in.
   async function fetchJson(url) {
-    const r = await fetch(url);
+    const r = await fetch(url, { credentials: 'same-origin' });
     const text = await r.text();
     if (!r.ok) throw new Error(text.trim() || r.statusText);
     return JSON.parse(text);

@@ -1,0 +1,478 @@
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use crate::common::browser::Browser;
+use crate::common::*;
+use crate::web::page_loaded;
+
+/// The token and config as `scripts/install` sets them up, in a scratch
+/// directory instead of /etc/emberd: `scripts/install-token` run for a
+/// group made for the test (deleted at the end), and the shipped
+/// `systemd/emberd.toml` pointing at that token.
+struct Installed {
+    dir: PathBuf,
+    token: PathBuf,
+    config: PathBuf,
+    group: String,
+    gid: u32,
+}
+
+impl Installed {
+    fn new(tag: &str) -> Installed {
+        // Under /tmp, searchable by every user: a refusal to read the token
+        // is the file's mode, not a directory on the way.
+        let dir = PathBuf::from(format!("/tmp/emberd-access-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let token = dir.join("token");
+        let group = format!("emberdt{}{tag}", std::process::id() % 100_000);
+        install_token(&token, &group);
+        let gid = nix::unistd::Group::from_name(&group)
+            .unwrap()
+            .unwrap_or_else(|| panic!("scripts/install-token made no group {group}"))
+            .gid
+            .as_raw();
+        let shipped = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/emberd.toml"),
+        )
+        .unwrap();
+        let line = "auth_token_file = \"/etc/emberd/token\"";
+        assert!(
+            shipped.lines().any(|l| l == line),
+            "the shipped config sets {line}"
+        );
+        let config = dir.join("emberd.toml");
+        std::fs::write(
+            &config,
+            shipped.replace(line, &format!("auth_token_file = {:?}", token)),
+        )
+        .unwrap();
+        Installed {
+            dir,
+            token,
+            config,
+            group,
+            gid,
+        }
+    }
+
+    /// Starts the daemon with this config.
+    fn daemon(&self) -> Daemon {
+        Daemon::start(&["--config", self.config.to_str().unwrap()], &[])
+    }
+
+    /// `emberd login` as a member of the group (user nobody otherwise).
+    fn login(&self, d: &Daemon) -> String {
+        let out = as_nobody(
+            Some(self.gid),
+            &format!(
+                "{} login --config {} --listen 127.0.0.1:{}",
+                env!("CARGO_BIN_EXE_emberd"),
+                self.config.display(),
+                d.port
+            ),
+        );
+        let url = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(
+            out.status.success()
+                && url.starts_with(&format!("http://127.0.0.1:{}/login?code=", d.port)),
+            "emberd login as a member of the group: {url} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        url
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let _ = Command::new("groupdel").arg(&self.group).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn install_token(path: &std::path::Path, group: &str) {
+    let out = Command::new(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-token"),
+    )
+    .arg(path)
+    .arg(group)
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "scripts/install-token: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs `script` with `sh -c` as user nobody, in group `gid` besides
+/// nobody's own if given (a member of the token's group), else in none.
+fn as_nobody(gid: Option<u32>, script: &str) -> Output {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534"]);
+    match gid {
+        Some(g) => c.arg(format!("--groups={g}")),
+        None => c.arg("--clear-groups"),
+    };
+    c.args(["sh", "-c", script])
+        .env("HOME", "/")
+        .output()
+        .expect("running setpriv (util-linux)")
+}
+
+/// The README's command for a member of the group, with `curl -w` adding
+/// the status on a last line: (status, body).
+fn documented_curl(gid: Option<u32>, token: &std::path::Path, url: &str) -> (u16, String) {
+    let out = as_nobody(
+        gid,
+        &format!(
+            "curl -sS -w '\\n%{{http_code}}' -H \"Authorization: Bearer $(cat {})\" '{url}'",
+            token.display()
+        ),
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (
+        status.trim().parse().unwrap_or_else(|_| {
+            panic!(
+                "curl gave no status: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        }),
+        body.to_owned(),
+    )
+}
+
+/// A raw request with extra header lines (each ending in CRLF).
+fn request(port: u16, method: &str, path: &str, headers: &str) -> HttpResponse {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n{headers}\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    parse_response(&raw)
+}
+
+/// Waits until the daemon holds at least `n` samples of cpu_70_30 in the
+/// last 5 s (read with the token).
+fn wait_for_samples(d: &Daemon, token: &str, n: u64) {
+    let t0 = Instant::now();
+    loop {
+        let r = request(
+            d.port,
+            "GET",
+            "/folded?seconds=5&comm=%5Ecpu_70_30%24",
+            &format!("Authorization: Bearer {token}\r\n"),
+        );
+        let got = sum_where(&parse_folded(&r.text()), |_| true);
+        if got >= n {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(25),
+            "{got} samples of cpu_70_30 in the last 5 s after 25 s: {} {}",
+            r.status,
+            r.text()
+        );
+        wait(500);
+    }
+}
+
+/// The token file as scripts/install makes it (mode 0640, root and the
+/// group; kept when run again): user nobody cannot read it and gets 401
+/// from the README's curl command, a member of the group reads the token
+/// and gets the profile with it (and with `--oauth2-bearer`), `emberd
+/// login` works for the member only, and `emberd check` names the group.
+#[test]
+fn token_file_lets_only_root_and_its_group_read_profiles() {
+    require_root();
+    let inst = Installed::new("a");
+    let meta = std::fs::metadata(&inst.token).unwrap();
+    assert_eq!(
+        (meta.mode() & 0o7777, meta.uid(), meta.gid()),
+        (0o640, 0, inst.gid),
+        "token mode, owner, group"
+    );
+    let token = std::fs::read_to_string(&inst.token).unwrap();
+    assert!(token.trim().len() >= 32, "{token:?}");
+    install_token(&inst.token, &inst.group);
+    assert_eq!(
+        std::fs::read_to_string(&inst.token).unwrap(),
+        token,
+        "run again, the token is kept"
+    );
+    let token = token.trim().to_owned();
+
+    let bin = build_c("cpu_70_30");
+    let _w = Workload::spawn(Command::new(&bin).arg("30"));
+    let d = inst.daemon();
+    wait_for_samples(&d, &token, 100);
+    let url = format!("http://127.0.0.1:{}/folded?seconds=5", d.port);
+
+    // An unprivileged user.
+    let cat = as_nobody(None, &format!("cat {}", inst.token.display()));
+    assert!(
+        !cat.status.success() && String::from_utf8_lossy(&cat.stderr).contains("Permission denied"),
+        "nobody reads the token: {:?}",
+        cat
+    );
+    let (status, body) = documented_curl(None, &inst.token, &url);
+    assert_eq!(status, 401, "nobody with the README's command: {body}");
+    assert!(body.contains("emberd login"), "the 401 says how: {body}");
+    let out = as_nobody(
+        None,
+        &format!(
+            "curl -sS -o /dev/null -w '%{{http_code}}' '{url}&group=thread'; {} login --config {} --listen 127.0.0.1:{}",
+            env!("CARGO_BIN_EXE_emberd"),
+            inst.config.display(),
+            d.port
+        ),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.starts_with("401") && !stdout.contains("login?code") && !out.status.success(),
+        "nobody gets no profile and no login: {stdout} {stderr}"
+    );
+    assert!(
+        stderr.contains("Permission denied") && stderr.contains("group"),
+        "emberd login says why: {stderr}"
+    );
+
+    // A member of the group.
+    let (status, body) = documented_curl(Some(inst.gid), &inst.token, &url);
+    assert_eq!(status, 200, "a member with the README's command: {body}");
+    let p = parse_folded(&body);
+    assert!(
+        sum_where(&p, |f| f.contains(&"hot_a")) > 0,
+        "the member reads cpu_70_30's stacks: {}",
+        top(&p, 5)
+    );
+    let out = as_nobody(
+        Some(inst.gid),
+        &format!(
+            "curl -sS -o /dev/null -w '%{{http_code}}' --oauth2-bearer \"$(cat {})\" '{url}'",
+            inst.token.display()
+        ),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "200",
+        "--oauth2-bearer"
+    );
+    inst.login(&d);
+
+    let out = emberd()
+        .args(["check", "--config"])
+        .arg(&inst.config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("who reads profiles"))
+        .unwrap_or_else(|| panic!("emberd check says who reads profiles: {text}"));
+    assert!(
+        line.starts_with("[ok")
+            && line.contains(&format!("root and group {}", inst.group))
+            && line.contains("mode 0640"),
+        "{line}"
+    );
+}
+
+/// `GET /login?code=` spends the code: the first visit sets an HttpOnly,
+/// SameSite=Strict session cookie that reads profiles, a second visit with
+/// the same code gets 401 with the reason, and so does a code older than
+/// 60 s. A session cannot mint codes (`POST /login` needs the token
+/// itself), and a made-up session reads nothing. Codes waiting and
+/// sessions are bounded in count, and 6,000 logins and bad codes leave RSS
+/// within 4 MiB.
+#[test]
+fn login_codes_work_once_and_expire() {
+    require_root();
+    let inst = Installed::new("c");
+    let token = std::fs::read_to_string(&inst.token).unwrap();
+    let bearer = format!("Authorization: Bearer {}\r\n", token.trim());
+    let d = inst.daemon();
+    let minted = Instant::now();
+    let old = inst.login(&d);
+    let path = |url: &str| url[url.find("/login").unwrap()..].to_owned();
+    let old = path(&old);
+
+    let fresh = path(&inst.login(&d));
+    let r = request(d.port, "GET", &fresh, "");
+    assert_eq!(r.status, 303, "{}", r.text());
+    assert_eq!(r.header("location"), Some("/"));
+    let cookie = r.header("set-cookie").unwrap_or_default().to_owned();
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.contains(attr), "{attr} in {cookie}");
+    }
+    let session = cookie.split(';').next().unwrap().to_owned();
+    let r = request(
+        d.port,
+        "GET",
+        "/folded?seconds=5",
+        &format!("Cookie: {session}\r\n"),
+    );
+    assert_eq!(r.status, 200, "the session reads profiles: {}", r.text());
+
+    let r = request(d.port, "GET", &fresh, "");
+    assert_eq!(r.status, 401, "a used code: {}", r.text());
+    assert!(r.text().contains("used or expired"), "{}", r.text());
+    assert!(r.header("set-cookie").is_none());
+
+    let r = request(d.port, "POST", "/login", &format!("Cookie: {session}\r\n"));
+    assert_eq!(r.status, 401, "a session minting a code: {}", r.text());
+    let r = request(
+        d.port,
+        "GET",
+        "/folded?seconds=5",
+        "Cookie: emberd_session=00000000000000000000000000000000\r\n",
+    );
+    assert_eq!(r.status, 401, "a made-up session: {}", r.text());
+    let r = request(d.port, "POST", "/login", &bearer);
+    assert_eq!(r.status, 200, "the token mints codes: {}", r.text());
+
+    // The first code, never used, after its 60 s.
+    let left = Duration::from_secs(61).saturating_sub(minted.elapsed());
+    std::thread::sleep(left);
+    let r = request(d.port, "GET", &old, "");
+    assert_eq!(r.status, 401, "a code after 61 s: {}", r.text());
+    assert!(r.text().contains("used or expired"), "{}", r.text());
+
+    // Bounded: codes waiting (429 past 16), sessions (the first one ends
+    // after 64 more), memory (a flood of logins and bad codes, against as
+    // many other requests first, once the daemon has settled).
+    let rss = |d: &Daemon| (d.status_kib("VmRSS"), d.status_kib("VmHWM"));
+    for _ in 0..6000 {
+        request(d.port, "GET", "/readyz", &bearer);
+    }
+    let before = rss(&d);
+    let codes: Vec<String> = (0..16)
+        .map(|_| request(d.port, "POST", "/login", &bearer))
+        .map(|r| {
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.text().trim().to_owned()
+        })
+        .collect();
+    let r = request(d.port, "POST", "/login", &bearer);
+    assert!(
+        r.status == 429
+            && r.header("retry-after") == Some("60")
+            && r.text().contains("16 login codes"),
+        "codes waiting are bounded: {} {}",
+        r.status,
+        r.text()
+    );
+    for code in &codes {
+        assert_eq!(request(d.port, "GET", code, "").status, 303);
+    }
+    for i in 0..6000 {
+        let path = if i % 3 == 0 {
+            request(d.port, "POST", "/login", &bearer)
+                .text()
+                .trim()
+                .to_owned()
+        } else {
+            format!("/login?code={i:032x}")
+        };
+        request(d.port, "GET", &path, "");
+    }
+    let after = rss(&d);
+    eprintln!(
+        "RSS, HWM after 6,000 other requests {before:?} KiB, after 2,000 logins and 4,000 bad codes {after:?} KiB"
+    );
+    // Logins hold (16 + 64) x ~100 bytes; the margin is the stores' own
+    // growth meanwhile (a second of history), and catches 1 KiB per request.
+    assert!(
+        after.0 < before.0 + 4096 && after.1 < before.1 + 4096,
+        "RSS, HWM {before:?} KiB -> {after:?} KiB"
+    );
+    let r = request(
+        d.port,
+        "GET",
+        "/folded?seconds=5",
+        &format!("Cookie: {session}\r\n"),
+    );
+    assert_eq!(r.status, 401, "the oldest session ended: {}", r.text());
+}
+
+/// Under the installed token, in Chromium: the page without a login is a
+/// 401 that says how to log in; the URL `emberd login` prints (run by a
+/// member of the group) logs the browser in, and the page loads with no
+/// console errors, nothing from elsewhere, a cookie its script cannot read,
+/// and a flame graph of cpu_70_30 drawn in proportion (hot_a ~70% of
+/// hot_a + hot_b).
+#[test]
+fn web_page_works_after_login_under_the_installed_token() {
+    require_root();
+    let inst = Installed::new("b");
+    let token = std::fs::read_to_string(&inst.token).unwrap();
+    let bin = build_c("cpu_70_30");
+    let _w = Workload::spawn(Command::new(&bin).arg("30"));
+    let d = inst.daemon();
+    wait_for_samples(&d, token.trim(), 100);
+    let origin = format!("http://127.0.0.1:{}", d.port);
+    let shots = scratch().join("web-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+
+    let b = Browser::start();
+    b.goto(&format!("{origin}/"));
+    let v = b.eval(
+        "return [performance.getEntriesByType('navigation')[0].responseStatus, document.body.innerText, typeof window.emberd];",
+    );
+    assert_eq!(v[0].as_u64(), Some(401), "the page without a login: {v}");
+    assert!(
+        v[1].as_str().unwrap_or_default().contains("emberd login") && v[2] == "undefined",
+        "the 401 says how to log in, and no page runs: {v}"
+    );
+    // Read (and so cleared) before the login: the console holds the 401s.
+    let before = b.console_errors();
+    assert!(
+        before.iter().any(|e| e.contains("401")),
+        "the browser saw the 401: {before:?}"
+    );
+
+    let url = inst.login(&d);
+    b.goto(&url);
+    // The page writes its state into the fragment once it runs.
+    let here = b.eval("return location.origin + location.pathname;");
+    assert_eq!(
+        here.as_str(),
+        Some(format!("{origin}/").as_str()),
+        "redirected to the page"
+    );
+    page_loaded(&b, &origin, &shots.join("login-loaded.png"));
+    assert_eq!(
+        b.eval("return document.cookie;").as_str(),
+        Some(""),
+        "the session cookie is HttpOnly"
+    );
+    let t = b.eval("return window.emberd.frameTotals();");
+    let (a, bw) = (
+        t["hot_a"].as_f64().unwrap_or(0.0),
+        t["hot_b"].as_f64().unwrap_or(0.0),
+    );
+    assert!(
+        a + bw > 100.0 && (0.6..0.8).contains(&(a / (a + bw))),
+        "hot_a is ~70% of hot_a + hot_b: {t}"
+    );
+    // Drawn: warm flame colours on the canvas.
+    let warm = b.eval(
+        "var c = document.getElementById('flame'), d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data, n = 0;
+         for (var i = 0; i < d.length; i += 4) if (d[i + 3] > 0 && d[i] > 180 && d[i] > d[i + 2] + 60) n++;
+         return n;",
+    );
+    assert!(
+        warm.as_u64().unwrap_or(0) > 10_000,
+        "the flame graph is drawn: {warm} warm pixels"
+    );
+}
