@@ -20,3 +20,10 @@ pub mod store;
 pub mod symbolize;
 pub mod unwind;
 pub mod view;
+
+/// Entry points for the fuzz targets under `fuzz/` into readers whose parts
+/// are private. Not an interface: it changes with them.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::symbolize::elf_worker::{FuzzNames, fuzz_names};
+}
