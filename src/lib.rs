@@ -22,8 +22,7 @@ pub mod unwind;
 pub mod view;
 
 /// Entry points for the fuzz targets under `fuzz/` into readers whose parts
-/// are private. Not an interface: it changes with them.
+/// are private, and a small ELF writer for them and for tests. Not an
+/// interface: it changes with them.
 #[doc(hidden)]
-pub mod fuzzing {
-    pub use crate::symbolize::elf_worker::{FuzzNames, fuzz_names};
-}
+pub mod fuzzing;

@@ -29,7 +29,10 @@ fuzz_target!(|data: &[u8]| {
         folded::write(&p, &mut text).expect("write to a Vec");
         let (again, skipped) = folded::read_lenient(&text[..])
             .unwrap_or_else(|e| panic!("written text does not read back: {e}: {text:?}"));
-        assert_eq!(skipped.malformed, 0, "written lines skipped: {skipped:?}: {text:?}");
+        assert_eq!(
+            skipped.malformed, 0,
+            "written lines skipped: {skipped:?}: {text:?}"
+        );
         assert_eq!(again, p, "lenient round trip changed the profile: {text:?}");
     }
 });

@@ -20,20 +20,29 @@ fuzz_target!(|data: &[u8]| {
     for i in 0..whole.len().min(64) {
         let addr = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         if let Some(e) = whole.lookup(addr) {
-            assert!(addr - e.start < e.size, "{addr:#x} is not in the entry found");
+            assert!(
+                addr - e.start < e.size,
+                "{addr:#x} is not in the entry found"
+            );
         }
     }
 
     // As the daemon reads a map that grows: lines up to a point, then the
     // lines appended since, merged.
     let f = mem_file(data);
-    let cut = data.first().map_or(0, |&b| data.len() * usize::from(b) / 255) as u64;
+    let cut = data
+        .first()
+        .map_or(0, |&b| data.len() * usize::from(b) / 255) as u64;
     let (mut older, upto) = parse_complete_lines(&f.file, 0, cut);
     assert!(upto <= cut, "parsed past the size");
     let (newer, end) = parse_complete_lines(&f.file, upto, data.len() as u64);
     older.merge(newer);
     if end == data.len() as u64 {
         // Every line was read, once: the same map as a parse of the whole.
-        assert_eq!(format!("{older:?}"), format!("{whole:?}"), "merged differs from whole");
+        assert_eq!(
+            format!("{older:?}"),
+            format!("{whole:?}"),
+            "merged differs from whole"
+        );
     }
 });

@@ -26,8 +26,8 @@ fuzz_target!(|data: &[u8]| {
         Some(i) => (&data[..i], &data[i + 1..]),
         None => (&[][..], data),
     };
-    let cq = CompareQuery::parse(&params(line), NOW, 3600, CompareKind::Baseline)
-        .unwrap_or_else(|_| {
+    let cq =
+        CompareQuery::parse(&params(line), NOW, 3600, CompareKind::Baseline).unwrap_or_else(|_| {
             CompareQuery::parse(&[], NOW, 3600, CompareKind::Baseline).expect("defaults parse")
         });
     let (after, _) = folded::read_lenient(AFTER).expect("after parses");

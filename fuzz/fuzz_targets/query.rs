@@ -32,19 +32,37 @@ fuzz_target!(|data: &[u8]| {
         match q {
             Ok(q) => {
                 let s = &q.selection;
-                assert!(s.from <= s.to, "window {}..{} ends before it starts", s.from, s.to);
+                assert!(
+                    s.from <= s.to,
+                    "window {}..{} ends before it starts",
+                    s.from,
+                    s.to
+                );
                 if let Some((a, b)) = s.ms {
                     assert!(a <= b, "ms window {a}..{b} ends before it starts");
                 }
             }
-            Err(e) => assert!(named(&e.param), "error names {:?}, not given: {e:?}", e.param),
+            Err(e) => assert!(
+                named(&e.param),
+                "error names {:?}, not given: {e:?}",
+                e.param
+            ),
         }
-        for kind in [CompareKind::Diff, CompareKind::Animation, CompareKind::Baseline] {
+        for kind in [
+            CompareKind::Diff,
+            CompareKind::Animation,
+            CompareKind::Baseline,
+        ] {
             match CompareQuery::parse(&params, now, retention, kind) {
                 Ok(cq) => {
                     assert!(!cq.windows.is_empty(), "no window");
                     for w in &cq.windows {
-                        assert!(w.from <= w.to, "window {}..{} ends before it starts", w.from, w.to);
+                        assert!(
+                            w.from <= w.to,
+                            "window {}..{} ends before it starts",
+                            w.from,
+                            w.to
+                        );
                     }
                 }
                 Err(e) => assert!(

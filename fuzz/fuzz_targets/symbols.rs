@@ -6,9 +6,8 @@
 //! that mutations land in the symbols and names.
 #![no_main]
 
-use emberd_fuzz::{
-    Counting, DYNSYM, NOBITS, STRTAB, SYMTAB, Section, check_bound, elf, mem_file, peak_of,
-};
+use emberd::fuzzing::{DYNSYM, NOBITS, STRTAB, SYMTAB, Section, elf};
+use emberd_fuzz::{Counting, check_bound, mem_file, peak_of};
 use libfuzzer_sys::fuzz_target;
 
 #[global_allocator]
@@ -56,7 +55,11 @@ fuzz_target!(|data: &[u8]| {
         // the compact table names it alike.
         for (i, (t, s)) in table.iter().zip(scan).enumerate() {
             if let Some(s) = s {
-                assert_eq!(t.as_ref(), Some(s), "address {i}: the table and the scan differ");
+                assert_eq!(
+                    t.as_ref(),
+                    Some(s),
+                    "address {i}: the table and the scan differ"
+                );
             }
         }
     }
