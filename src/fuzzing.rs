@@ -65,7 +65,7 @@ pub fn elf(sections: &[Section<'_>]) -> Vec<u8> {
     let mut out = vec![0u8; EHDR + PHDR];
     let mut placed = Vec::new();
     for s in sections {
-        while out.len() % 8 != 0 {
+        while !out.len().is_multiple_of(8) {
             out.push(0);
         }
         placed.push(out.len() as u64);
@@ -75,7 +75,7 @@ pub fn elf(sections: &[Section<'_>]) -> Vec<u8> {
     }
     let shstr_off = out.len() as u64;
     out.extend_from_slice(&shstr);
-    while out.len() % 8 != 0 {
+    while !out.len().is_multiple_of(8) {
         out.push(0);
     }
     let shoff = out.len() as u64;

@@ -14,9 +14,10 @@ static ALLOC: Counting = Counting;
 fuzz_target!(|data: &[u8]| {
     let (whole, peak) = peak_of(|| PerfMap::parse(data).expect("reading a slice"));
     // An entry is 40 bytes, its name at least 16 more, kept while sorted
-    // with its index; a line of `0 1 a` is 6 bytes.
+    // with its index; a line of `0 1 a` is 6 bytes. Measured: 15.6 times
+    // a file of such lines at the peak, 9 to 19 held (the vector's slack).
     check_bound("parse", peak, data.len(), 32, 64 << 10);
-    check_bound("approx_bytes", whole.approx_bytes(), data.len(), 16, 0);
+    check_bound("approx_bytes", whole.approx_bytes(), data.len(), 24, 4096);
     for i in 0..whole.len().min(64) {
         let addr = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         if let Some(e) = whole.lookup(addr) {

@@ -65,8 +65,11 @@ fuzz_target!(|data: &[u8]| {
                         );
                     }
                 }
+                // Or one it needs and was not given.
                 Err(e) => assert!(
-                    named(&e.param) || ["seconds", "phases"].contains(&e.param.as_str()),
+                    named(&e.param)
+                        || e.reason.starts_with("missing")
+                        || ["seconds", "phases"].contains(&e.param.as_str()),
                     "error names {:?}, not given: {e:?}",
                     e.param
                 ),

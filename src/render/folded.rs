@@ -99,9 +99,10 @@ pub enum NotFolded {
 
 /// Reads folded text as flamegraph.pl does: blank and `#` lines skipped,
 /// malformed lines counted and skipped (not fatal), values of repeated
-/// stacks added (saturating). Only a file that is not folded text at all
-/// (binary data, or lines none of which parses) is an error. Values may
-/// carry a fraction (`12.0`), rounded, as difffolded.pl accepts them.
+/// stacks added (saturating); a line with a NUL byte is malformed. Only a
+/// file that is not folded text at all (binary data, or lines none of
+/// which parses) is an error. Values may carry a fraction (`12.0`),
+/// rounded, as difffolded.pl accepts them.
 pub fn read_lenient<R: BufRead>(mut r: R) -> Result<(Profile, Skipped), NotFolded> {
     const KEPT_ERRORS: usize = 5;
     let mut sums: HashMap<FoldedStack, u64> = HashMap::new();
@@ -127,8 +128,20 @@ pub fn read_lenient<R: BufRead>(mut r: R) -> Result<(Profile, Skipped), NotFolde
             }
             continue;
         };
-        if line.contains('\0') && good == 0 {
-            return Err(NotFolded::Binary);
+        if line.contains('\0') {
+            if good == 0 {
+                return Err(NotFolded::Binary);
+            }
+            // Kept as a frame, it would be written first of the sorted
+            // text, which then reads as binary data.
+            skipped.malformed += 1;
+            if skipped.first.len() < KEPT_ERRORS {
+                skipped.first.push(ParseError {
+                    line: number,
+                    reason: "a NUL byte",
+                });
+            }
+            continue;
         }
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -299,6 +312,20 @@ mod tests {
         );
         let p = read("a 18446744073709551614\na 1\n".as_bytes()).unwrap();
         assert_eq!(p.total(), u64::MAX);
+    }
+
+    /// Found by `fuzz/fuzz_targets/folded.rs`: a NUL byte in a line after
+    /// a good one was read into a frame, and the text written from the
+    /// profile (that line sorted first) read back as binary data.
+    #[test]
+    fn nul_after_good_lines_is_malformed_and_the_profile_reads_back() {
+        let input = b"x 1\n\x0c\0\0\0\0\0\0\0x 1\n";
+        let (p, skipped) = read_lenient(&input[..]).expect("one good line");
+        assert_eq!(skipped.malformed, 1);
+        assert_eq!(skipped.first[0].reason, "a NUL byte");
+        let mut text = Vec::new();
+        write(&p, &mut text).expect("write");
+        assert_eq!(read_lenient(&text[..]).expect("reads back").0, p);
     }
 
     #[test]
