@@ -20,3 +20,9 @@ pub mod store;
 pub mod symbolize;
 pub mod unwind;
 pub mod view;
+
+/// Entry points for the fuzz targets under `fuzz/` into readers whose parts
+/// are private, and a small ELF writer for them and for tests. Not an
+/// interface: it changes with them.
+#[doc(hidden)]
+pub mod fuzzing;

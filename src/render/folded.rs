@@ -81,6 +81,19 @@ pub struct Skipped {
     pub comments: usize,
 }
 
+/// Malformed lines' first reasons kept in [`Skipped::first`].
+const KEPT_ERRORS: usize = 5;
+
+impl Skipped {
+    /// Counts line `line` as malformed for `reason`.
+    fn line(&mut self, line: usize, reason: &'static str) {
+        self.malformed += 1;
+        if self.first.len() < KEPT_ERRORS {
+            self.first.push(ParseError { line, reason });
+        }
+    }
+}
+
 /// Why a file is not folded text at all.
 #[derive(Debug, thiserror::Error)]
 pub enum NotFolded {
@@ -99,11 +112,11 @@ pub enum NotFolded {
 
 /// Reads folded text as flamegraph.pl does: blank and `#` lines skipped,
 /// malformed lines counted and skipped (not fatal), values of repeated
-/// stacks added (saturating). Only a file that is not folded text at all
-/// (binary data, or lines none of which parses) is an error. Values may
-/// carry a fraction (`12.0`), rounded, as difffolded.pl accepts them.
+/// stacks added (saturating); a line with a NUL byte is malformed. Only a
+/// file that is not folded text at all (binary data, or lines none of
+/// which parses) is an error. Values may carry a fraction (`12.0`),
+/// rounded, as difffolded.pl accepts them.
 pub fn read_lenient<R: BufRead>(mut r: R) -> Result<(Profile, Skipped), NotFolded> {
-    const KEPT_ERRORS: usize = 5;
     let mut sums: HashMap<FoldedStack, u64> = HashMap::new();
     let mut skipped = Skipped::default();
     let mut buf = Vec::new();
@@ -118,40 +131,39 @@ pub fn read_lenient<R: BufRead>(mut r: R) -> Result<(Profile, Skipped), NotFolde
             if good == 0 && number <= 4 {
                 return Err(NotFolded::Binary);
             }
-            skipped.malformed += 1;
-            if skipped.first.len() < KEPT_ERRORS {
-                skipped.first.push(ParseError {
-                    line: number,
-                    reason: "not UTF-8",
-                });
-            }
+            skipped.line(number, "not UTF-8");
             continue;
         };
-        if line.contains('\0') && good == 0 {
-            return Err(NotFolded::Binary);
+        if line.contains('\0') {
+            if good == 0 {
+                return Err(NotFolded::Binary);
+            }
+            // Kept as a frame, it would be written first of the sorted
+            // text, which then reads as binary data.
+            skipped.line(number, "a NUL byte");
+            continue;
         }
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             skipped.comments += 1;
             continue;
         }
-        match parse_lenient_line(line) {
+        let parsed = parse_lenient_line(line).and_then(|(stack, value)| {
+            // Checked as it will be written: a line break in a name becomes
+            // a space, and `name\r3` would be written as two columns.
+            let stack = FoldedStack::from_frames(stack.split(';'));
+            match two_columns(stack.as_str()) {
+                true => Err(TWO_COLUMNS),
+                false => Ok((stack, value)),
+            }
+        });
+        match parsed {
             Ok((stack, value)) => {
                 good += 1;
-                let sum = sums
-                    .entry(FoldedStack::from_frames(stack.split(';')))
-                    .or_insert(0);
+                let sum = sums.entry(stack).or_insert(0);
                 *sum = sum.saturating_add(value);
             }
-            Err(reason) => {
-                skipped.malformed += 1;
-                if skipped.first.len() < KEPT_ERRORS {
-                    skipped.first.push(ParseError {
-                        line: number,
-                        reason,
-                    });
-                }
-            }
+            Err(reason) => skipped.line(number, reason),
         }
     }
     if good == 0 && skipped.malformed > 0 {
@@ -164,6 +176,18 @@ pub fn read_lenient<R: BufRead>(mut r: R) -> Result<(Profile, Skipped), NotFolde
     Ok((profile, skipped))
 }
 
+const TWO_COLUMNS: &str =
+    "more than one value column (diff or animation output?): give one profile";
+
+/// Whether `stack` ends in a count (`stack 3 5`: two value columns, diff
+/// or animation output, not one profile; reading it would make "leaf 3" a
+/// frame).
+fn two_columns(stack: &str) -> bool {
+    let leaf = stack.rsplit(';').next().unwrap_or(stack);
+    leaf.rsplit_once([' ', '\t'])
+        .is_some_and(|(_, t)| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// `stack value` split at the last run of blanks (space or tab); the value
 /// a whole number or one with a fraction.
 fn parse_lenient_line(line: &str) -> Result<(&str, u64), &'static str> {
@@ -171,15 +195,6 @@ fn parse_lenient_line(line: &str) -> Result<(&str, u64), &'static str> {
     let (stack, value) = (line[..cut].trim_end(), &line[cut + 1..]);
     if stack.is_empty() {
         return Err("empty stack");
-    }
-    // `stack 3 5`: two value columns (diff or animation output), not one
-    // profile; reading it would make "leaf 3" a frame.
-    let leaf = stack.rsplit(';').next().unwrap_or(stack);
-    if leaf
-        .rsplit_once([' ', '\t'])
-        .is_some_and(|(_, t)| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
-    {
-        return Err("more than one value column (diff or animation output?): give one profile");
     }
     let v = match value.parse::<u64>() {
         Ok(v) => v,
@@ -321,6 +336,42 @@ mod tests {
         );
         let p = read("a 18446744073709551614\na 1\n".as_bytes()).unwrap();
         assert_eq!(p.total(), u64::MAX);
+    }
+
+    /// Found by `fuzz/fuzz_targets/folded.rs`: a NUL byte in a line after
+    /// a good one was read into a frame, and the text written from the
+    /// profile (that line sorted first) read back as binary data.
+    #[test]
+    fn nul_after_good_lines_is_malformed_and_the_profile_reads_back() {
+        let input = b"x 1\n\x0c\0\0\0\0\0\0\0x 1\n";
+        let (p, skipped) = read_lenient(&input[..]).expect("one good line");
+        assert_eq!(skipped.malformed, 1);
+        assert_eq!(skipped.first[0].reason, "a NUL byte");
+        let mut text = Vec::new();
+        write(&p, &mut text).expect("write");
+        assert_eq!(read_lenient(&text[..]).expect("reads back").0, p);
+    }
+
+    /// Found by `fuzz/fuzz_targets/folded.rs`: a carriage return before
+    /// the last blank of a name passed the two-column check, then became a
+    /// space, and the profile was written as `... 18 4 2`: two columns.
+    #[test]
+    fn a_line_break_in_a_name_cannot_make_a_second_column() {
+        let input = b"c om#me,c c#md\r\r\rx 18x 1 18\r\r\r\r4 2\r";
+        let err = read_lenient(&input[..]).expect_err("no other line");
+        assert!(
+            err.to_string().contains("more than one value column"),
+            "{err}"
+        );
+        let input = b"main 1\nname\r4 2\n";
+        let (p, skipped) = read_lenient(&input[..]).expect("one good line");
+        assert_eq!(skipped.first[0].line, 2);
+        let mut text = Vec::new();
+        write(&p, &mut text).expect("write");
+        assert_eq!(
+            read_lenient(&text[..]).expect("reads back"),
+            (p, Skipped::default())
+        );
     }
 
     #[test]

@@ -692,6 +692,43 @@ fn virt_offset(segments: &[(u64, u64, u64)], off: u64) -> Option<u64> {
         .map(|&(start, _, vaddr)| off - start + vaddr)
 }
 
+/// What the symbol-table reader makes of one file, for `crate::fuzzing`.
+pub struct FuzzNames {
+    /// Names by the compact table ([`ElfSymbols`]), `None` if it read none.
+    pub table: Option<Vec<Option<String>>>,
+    /// Names by a pass over the tables ([`Scanner`]).
+    pub scan: Option<Vec<Option<String>>>,
+    /// Heap bytes the compact table holds.
+    pub table_bytes: usize,
+}
+
+/// Names file `offsets` of the ELF file at `path` as a request planned
+/// [`Plan::Symbols`] does, both by the compact table and by the scan:
+/// the fuzz targets reach the reader through this (its parts are private).
+pub fn fuzz_names(path: &Path, offsets: &[u64]) -> FuzzNames {
+    // The plan reads the headers, the debug link and the alternate link.
+    let _ = plan(path, 0, &mut HashSet::new());
+    let segments = ElfInfo::read(path).map(|i| i.segments).unwrap_or_default();
+    let virt: Vec<u64> = offsets
+        .iter()
+        .filter_map(|&o| virt_offset(&segments, o))
+        .collect();
+    let mut reader = NameReader::default();
+    let (table, table_bytes) = match ElfSymbols::read(path, path, symtab::MAX_READ_BYTES) {
+        Ok(symtab::Read::Table(t)) => (
+            Some(virt.iter().map(|&a| t.name(a, &mut reader)).collect()),
+            t.bytes(),
+        ),
+        _ => (None, 0),
+    };
+    let scan = Scanner::default().names(path, path, &virt).ok().flatten();
+    FuzzNames {
+        table,
+        scan,
+        table_bytes,
+    }
+}
+
 fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
     let mut blaze = blazesym::symbolize::Symbolizer::builder()
         .enable_code_info(true)

@@ -13,7 +13,7 @@
 //! reused pid therefore cannot inherit another program's names.
 
 mod cache;
-mod elf_worker;
+pub(crate) mod elf_worker;
 pub mod kallsyms;
 pub mod packed;
 pub mod perfmap;

@@ -49,8 +49,9 @@ pub mod defaults {
     /// Files larger than this are not read for unwind tables.
     pub const MAX_FILE_BYTES: u64 = 1 << 30;
     /// The most of one file's sections (CFI, notes, section names) read
-    /// for its table, and the most a compressed `.debug_frame` may
-    /// inflate to: a file claiming more is refused. The largest CFI
+    /// for its table: a file claiming more is refused (a compressed
+    /// section's inflated size has its own cap,
+    /// [`table::MAX_DECOMPRESSED_BYTES`]). The largest CFI
     /// measured here, node's `.eh_frame` with its header, is 3.3 MiB
     /// (libjvm 1.8 MiB, chromium 0.5 MiB).
     pub const MAX_CFI_BYTES: u64 = 64 << 20;

@@ -17,7 +17,7 @@ use gimli::{
 };
 use object::elf;
 use object::read::elf::{ElfFile64, ProgramHeader};
-use object::{Object, ObjectSection};
+use object::{CompressionFormat, Object, ObjectSection};
 
 /// Size of `e_ident`, and the offsets of the class and data bytes within it (ELF spec).
 const EI_NIDENT: usize = 16;
@@ -183,14 +183,14 @@ pub enum TableError {
         /// The underlying read error.
         source: object::Error,
     },
-    /// A compressed section claims to inflate past
-    /// [`super::defaults::MAX_CFI_BYTES`].
-    #[error("section {name} inflates to {claimed} bytes, over the cap (refused)")]
-    TooLarge {
+    /// A compressed section claims more than [`MAX_DECOMPRESSED_BYTES`], or
+    /// its data does not decompress to what it claims.
+    #[error("compressed section {name}: {reason}")]
+    Decompressed {
         /// The section name.
         name: &'static str,
-        /// The size its compression header claims.
-        claimed: u64,
+        /// What is wrong with it.
+        reason: String,
     },
     /// Every row had a pc >= 2^32, so nothing fits the u32 row format.
     #[error("all {0} unwind rows have a pc >= 2^32 and cannot be represented")]
@@ -334,22 +334,69 @@ fn section_data<'a>(
     let Some(section) = file.section_by_name(name) else {
         return Ok(None);
     };
-    // A compressed section says what it inflates to; a user's file may
-    // claim (or be) a zlib bomb: refuse it before inflating.
-    let claimed = section
+    let compressed = section
         .compressed_data()
-        .map_err(|source| TableError::Section { name, source })?
-        .uncompressed_size;
-    if claimed > super::defaults::MAX_CFI_BYTES {
-        return Err(TableError::TooLarge { name, claimed });
-    }
-    let data = section
-        .uncompressed_data()
         .map_err(|source| TableError::Section { name, source })?;
+    let data = match compressed.format {
+        CompressionFormat::None => Cow::Borrowed(compressed.data),
+        _ if compressed.uncompressed_size > MAX_DECOMPRESSED_BYTES => {
+            return Err(TableError::Decompressed {
+                name,
+                reason: format!(
+                    "claims {} bytes, over the {MAX_DECOMPRESSED_BYTES} read",
+                    compressed.uncompressed_size
+                ),
+            });
+        }
+        // object reads a zstd stream to its end whatever the header
+        // claims (4 bytes of RLE block make 128 KiB): read it here, no
+        // further than the claim.
+        CompressionFormat::Zstandard => Cow::Owned(
+            zstd_within(compressed.data, compressed.uncompressed_size as usize)
+                .map_err(|reason| TableError::Decompressed { name, reason })?,
+        ),
+        // zlib: object inflates into the claimed size and no further.
+        _ => compressed
+            .decompress()
+            .map_err(|source| TableError::Section { name, source })?,
+    };
     if data.is_empty() {
         return Ok(None);
     }
     Ok(Some((data, section.address())))
+}
+
+/// A compressed CFI section's size once decompressed, at most: the largest
+/// `.debug_frame` seen (libxul's separate debug file) is a fifth of this.
+/// Larger claims are refused, so a few bytes of file cannot ask for more.
+pub const MAX_DECOMPRESSED_BYTES: u64 = 64 << 20;
+
+/// The zstd frames of `data`, decompressed, if they make exactly `size`
+/// bytes; reading stops one byte past `size`.
+fn zstd_within(mut data: &[u8], size: usize) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    out.try_reserve_exact(size).map_err(|e| e.to_string())?;
+    while !data.is_empty() && out.len() <= size {
+        let decoder =
+            ruzstd::decoding::StreamingDecoder::new(&mut data).map_err(|e| format!("zstd: {e}"))?;
+        let left = (size + 1 - out.len()) as u64;
+        decoder
+            .take(left)
+            .read_to_end(&mut out)
+            .map_err(|e| format!("zstd: {e}"))?;
+    }
+    if out.len() != size {
+        return Err(if out.len() > size {
+            format!("zstd data makes more than the {size} bytes its header claims")
+        } else {
+            format!(
+                "zstd data makes {} bytes, its header claims {size}",
+                out.len()
+            )
+        });
+    }
+    Ok(out)
 }
 
 /// Pointer-encoding bases: .eh_frame pcrel, .text textrel and .got datarel.
@@ -1254,6 +1301,66 @@ int main(int argc, char **argv) { (void)argv; return big_frame(argc) + with_allo
             outcomes[0], outcomes[1], outcomes[2]
         );
         assert!(outcomes[0] > 0, "no corruption was detected as bad FDEs");
+    }
+
+    /// The high-water mark of this process's resident memory.
+    fn vm_hwm_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").expect("status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM")
+    }
+
+    /// A file whose compressed `.debug_frame` (`compression` 1: zlib, 2:
+    /// zstd) claims `claim` bytes and holds `data` after the header.
+    fn compressed_cfi(compression: u32, claim: u64, data: &[u8]) -> Vec<u8> {
+        use crate::fuzzing::{PROGBITS, Section, elf};
+        let mut bytes = Vec::new();
+        // Elf64_Chdr: ch_type, ch_reserved, ch_size, ch_addralign.
+        bytes.extend_from_slice(&compression.to_le_bytes());
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        bytes.extend_from_slice(&claim.to_le_bytes());
+        bytes.extend_from_slice(&1u64.to_le_bytes());
+        bytes.extend_from_slice(data);
+        let mut frame = Section::new(".debug_frame", PROGBITS, &bytes);
+        frame.flags = u64::from(elf::SHF_COMPRESSED);
+        elf(&[frame])
+    }
+
+    /// A zstd `.debug_frame` of 16 KiB that decompresses to 512 MiB (RLE
+    /// blocks: 4 bytes for 128 KiB) but claims 1 MiB: object read such a
+    /// stream to its end before comparing it with the claim, 512 MiB
+    /// resident for a file any user can map. Found writing the fuzz targets.
+    #[test]
+    fn zstd_cfi_is_read_no_further_than_its_claim() {
+        let blocks = 4096u32;
+        // Frame header: magic, no content size, a 128 KiB window.
+        let mut zstd = vec![0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x38];
+        for i in 0..blocks {
+            // Block header: last-block bit, type 1 (RLE), size; then the byte.
+            let header = u32::from(i == blocks - 1) | (1 << 1) | ((128 << 10) << 3);
+            zstd.extend_from_slice(&header.to_le_bytes()[..3]);
+            zstd.push(0);
+        }
+        let file = compressed_cfi(2, 1 << 20, &zstd);
+        let before = vm_hwm_kib();
+        let err = build_table(&file).expect_err("a stream longer than its claim");
+        let grown_mib = vm_hwm_kib().saturating_sub(before) >> 10;
+        assert!(
+            matches!(err, TableError::Decompressed { .. }),
+            "not refused as over its claim: {err}"
+        );
+        assert!(
+            grown_mib < 128,
+            "{grown_mib} MiB resident for {} bytes of file",
+            file.len()
+        );
+        // The claim itself is bounded: no 4 GiB reserve for 100 bytes.
+        let err = build_table(&compressed_cfi(1, 4 << 30, &[0x78, 0x9c]))
+            .expect_err("a claim over the bound");
+        assert!(err.to_string().contains("over the"), "{err}");
     }
 
     #[test]
