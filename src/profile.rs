@@ -72,7 +72,7 @@ impl fmt::Display for Grouping {
 /// frames, so it becomes `:`; every other whitespace or control character
 /// (newline, tab, vertical tab, NEL, U+2028...) becomes a plain space, so
 /// that no reader splits a line, or the stack from its count, inside a name.
-fn folded_char(c: char) -> char {
+pub(crate) fn folded_char(c: char) -> char {
     match c {
         ';' => ':',
         c if c.is_whitespace() || c.is_control() => ' ',

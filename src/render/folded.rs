@@ -149,12 +149,13 @@ pub fn read_lenient<R: BufRead>(mut r: R) -> Result<(Profile, Skipped), NotFolde
             continue;
         }
         let parsed = parse_lenient_line(line).and_then(|(stack, value)| {
-            // Checked as it will be written: a line break in a name becomes
-            // a space, and `name\r3` would be written as two columns.
-            let stack = FoldedStack::from_frames(stack.split(';'));
-            match two_columns(stack.as_str()) {
+            // Checked with blanks as they will be written (a line break in
+            // a name becomes a space: `name\r3` is two columns), before a
+            // count-like tail of a name is joined with `_`.
+            let blanks: String = stack.chars().map(crate::profile::folded_char).collect();
+            match two_columns(&blanks) {
                 true => Err(TWO_COLUMNS),
-                false => Ok((stack, value)),
+                false => Ok((FoldedStack::from_frames(stack.split(';')), value)),
             }
         });
         match parsed {

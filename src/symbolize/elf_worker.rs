@@ -341,14 +341,14 @@ fn plan(path: &Path, budget: usize, told: &mut HashSet<PathBuf>) -> Plan {
     let debug = own
         .debug_file(path)
         .and_then(|p| ElfInfo::read(&p).map(|info| (p, info)));
-    let (mut dwarf, holder) = match &debug {
-        Some((_, info)) if info.dwarf_bytes > 0 => (info.dwarf_bytes, info),
-        _ => (own.dwarf_bytes, &own),
+    let (mut dwarf, holder, holder_path) = match &debug {
+        Some((p, info)) if info.dwarf_bytes > 0 => (info.dwarf_bytes, info, p.as_path()),
+        _ => (own.dwarf_bytes, &own, path),
     };
     // dwz moved DWARF shared by a package's files into one supplementary
     // file, which blazesym loads whole with the DWARF that refers to it.
     let sup = holder
-        .supplementary_file()
+        .supplementary_file(holder_path)
         .and_then(|p| ElfInfo::read(&p).map(|info| (p, info.dwarf_bytes)));
     dwarf += sup.as_ref().map_or(0, |(_, bytes)| *bytes);
     let dwarf = dwarf.saturating_mul(DWARF_HELD_QUARTERS) / 4;
@@ -442,22 +442,27 @@ impl ElfInfo {
         })
     }
 
-    /// The supplementary file of `.gnu_debugaltlink`: by its build id under
-    /// the debug directories, or at the path written (dwz writes an
-    /// absolute one) if that is under them. The file names a path any
-    /// user can write: anywhere else it is not followed.
-    fn supplementary_file(&self) -> Option<PathBuf> {
+    /// The supplementary file of `.gnu_debugaltlink` of `path`: by its
+    /// build id under the debug directories, or at the path written (dwz
+    /// writes an absolute one) if that is under them or beside `path` (no
+    /// symlink, `path`'s owner or root), and only if its build id is the
+    /// one written. The file names a path any user can write: anywhere
+    /// else it is not followed.
+    fn supplementary_file(&self, path: &Path) -> Option<PathBuf> {
         let (name, id) = self.altlink.as_ref()?;
         let by_id = (id.len() >= 8).then(|| crate::unwind::table::debug_file_path(id));
-        let written = name.is_absolute()
+        let plain = name.is_absolute()
             && !name
                 .components()
-                .any(|c| c == std::path::Component::ParentDir)
-            && DEBUG_DIRS.iter().any(|d| name.starts_with(d));
+                .any(|c| c == std::path::Component::ParentDir);
+        let written = plain
+            && (DEBUG_DIRS.iter().any(|d| name.starts_with(d))
+                || (name.parent() == path.parent() && trusted_beside(name, owner_of(path))));
         by_id
             .into_iter()
+            .filter(|p| p.is_file())
             .chain(written.then(|| name.clone()))
-            .find(|p| p.is_file())
+            .find(|p| ElfInfo::read(p).is_some_and(|i| i.build_id.as_deref() == Some(&id[..])))
     }
 
     /// The separate debug file, as gdb searches for it: by build id under
@@ -467,7 +472,6 @@ impl ElfInfo {
     /// binary's owner (or root): a user's binary cannot have another
     /// user's file read for its names.
     fn debug_file(&self, path: &Path) -> Option<PathBuf> {
-        use std::os::unix::fs::MetadataExt;
         let mut candidates = Vec::new();
         // The unwinder looks there too, for a stripped file's .eh_frame.
         if let Some(id) = self.build_id.as_deref().filter(|id| id.len() > 1) {
@@ -488,19 +492,34 @@ impl ElfInfo {
                 candidates.push((Path::new(d).join(link), false));
             }
         }
-        let owner = std::fs::metadata(path).ok().map(|m| m.uid());
-        let trusted = |c: &Path, beside: bool| {
-            if !beside {
-                return c.is_file();
-            }
-            std::fs::symlink_metadata(c)
-                .is_ok_and(|m| m.file_type().is_file() && (m.uid() == 0 || Some(m.uid()) == owner))
-        };
+        let owner = owner_of(path);
         candidates
             .into_iter()
-            .find(|(c, beside)| c != path && trusted(c, *beside))
+            .find(|(c, beside)| {
+                c != path
+                    && if *beside {
+                        trusted_beside(c, owner)
+                    } else {
+                        c.is_file()
+                    }
+            })
             .map(|(c, _)| c)
     }
+}
+
+/// The owner of `path`.
+fn owner_of(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.uid())
+}
+
+/// Whether a debug file found beside a binary may name its frames: a
+/// regular file (no symlink to someone else's) of the binary's owner or
+/// root.
+fn trusted_beside(c: &Path, owner: Option<u32>) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(c)
+        .is_ok_and(|m| m.file_type().is_file() && (m.uid() == 0 || Some(m.uid()) == owner))
 }
 
 /// Where separate debug files live; only root writes there.
