@@ -453,7 +453,7 @@ fn run_unwind_tables(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
         let started = std::time::Instant::now();
         match emberd::unwind::read_capped(f)
             .map_err(|e| e.to_string())
-            .and_then(|b| emberd::unwind::build(&b))
+            .and_then(|b| emberd::unwind::build(&b, emberd::unwind::DEFAULT_MAX_ROWS))
         {
             Ok((t, _)) => println!(
                 "{:>9} {:>10} {:>9.1} {:>6}  {} (fdes {}, corrupt fdes skipped {}, unsupported rows {})",

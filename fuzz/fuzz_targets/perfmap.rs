@@ -34,10 +34,10 @@ fuzz_target!(|data: &[u8]| {
     let cut = data
         .first()
         .map_or(0, |&b| data.len() * usize::from(b) / 255) as u64;
-    let (mut older, upto) = parse_complete_lines(&f.file, 0, cut);
+    let (mut older, upto) = parse_complete_lines(&f.file, 0, cut, usize::MAX);
     assert!(upto <= cut, "parsed past the size");
-    let (newer, end) = parse_complete_lines(&f.file, upto, data.len() as u64);
-    older.merge(newer);
+    let (newer, end) = parse_complete_lines(&f.file, upto, data.len() as u64, usize::MAX);
+    older.merge(newer, usize::MAX);
     if end == data.len() as u64 {
         // Every line was read, once: the same map as a parse of the whole.
         assert_eq!(

@@ -53,9 +53,12 @@ fuzz_target!(|data: &[u8]| {
 
     let f = mem_file(data);
     let (read, peak) = peak_of(|| emberd::unwind::read_capped(&f.path));
-    let read = read.expect("read_capped of a regular file");
-    assert_eq!(read.len(), data.len(), "read_capped is the file's size");
     check_bound("read_capped", peak, data.len(), 2, 64 << 10);
+    // Not ELF, or headers pointing outside the file: refused unread.
+    let Ok(read) = read else {
+        return;
+    };
+    assert_eq!(read.len(), data.len(), "read_capped is the file's size");
     if let Ok(whole) = whole {
         // The parts read must be all the builder uses of the file.
         let parts = table::build_table(&read).expect("the parts read build as the whole");

@@ -341,9 +341,10 @@ impl Unwinder {
         free.insert(0, rows.len);
         let (jobs, job_rx) = mpsc::channel::<BuildJob>();
         let (done_tx, done) = mpsc::channel::<Built>();
+        let max_rows = rows.len as usize;
         std::thread::Builder::new()
             .name("emberd-unwind".into())
-            .spawn(move || builder_thread(job_rx, done_tx))
+            .spawn(move || builder_thread(job_rx, done_tx, max_rows))
             .expect("spawning the unwind-table builder thread");
         let stats = UnwindStats {
             budget_bytes: rows.len as u64 * 8,
@@ -976,14 +977,14 @@ fn bias_of(loads: &[table::LoadSegment], m: &ProcMapping) -> Option<u64> {
     )
 }
 
-fn builder_thread(jobs: mpsc::Receiver<BuildJob>, done: mpsc::Sender<Built>) {
+fn builder_thread(jobs: mpsc::Receiver<BuildJob>, done: mpsc::Sender<Built>, max_rows: usize) {
     while let Ok(job) = jobs.recv() {
         let started = Instant::now();
         let mut refused = false;
         let (result, runtime) = match job.source {
             BuildSource::File(path) => match read_capped(&path) {
                 Ok(b) => (
-                    build(&b),
+                    build(&b, max_rows),
                     File::open(&path).ok().and_then(|f| python::inspect(&f)),
                 ),
                 Err(e) => {
@@ -991,7 +992,7 @@ fn builder_thread(jobs: mpsc::Receiver<BuildJob>, done: mpsc::Sender<Built>) {
                     (Err(e.to_string()), None)
                 }
             },
-            BuildSource::Vdso => (own_vdso().and_then(|b| build(&b)), None),
+            BuildSource::Vdso => (own_vdso().and_then(|b| build(&b, max_rows)), None),
         };
         let elapsed = started.elapsed();
         // A build's scratch (parsed CFI of a large library: tens of MiB)
@@ -1019,17 +1020,23 @@ fn builder_thread(jobs: mpsc::Receiver<BuildJob>, done: mpsc::Sender<Built>) {
 
 /// Compiles one ELF image, with its separate debug file's `.debug_frame`
 /// when the image itself has no CFI.
-pub fn build(bytes: &[u8]) -> Result<(table::UnwindTable, ElfInfo), String> {
+/// `max_rows`: the most rows the row budget could take (see
+/// [`table::build_table_within`]).
+pub fn build(bytes: &[u8], max_rows: usize) -> Result<(table::UnwindTable, ElfInfo), String> {
     let info = table::elf_info(bytes).map_err(|e| e.to_string())?;
-    let mut t = table::build_table(bytes).map_err(|e| e.to_string())?;
+    let mut t = table::build_table_within(bytes, None, max_rows).map_err(|e| e.to_string())?;
     if t.source == TableSource::None
         && let Some(bid) = &info.build_id
         && let Ok(debug) = read_capped(&table::debug_file_path(bid))
     {
-        t = table::build_table_with_debug(bytes, Some(&debug)).map_err(|e| e.to_string())?;
+        t = table::build_table_within(bytes, Some(&debug), max_rows).map_err(|e| e.to_string())?;
     }
     Ok((t, info))
 }
+
+/// The rows the default row budget holds: the cap for builds outside the
+/// daemon (`emberd check`).
+pub const DEFAULT_MAX_ROWS: usize = (defaults::TABLE_BUDGET_BYTES / 8) as usize;
 
 /// Why a file was not read for its unwind table.
 #[derive(Debug, thiserror::Error)]
@@ -1237,7 +1244,7 @@ pub fn self_report() -> Vec<Result<FileTableReport, String>> {
             let started = Instant::now();
             let (t, _) = read_capped(&path)
                 .map_err(|e| e.to_string())
-                .and_then(|b| build(&b))?;
+                .and_then(|b| build(&b, DEFAULT_MAX_ROWS))?;
             Ok(FileTableReport {
                 path,
                 rows: t.rows.len(),

@@ -192,6 +192,9 @@ pub enum TableError {
         /// What is wrong with it.
         reason: String,
     },
+    /// More rows than the row budget holds (see [`build_table_within`]).
+    #[error("more than {0} unwind rows, over the row budget (refused while read)")]
+    TooManyRows(usize),
     /// Every row had a pc >= 2^32, so nothing fits the u32 row format.
     #[error("all {0} unwind rows have a pc >= 2^32 and cannot be represented")]
     PcOutOfRange(u64),
@@ -272,6 +275,19 @@ pub fn build_table_with_debug(
     elf: &[u8],
     debug_file: Option<&[u8]>,
 ) -> Result<UnwindTable, TableError> {
+    build_table_within(elf, debug_file, usize::MAX)
+}
+
+/// [`build_table_with_debug`], refused with [`TableError::TooManyRows`] as
+/// soon as the rows collected pass `max_rows`: the table could not be
+/// uploaded anyway (the row budget holds fewer), and a user's file with
+/// dense CFI costs ~40 bytes of scratch per byte of CFI while it is read,
+/// so it is stopped before it costs more than the budget's rows.
+pub fn build_table_within(
+    elf: &[u8],
+    debug_file: Option<&[u8]>,
+    max_rows: usize,
+) -> Result<UnwindTable, TableError> {
     let start = Instant::now();
     let file = parse_elf(elf, "file")?;
 
@@ -279,7 +295,7 @@ pub fn build_table_with_debug(
     let mut source = TableSource::None;
     let mut collected = Collected::default();
 
-    let eh = collect_eh_frame(&file)?;
+    let eh = collect_eh_frame(&file, max_rows)?;
     // An .eh_frame whose FDEs are all corrupt is still the authority for this file:
     // falling back would hide the corruption, so only an FDE-less .eh_frame falls back.
     if let Some(eh) = eh.filter(|c| !c.fdes.is_empty() || c.bad_fdes > 0) {
@@ -287,14 +303,14 @@ pub fn build_table_with_debug(
         collected = eh;
     }
     if source == TableSource::None {
-        let own = collect_debug_frame(&file)?;
+        let own = collect_debug_frame(&file, max_rows)?;
         if let Some(own) = own.filter(|c| !c.fdes.is_empty() || c.bad_fdes > 0) {
             source = TableSource::DebugFrame;
             collected = own;
         } else if let Some(debug) = debug_file {
             let debug = parse_elf(debug, "separate debug file")?;
-            if let Some(dbg) =
-                collect_debug_frame(&debug)?.filter(|c| !c.fdes.is_empty() || c.bad_fdes > 0)
+            if let Some(dbg) = collect_debug_frame(&debug, max_rows)?
+                .filter(|c| !c.fdes.is_empty() || c.bad_fdes > 0)
             {
                 source = TableSource::DebugFrame;
                 collected = dbg;
@@ -417,6 +433,7 @@ fn bases_for(file: &ElfFile64<'_, object::LittleEndian>, eh_frame_addr: u64) -> 
 /// Collects the FDEs of the file's own `.eh_frame`; `None` if it has none.
 fn collect_eh_frame(
     file: &ElfFile64<'_, object::LittleEndian>,
+    max_rows: usize,
 ) -> Result<Option<Collected>, TableError> {
     let Some((data, addr)) = section_data(file, ".eh_frame")? else {
         return Ok(None);
@@ -424,12 +441,13 @@ fn collect_eh_frame(
     let mut section = EhFrame::new(&data, LittleEndian);
     section.set_address_size(8);
     let bases = bases_for(file, addr);
-    Ok(Some(collect(&section, &bases)))
+    collect(&section, &bases, max_rows).map(Some)
 }
 
 /// Collects the FDEs of a file's `.debug_frame`; `None` if it has none (or it is NOBITS).
 fn collect_debug_frame(
     file: &ElfFile64<'_, object::LittleEndian>,
+    max_rows: usize,
 ) -> Result<Option<Collected>, TableError> {
     let Some((data, _)) = section_data(file, ".debug_frame")? else {
         return Ok(None);
@@ -438,11 +456,15 @@ fn collect_debug_frame(
     section.set_address_size(8);
     // .debug_frame addresses are absolute, but textrel bases do no harm if a producer uses them.
     let bases = bases_for(file, 0);
-    Ok(Some(collect(&section, &bases)))
+    collect(&section, &bases, max_rows).map(Some)
 }
 
 /// Walks every entry of a CFI section and converts each FDE's rows.
-fn collect<'a, S>(section: &S, bases: &BaseAddresses) -> Collected
+fn collect<'a, S>(
+    section: &S,
+    bases: &BaseAddresses,
+    max_rows: usize,
+) -> Result<Collected, TableError>
 where
     S: UnwindSection<Reader<'a>>,
 {
@@ -452,6 +474,7 @@ where
     let mut cies: HashMap<usize, gimli::Result<CommonInformationEntry<Reader<'a>>>> =
         HashMap::new();
     let mut entries = section.entries(bases);
+    let mut rows = 0usize;
     loop {
         let entry = match entries.next() {
             Ok(Some(e)) => e,
@@ -476,11 +499,17 @@ where
             continue;
         };
         match fde_rows(section, bases, &mut ctx, &fde) {
-            Some(rows) => out.fdes.push(rows),
+            Some(f) => {
+                rows = rows.saturating_add(f.rows.len());
+                if rows > max_rows {
+                    return Err(TableError::TooManyRows(max_rows));
+                }
+                out.fdes.push(f);
+            }
             None => out.bad_fdes += 1,
         }
     }
-    out
+    Ok(out)
 }
 
 /// Converts one FDE; `None` if its instructions are corrupt (the FDE is then skipped whole,
@@ -817,6 +846,21 @@ pub fn debug_file_path(build_id: &[u8]) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A table is refused as soon as its rows pass the cap, not built whole
+    /// and then found too large.
+    #[test]
+    fn rows_past_the_cap_are_refused_while_read() {
+        let exe = std::fs::read("/proc/self/exe").expect("reading this binary");
+        let whole = build_table(&exe).expect("this binary's table");
+        assert!(whole.rows.len() > 1000);
+        let err = build_table_within(&exe, None, 1000)
+            .map(|_| ())
+            .unwrap_err();
+        assert!(matches!(err, TableError::TooManyRows(1000)), "{err}");
+        let fits = build_table_within(&exe, None, whole.rows.len() * 2).expect("fits");
+        assert_eq!(fits.rows.len(), whole.rows.len());
+    }
     use std::path::Path;
     use std::process::Command;
 
