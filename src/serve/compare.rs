@@ -18,6 +18,54 @@ use crate::view;
 /// Largest baseline profile a `POST /diff.*` may send.
 pub const MAX_BASELINE_BYTES: usize = 16 << 20;
 
+/// Frames kept per line of a posted baseline: four stack depths, room for
+/// emberd's own lines (a grouping frame, a kernel and a user stack of
+/// [`MAX_STACK_DEPTH`](crate::collect::stack::MAX_STACK_DEPTH) each, and the
+/// frames inlined into them). A longer line keeps its root side, so it still
+/// lines up with the same callers in the window it is compared with.
+pub const MAX_LINE_FRAMES: usize = 4 * (crate::collect::stack::MAX_STACK_DEPTH + 1);
+
+/// What a posted baseline may hold: lines of at most [`MAX_LINE_FRAMES`],
+/// and no more frames in all than a graph has nodes, so that parsing and
+/// drawing it cost memory in proportion to what is kept.
+const POSTED: render::folded::ReadLimits = render::folded::ReadLimits {
+    frames_per_line: MAX_LINE_FRAMES,
+    frames_total: render::tree::MAX_TREE_NODES,
+};
+
+/// What a comparison left out to stay within its bounds, for the
+/// `X-Emberd-Cut` header.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Cuts {
+    /// Posted lines cut to [`MAX_LINE_FRAMES`].
+    lines: usize,
+    /// Posted lines left out past [`POSTED`]'s frame budget.
+    dropped: usize,
+    /// Stacks ended early at [`render::tree::MAX_TREE_NODES`].
+    tree: usize,
+}
+
+impl Cuts {
+    /// `X-Emberd-Cut`: what was cut, by how much, and the limit, if anything.
+    fn header(&self) -> Option<(header::HeaderName, HeaderValue)> {
+        let nodes = render::tree::MAX_TREE_NODES;
+        let parts: Vec<String> = [
+            (self.lines, format!("frames_per_line={MAX_LINE_FRAMES}"), "cut_lines"),
+            (self.dropped, format!("frames_total={nodes}"), "dropped_lines"),
+            (self.tree, format!("tree_nodes={nodes}"), "cut_stacks"),
+        ]
+        .into_iter()
+        .filter(|(n, ..)| *n > 0)
+        .map(|(n, limit, what)| format!("{what}={n} ({limit})"))
+        .collect();
+        if parts.is_empty() {
+            return None;
+        }
+        let v = HeaderValue::from_str(&parts.join("; ")).ok()?;
+        Some((header::HeaderName::from_static("x-emberd-cut"), v))
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Format {
     Svg,
@@ -51,7 +99,7 @@ fn span(cq: &CompareQuery) -> (u64, u64) {
     (crate::clock::to_store(from), crate::clock::to_store(to))
 }
 
-fn body_of(fmt: Format, body: Vec<u8>, notes: &[String]) -> Rendered {
+fn body_of(fmt: Format, body: Vec<u8>, notes: &[String], cuts: Cuts) -> Rendered {
     let mut headers = vec![(
         header::CONTENT_TYPE,
         HeaderValue::from_static(match fmt {
@@ -67,6 +115,7 @@ fn body_of(fmt: Format, body: Vec<u8>, notes: &[String]) -> Rendered {
             }
         }
     }
+    headers.extend(cuts.header());
     Rendered {
         body: body.into(),
         headers,
@@ -78,6 +127,7 @@ fn render_diff(
     cq: &CompareQuery,
     baseline: Option<Profile>,
     fmt: Format,
+    mut cuts: Cuts,
 ) -> Result<Rendered, AppError> {
     let q = &cq.base;
     let (before, after, before_label) = match baseline {
@@ -119,8 +169,8 @@ fn render_diff(
     )];
     notes.extend(diff.notes(unit, show));
     let mut out = Vec::new();
-    match fmt {
-        Format::Folded => diff.series.write_folded(&mut out),
+    cuts.tree = match fmt {
+        Format::Folded => diff.series.write_folded(&mut out).map(|()| 0),
         Format::Svg => {
             let mut opts = render::diff::DiffSvgOptions::new(
                 q.svg.title.clone().unwrap_or_else(|| {
@@ -147,7 +197,7 @@ fn render_diff(
         }
     }
     .map_err(|e| AppError::Internal(e.to_string()))?;
-    Ok(body_of(fmt, out, &notes))
+    Ok(body_of(fmt, out, &notes, cuts))
 }
 
 fn render_animation(st: &AppState, cq: &CompareQuery, fmt: Format) -> Result<Rendered, AppError> {
@@ -167,8 +217,8 @@ fn render_animation(st: &AppState, cq: &CompareQuery, fmt: Format) -> Result<Ren
         labels.join("; ")
     )];
     let mut out = Vec::new();
-    match fmt {
-        Format::Folded => series.write_folded(&mut out),
+    let tree = match fmt {
+        Format::Folded => series.write_folded(&mut out).map(|()| 0),
         Format::Svg => {
             let title = q.svg.title.clone().unwrap_or_else(|| {
                 format!("{}, animated: {}", q.event.title(), st.host)
@@ -191,7 +241,11 @@ fn render_animation(st: &AppState, cq: &CompareQuery, fmt: Format) -> Result<Ren
         }
     }
     .map_err(|e| AppError::Internal(e.to_string()))?;
-    Ok(body_of(fmt, out, &notes))
+    let cuts = Cuts {
+        tree,
+        ..Cuts::default()
+    };
+    Ok(body_of(fmt, out, &notes, cuts))
 }
 
 async fn diff(
@@ -204,7 +258,7 @@ async fn diff(
     let cq = parse(&raw, &st, CompareKind::Diff)?;
     let (st2, cq2) = (st.clone(), cq.clone());
     cached(&st, route, &raw, span(&cq), move || {
-        render_diff(&st2, &cq2, None, fmt)
+        render_diff(&st2, &cq2, None, fmt, Cuts::default())
     })
     .await
 }
@@ -219,14 +273,21 @@ async fn diff_baseline(
     let cq = parse(&raw, &st, CompareKind::Baseline)?;
     let st2 = st.clone();
     // Parsing up to 16 MiB is render work: on a blocking thread, within the
-    // render limit.
+    // render limit, and within POSTED's bounds.
     let rendered = render_now(&st, move || {
         let (baseline, skipped) =
-            render::folded::read_lenient(&body[..]).map_err(|e| QueryError {
+            render::folded::read_bounded(&body[..], POSTED).map_err(|e| QueryError {
                 param: "body".into(),
                 reason: format!("the posted baseline: {e}"),
             })?;
-        let mut r = render_diff(&st2, &cq, Some(baseline), fmt)?;
+        // The body is parsed: its bytes go before the graph is drawn.
+        drop(body);
+        let cuts = Cuts {
+            lines: skipped.cut_lines,
+            dropped: skipped.dropped_lines,
+            tree: 0,
+        };
+        let mut r = render_diff(&st2, &cq, Some(baseline), fmt, cuts)?;
         if skipped.malformed > 0 {
             let first = skipped
                 .first
