@@ -76,8 +76,7 @@ impl<'a> FrameTree<'a> {
         let mut row_values = vec![0u64; k];
         let mut cut_rows = 0;
         {
-            let mut index: HashMap<(u32, &'a str), u32, ahash::RandomState> =
-                HashMap::default();
+            let mut index: HashMap<(u32, &'a str), u32, ahash::RandomState> = HashMap::default();
             for (r, (stack, vals, bits)) in series.rows_with_presence().enumerate() {
                 row_values[..vals.len()].copy_from_slice(vals);
                 for (j, col) in extra.iter().enumerate() {

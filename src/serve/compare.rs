@@ -50,8 +50,16 @@ impl Cuts {
     fn header(&self) -> Option<(header::HeaderName, HeaderValue)> {
         let nodes = render::tree::MAX_TREE_NODES;
         let parts: Vec<String> = [
-            (self.lines, format!("frames_per_line={MAX_LINE_FRAMES}"), "cut_lines"),
-            (self.dropped, format!("frames_total={nodes}"), "dropped_lines"),
+            (
+                self.lines,
+                format!("frames_per_line={MAX_LINE_FRAMES}"),
+                "cut_lines",
+            ),
+            (
+                self.dropped,
+                format!("frames_total={nodes}"),
+                "dropped_lines",
+            ),
             (self.tree, format!("tree_nodes={nodes}"), "cut_stacks"),
         ]
         .into_iter()
