@@ -81,6 +81,15 @@ fn js_string(s: &str) -> String {
 /// Writes the animated SVG of `series` (one column per phase). Returns the
 /// stacks cut short at [`super::tree::MAX_TREE_NODES`].
 pub fn write<W: Write>(series: &Series, opts: &AnimationOptions, mut w: W) -> io::Result<usize> {
+    let (svg, cut) = render(series, opts);
+    w.write_all(svg.as_bytes())?;
+    w.flush()?;
+    Ok(cut)
+}
+
+/// The animated SVG [`write`] writes, as text (no copy for a caller that
+/// keeps it), and the stacks cut short at [`super::tree::MAX_TREE_NODES`].
+pub fn render(series: &Series, opts: &AnimationOptions) -> (String, usize) {
     let k = series.columns().max(1);
     let tree = FrameTree::build(series);
     let totals = tree.total(0).to_vec();
@@ -106,7 +115,8 @@ pub fn write<W: Write>(series: &Series, opts: &AnimationOptions, mut w: W) -> io
     };
     let starts = tree.starts(0);
 
-    let mut s = String::with_capacity(8192 + tree.nodes.len() * (160 + 8 * k));
+    let drawn = visible.iter().filter(|v| **v).count();
+    let mut s = String::with_capacity(8192 + drawn * (160 + 8 * k));
     let _ = write!(
         s,
         r#"<?xml version="1.0" standalone="no"?>
@@ -395,9 +405,8 @@ g.f text {{ pointer-events: none; }}
         unit = js_string(&opts.count_name),
         phases = phases_js.join(","),
     );
-    w.write_all(s.as_bytes())?;
-    w.flush()?;
-    Ok(tree.cut_rows())
+    let cut = tree.cut_rows();
+    (s, cut)
 }
 
 #[cfg(test)]

@@ -85,6 +85,15 @@ fn fmt_value(v: f64) -> String {
 /// (normalized) series, the before graph's widths from the values recorded.
 /// Returns the stacks cut short at [`super::tree::MAX_TREE_NODES`].
 pub fn write<W: Write>(diff: &Diff, opts: &DiffSvgOptions, mut w: W) -> io::Result<usize> {
+    let (svg, cut) = render(diff, opts);
+    w.write_all(svg.as_bytes())?;
+    w.flush()?;
+    Ok(cut)
+}
+
+/// The differential SVG [`write`] writes, as text (no copy for a caller that
+/// keeps it), and the stacks cut short at [`super::tree::MAX_TREE_NODES`].
+pub fn render(diff: &Diff, opts: &DiffSvgOptions) -> (String, usize) {
     let series = &diff.series;
     assert_eq!(series.columns(), 2, "a differential has two columns");
     // The values as recorded, if normalized, ride along as column 2: the
@@ -100,15 +109,12 @@ pub fn write<W: Write>(diff: &Diff, opts: &DiffSvgOptions, mut w: W) -> io::Resu
     let inner = opts.width - 2.0 * PAD;
     let px = |t: u64| if t == 0 { 0.0 } else { inner / t as f64 };
     let scale = [px(tb_raw), px(ta)];
-    let mut before_px = vec![0.0; tree.columns()];
-    before_px[before_col] = scale[0];
-    let keep_before = tree.visible(&before_px, opts.min_width);
-    let keep_after = tree.visible(&[0.0, scale[1], 0.0][..tree.columns()], opts.min_width);
-    let visible: Vec<bool> = keep_before
-        .iter()
-        .zip(&keep_after)
-        .map(|(a, b)| *a || *b)
-        .collect();
+    // Kept if wide enough in either graph (a frame of the before graph is
+    // as wide as its parent there or narrower, so this keeps subtrees whole).
+    let mut px_per_unit = vec![0.0; tree.columns()];
+    px_per_unit[before_col] = scale[0];
+    px_per_unit[1] = scale[1];
+    let visible = tree.visible(&px_per_unit, opts.min_width);
     let depth = tree.max_depth(&visible);
     let graph_h = (depth + 1) as f64 * FRAME_H;
     let max_delta = (0..tree.nodes.len())
@@ -120,7 +126,8 @@ pub fn write<W: Write>(diff: &Diff, opts: &DiffSvgOptions, mut w: W) -> io::Resu
     let before_top = after_top + graph_h + 40.0;
     let height = before_top + graph_h + 36.0;
 
-    let mut s = String::with_capacity(4096 + tree.nodes.len() * 300);
+    let drawn = visible.iter().filter(|v| **v).count();
+    let mut s = String::with_capacity(4096 + drawn * 2 * 300);
     let _ = write!(
         s,
         r#"<?xml version="1.0" standalone="no"?>
@@ -314,9 +321,8 @@ delta: {sign}{dv} {u} ({sign}{share:.2}% of the total)</title><rect class="b" x=
 "#,
         height - 12.0
     );
-    w.write_all(s.as_bytes())?;
-    w.flush()?;
-    Ok(tree.cut_rows())
+    let cut = tree.cut_rows();
+    (s, cut)
 }
 
 #[cfg(test)]

@@ -19,6 +19,11 @@ pub const PAD: f64 = 10.0;
 /// text could ask for.
 pub const MAX_TREE_NODES: usize = 1 << 18;
 
+/// Frames drawn at most: past it, the narrowest visible frames are left
+/// out, so an SVG stays under ~15 MB whatever it draws (a frame is a few
+/// hundred bytes, once per graph). A screen shows far fewer.
+pub const MAX_DRAWN_FRAMES: usize = 1 << 14;
+
 /// One frame under one path. Its values are [`FrameTree::total`] and
 /// [`FrameTree::own`]; its children [`FrameTree::children`].
 #[derive(Debug, Clone)]
@@ -230,24 +235,52 @@ impl<'a> FrameTree<'a> {
     }
 
     /// Which nodes are at least `min_px` wide in some column, given the
-    /// pixels per value unit of each column. A node's children are never
-    /// wider than it, so a hidden node hides its subtree. The root is always
-    /// kept (an empty graph still has one).
+    /// pixels per value unit of each column, and among them the widest
+    /// [`MAX_DRAWN_FRAMES`]. A node's children are never wider than it, so
+    /// a hidden node hides its subtree. The root is always kept (an empty
+    /// graph still has one).
     pub fn visible(&self, px_per_unit: &[f64], min_px: f64) -> Vec<bool> {
+        let width = |i: usize| {
+            self.total(i)
+                .iter()
+                .zip(px_per_unit)
+                .map(|(&v, &s)| if v > 0 { v as f64 * s } else { 0.0 })
+                .fold(0.0, f64::max)
+        };
         let mut keep = vec![false; self.nodes.len()];
-        for (i, n) in self.nodes.iter().enumerate() {
-            if i == 0 {
-                keep[0] = true;
-                continue;
-            }
-            keep[i] = keep[n.parent]
-                && self
-                    .total(i)
-                    .iter()
-                    .zip(px_per_unit)
-                    .any(|(&v, &s)| v > 0 && v as f64 * s >= min_px);
+        keep[0] = true;
+        let mut kept = 1;
+        for (i, n) in self.nodes.iter().enumerate().skip(1) {
+            let w = width(i);
+            keep[i] = keep[n.parent] && w > 0.0 && w >= min_px;
+            kept += usize::from(keep[i]);
         }
-        keep
+        if kept <= MAX_DRAWN_FRAMES {
+            return keep;
+        }
+        // The widest first: every node wider than the budget's narrowest
+        // width, then that width's ties in order while the budget lasts.
+        // Both keep a node's parent, which is at least as wide.
+        let mut widths: Vec<f64> = (1..keep.len()).filter(|&i| keep[i]).map(width).collect();
+        let (_, &mut cut, _) =
+            widths.select_nth_unstable_by(MAX_DRAWN_FRAMES - 2, |a, b| b.total_cmp(a));
+        drop(widths);
+        let mut chosen = vec![false; keep.len()];
+        chosen[0] = true;
+        let mut left = MAX_DRAWN_FRAMES - 1;
+        for tie in [false, true] {
+            for i in 1..keep.len() {
+                if chosen[i] || !keep[i] || !chosen[self.nodes[i].parent] {
+                    continue;
+                }
+                let w = width(i);
+                if (!tie && w > cut) || (tie && w == cut && left > 0) {
+                    chosen[i] = true;
+                    left -= 1;
+                }
+            }
+        }
+        chosen
     }
 }
 
@@ -340,7 +373,7 @@ pub fn hot_color(name: &str) -> (u8, u8, u8) {
 mod tests {
     use super::*;
     use crate::compare::Rewrite;
-    use crate::profile::test_profile as profile;
+    use crate::profile::{FoldedStack, Profile, test_profile as profile};
 
     #[test]
     fn totals_starts_and_order() {
@@ -370,6 +403,27 @@ mod tests {
         assert_eq!(t.nodes[1].present, 0b11);
         let vis = t.visible(&[1.0, 1.0], 2.5);
         assert_eq!(vis, [true, true, true, true, false, true]);
+    }
+
+    #[test]
+    fn nodes_and_drawn_frames_are_bounded() {
+        let mut p = Profile::new();
+        p.add(FoldedStack::from_frames(["big", "deep"]), 1000);
+        let n = MAX_TREE_NODES + 1000;
+        for i in 0..n {
+            p.add(FoldedStack::from_frames([format!("f{i:07}").as_str()]), 1);
+        }
+        let s = Series::from_profiles(&[p], Rewrite::default());
+        let t = FrameTree::build(&s);
+        assert_eq!(t.nodes.len(), MAX_TREE_NODES);
+        // Rows past the bound end at the root, their value kept there.
+        assert_eq!(t.cut_rows(), n + 3 - MAX_TREE_NODES);
+        assert_eq!(t.total(0), [1000 + n as u64]);
+        assert_eq!(t.own(0), [t.cut_rows() as u64]);
+        let vis = t.visible(&[1.0], 0.1);
+        assert_eq!(vis.iter().filter(|v| **v).count(), MAX_DRAWN_FRAMES);
+        let big = t.nodes.iter().position(|n| n.name == "big").unwrap();
+        assert!(vis[big] && vis[big + 1], "the widest frames are drawn");
     }
 
     #[test]

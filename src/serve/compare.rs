@@ -201,7 +201,9 @@ fn render_diff(
             if let Some(m) = q.svg.minwidth {
                 opts.min_width = m;
             }
-            render::diff::write(&diff, &opts, &mut out)
+            let (svg, cut) = render::diff::render(&diff, &opts);
+            out = svg.into_bytes();
+            Ok(cut)
         }
     }
     .map_err(|e| AppError::Internal(e.to_string()))?;
@@ -245,7 +247,9 @@ fn render_animation(st: &AppState, cq: &CompareQuery, fmt: Format) -> Result<Ren
             if let Some(m) = q.svg.minwidth {
                 opts.min_width = m;
             }
-            render::animation::write(&series, &opts, &mut out)
+            let (svg, cut) = render::animation::render(&series, &opts);
+            out = svg.into_bytes();
+            Ok(cut)
         }
     }
     .map_err(|e| AppError::Internal(e.to_string()))?;
