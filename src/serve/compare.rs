@@ -2,10 +2,10 @@
 //! posted baseline against a window) and `/animation.svg`,
 //! `/animation.folded` (phases).
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderValue, header};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 
 use super::{AppError, AppState, Rendered, cached, folded_profile, render_now};
 use crate::compare::{Diff, Series};
@@ -278,11 +278,33 @@ async fn diff(
 async fn diff_baseline(
     st: AppState,
     raw: Option<String>,
-    body: Bytes,
+    body: Body,
     fmt: Format,
 ) -> Result<Response, AppError> {
     let raw = raw.unwrap_or_default();
     let cq = parse(&raw, &st, CompareKind::Baseline)?;
+    // Read only while holding one of a few permits, until its diff is
+    // drawn: 64 requests in flight could otherwise buffer 64 bodies of
+    // 16 MiB before any waits for a render.
+    let _posting = st
+        .posts
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|e| AppError::Internal(e.to_string()))?;
+    let body = match axum::body::to_bytes(body, MAX_BASELINE_BYTES).await {
+        Ok(b) => b,
+        Err(e) => {
+            return Ok((
+                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "body: the posted baseline is over {} MiB, or was not sent whole ({e})\n",
+                    MAX_BASELINE_BYTES >> 20
+                ),
+            )
+                .into_response());
+        }
+    };
     let st2 = st.clone();
     // Parsing up to 16 MiB is render work: on a blocking thread, within the
     // render limit, and within POSTED's bounds.
@@ -355,7 +377,7 @@ pub(super) async fn diff_folded(
 pub(super) async fn diff_svg_baseline(
     State(st): State<AppState>,
     RawQuery(raw): RawQuery,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, AppError> {
     diff_baseline(st, raw, body, Format::Svg).await
 }
@@ -364,7 +386,7 @@ pub(super) async fn diff_svg_baseline(
 pub(super) async fn diff_folded_baseline(
     State(st): State<AppState>,
     RawQuery(raw): RawQuery,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, AppError> {
     diff_baseline(st, raw, body, Format::Folded).await
 }

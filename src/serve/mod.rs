@@ -220,6 +220,9 @@ pub struct AppState {
     pub cache: Arc<std::sync::Mutex<ResponseCache>>,
     /// Bounds renderings at once to [`MAX_CONCURRENT_RENDERS`].
     pub renders: Arc<tokio::sync::Semaphore>,
+    /// Bounds posted bodies being read or parsed at once to
+    /// [`MAX_CONCURRENT_RENDERS`]: each can be 16 MiB.
+    pub posts: Arc<tokio::sync::Semaphore>,
     /// The CPU sample store.
     pub store: Arc<RwLock<Store>>,
     /// The stores of the other events that are switched on.

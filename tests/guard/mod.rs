@@ -63,7 +63,8 @@ fn post_and_measure(d: &Daemon, body: &[u8]) -> (HttpResponse, u64) {
 /// make a tree of a million nodes, posted as baselines to `/diff.svg`: each
 /// is answered 200 with `X-Emberd-Cut` saying what was cut and the limit,
 /// the daemon's peak RSS stays within 64 MiB of what it was before (it was
-/// 1.1 GiB for the long line), and `/folded` still answers.
+/// 1.1 GiB for the long line); so it does for twelve 12 MiB bodies posted
+/// at once; 17 MiB is 413; and `/folded` still answers.
 #[test]
 fn posted_baselines_cost_memory_in_proportion() {
     require_root();
@@ -111,6 +112,41 @@ fn posted_baselines_cost_memory_in_proportion() {
     );
     assert!(grew < budget_kib, "the distinct lines took {grew} KiB");
     assert!(r.body.len() < 32 << 20, "the SVG is {} bytes", r.body.len());
+
+    // Twelve 12 MiB bodies at once: only two are read at a time (twelve
+    // buffered would be 144 MiB), and one over 16 MiB is refused naming it.
+    let big: std::sync::Arc<Vec<u8>> = "main;work 1\n".repeat(1 << 20).into_bytes().into();
+    let pid = d.child.id();
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("resetting VmHWM");
+    let before = status_kib(pid, "VmRSS");
+    let posts: Vec<_> = (0..12)
+        .map(|_| {
+            let (big, port) = (big.clone(), d.port);
+            std::thread::spawn(move || {
+                let head = "POST /diff.folded?seconds=5 HTTP/1.1\r\nHost: 127.0.0.1";
+                request(port, head, &big, Duration::from_secs(60)).map(|r| r.status)
+            })
+        })
+        .collect();
+    let statuses: Vec<_> = posts.into_iter().map(|p| p.join().unwrap()).collect();
+    let grew = status_kib(pid, "VmHWM").saturating_sub(before);
+    eprintln!(
+        "12 bodies of {} bytes at once: {statuses:?}, peak RSS +{grew} KiB",
+        big.len()
+    );
+    assert!(statuses.iter().all(|s| *s == Some(200)), "{statuses:?}");
+    assert!(grew < budget_kib, "twelve bodies took {grew} KiB");
+    let mut huge = big.to_vec();
+    huge.extend_from_slice(&big[..5 << 20]);
+    let r = request(
+        d.port,
+        "POST /diff.folded?seconds=5 HTTP/1.1\r\nHost: 127.0.0.1",
+        &huge,
+        Duration::from_secs(60),
+    );
+    let r = r.expect("an answer to the 17 MiB body");
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert!(r.text().contains("16 MiB"), "{}", r.text());
 
     let f = d.get("/folded?seconds=5");
     assert_eq!(f.status, 200, "{}", f.text());
