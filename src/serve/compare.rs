@@ -275,6 +275,35 @@ async fn diff(
     .await
 }
 
+/// Why a posted body was not read.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    /// More than [`MAX_BASELINE_BYTES`] came.
+    #[error("more than {MAX_BASELINE_BYTES} bytes")]
+    TooLarge,
+    /// The connection failed mid-body.
+    #[error("{0}")]
+    Read(#[from] axum::Error),
+}
+
+/// Reads a body of at most [`MAX_BASELINE_BYTES`] into one buffer of the
+/// size it claims (`claimed`, its Content-Length), so that reading costs
+/// the body once, not the doublings of a growing buffer.
+async fn read_body(body: Body, claimed: u64) -> Result<Vec<u8>, BodyError> {
+    use axum::body::HttpBody;
+    let mut out = Vec::with_capacity(claimed.min(MAX_BASELINE_BYTES as u64) as usize);
+    let mut body = std::pin::pin!(body);
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        if let Ok(data) = frame?.into_data() {
+            if out.len() + data.len() > MAX_BASELINE_BYTES {
+                return Err(BodyError::TooLarge);
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(out)
+}
+
 async fn diff_baseline(
     st: AppState,
     raw: Option<String>,
@@ -283,6 +312,21 @@ async fn diff_baseline(
 ) -> Result<Response, AppError> {
     let raw = raw.unwrap_or_default();
     let cq = parse(&raw, &st, CompareKind::Baseline)?;
+    let too_large = |e: &dyn std::fmt::Display| {
+        (
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "body: the posted baseline is over {} MiB, or was not sent whole ({e})\n",
+                MAX_BASELINE_BYTES >> 20
+            ),
+        )
+            .into_response()
+    };
+    // A Content-Length over the limit is refused before anything is read.
+    let claimed = axum::body::HttpBody::size_hint(&body).lower();
+    if claimed > MAX_BASELINE_BYTES as u64 {
+        return Ok(too_large(&format_args!("Content-Length {claimed}")));
+    }
     // Read only while holding one of a few permits, until its diff is
     // drawn: 64 requests in flight could otherwise buffer 64 bodies of
     // 16 MiB before any waits for a render.
@@ -292,18 +336,9 @@ async fn diff_baseline(
         .acquire_owned()
         .await
         .map_err(|e| AppError::Internal(e.to_string()))?;
-    let body = match axum::body::to_bytes(body, MAX_BASELINE_BYTES).await {
+    let body = match read_body(body, claimed).await {
         Ok(b) => b,
-        Err(e) => {
-            return Ok((
-                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "body: the posted baseline is over {} MiB, or was not sent whole ({e})\n",
-                    MAX_BASELINE_BYTES >> 20
-                ),
-            )
-                .into_response());
-        }
+        Err(e) => return Ok(too_large(&e)),
     };
     let st2 = st.clone();
     // Parsing up to 16 MiB is render work: on a blocking thread, within the

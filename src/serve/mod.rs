@@ -504,19 +504,13 @@ pub fn router(state: AppState) -> Router {
         .route("/profile.json", get(web::profile))
         .route(
             "/diff.svg",
-            get(compare::diff_svg)
-                .post(compare::diff_svg_baseline)
-                .layer(axum::extract::DefaultBodyLimit::max(
-                    compare::MAX_BASELINE_BYTES,
-                )),
+            // The body's limit: compare::read_body.
+            get(compare::diff_svg).post(compare::diff_svg_baseline),
         )
         .route(
             "/diff.folded",
-            get(compare::diff_folded)
-                .post(compare::diff_folded_baseline)
-                .layer(axum::extract::DefaultBodyLimit::max(
-                    compare::MAX_BASELINE_BYTES,
-                )),
+            // The body's limit: compare::read_body.
+            get(compare::diff_folded).post(compare::diff_folded_baseline),
         )
         .route("/animation.svg", get(compare::animation_svg))
         .route("/animation.folded", get(compare::animation_folded))
