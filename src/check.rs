@@ -182,7 +182,8 @@ pub fn run() -> Vec<Item> {
         what: "perf_event_max_stack",
         status: Status::Ok,
         detail: format!(
-            "{max_stack} frames (emberd keeps 127 per stack; deeper stacks end in [truncated])"
+            "{max_stack} frames (emberd keeps {} per stack; deeper stacks end in [truncated])",
+            crate::collect::stack::MAX_STACK_DEPTH
         ),
     });
     // Real load and attach: the only honest test of BPF and perf events.

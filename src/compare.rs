@@ -194,10 +194,11 @@ impl Series {
 pub struct Diff {
     /// Columns: before (normalized if `factor` is set), after.
     pub series: Series,
-    /// The same before normalization, if it was normalized: the before
-    /// graph is drawn from it, so paths whose scaled values truncate to 0
-    /// still show.
-    pub raw: Option<Series>,
+    /// Column 0 before normalization, per row in the series' order, if it
+    /// was normalized: the before graph is drawn from it, so paths whose
+    /// scaled values truncate to 0 still show. One number per row, not a
+    /// second copy of every stack.
+    pub raw: Option<Vec<u64>>,
     /// Total of before as recorded.
     pub before_total: u64,
     /// Total of after.
@@ -222,7 +223,7 @@ impl Diff {
         let mut series = Series::from_profiles(&[before, after], rewrite);
         let (before_total, after_total) = (before.total(), after.total());
         let on = normalize.unwrap_or(lengths_differ || before_total != after_total);
-        let raw = on.then(|| series.clone());
+        let raw = on.then(|| series.rows().map(|(_, v)| v[0]).collect::<Vec<u64>>());
         let factor = if on { series.normalize(0, 1) } else { None };
         Self {
             raw: raw.filter(|_| factor.is_some()),

@@ -260,6 +260,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
     let state = AppState {
         cache,
         renders: Arc::new(tokio::sync::Semaphore::new(serve::MAX_CONCURRENT_RENDERS)),
+        posts: Arc::new(tokio::sync::Semaphore::new(serve::MAX_CONCURRENT_RENDERS)),
         events: event_stores,
         heap,
         malloc_sample_bytes: config.events.malloc_sample_bytes,

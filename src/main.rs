@@ -555,12 +555,23 @@ fn run_diff(args: DiffArgs) -> anyhow::Result<ExitCode> {
         opts.negate = args.negate;
         opts.before = name(&args.before);
         opts.after = name(&args.after);
-        emberd::render::diff::write(&diff, &opts, &mut out)?;
+        let cut = emberd::render::diff::write(&diff, &opts, &mut out)?;
+        warn_tree_cut(cut);
     } else {
         diff.series.write_folded(&mut out)?;
     }
     write_output(&args.common.output, &out)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says on stderr that the graph's tree was full and some stacks end early.
+fn warn_tree_cut(cut: usize) {
+    if cut > 0 {
+        eprintln!(
+            "emberd: the graph holds at most {} frames: {cut} stack(s) end early, their value counted at the deepest frame kept",
+            emberd::render::tree::MAX_TREE_NODES
+        );
+    }
 }
 
 fn run_animate(args: AnimateArgs) -> anyhow::Result<ExitCode> {
@@ -591,7 +602,8 @@ fn run_animate(args: AnimateArgs) -> anyhow::Result<ExitCode> {
             args.phases.len()
         ));
         opts.relative = args.relative;
-        emberd::render::animation::write(&series, &opts, &mut out)?;
+        let cut = emberd::render::animation::write(&series, &opts, &mut out)?;
+        warn_tree_cut(cut);
     } else {
         series.write_folded(&mut out)?;
     }

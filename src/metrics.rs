@@ -101,6 +101,16 @@ struct LastUnwind {
     stats: UnwindStats,
 }
 
+/// A render counted as running (see [`Metrics::render_started`]).
+#[derive(Debug)]
+pub struct RenderRunning<'a>(&'a Metrics);
+
+impl Drop for RenderRunning<'_> {
+    fn drop(&mut self) {
+        self.0.renders.dec();
+    }
+}
+
 /// Every metric emberd exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -117,6 +127,8 @@ pub struct Metrics {
     latency: Family<RouteLabel, Histogram>,
     drain: Histogram,
     rss: Gauge,
+    renders: Gauge,
+    renders_max: Gauge,
     heap_in_use: Gauge,
     cpu_seconds: Gauge<f64, AtomicU64>,
     hook_runs: Family<HookLabel, Counter>,
@@ -227,6 +239,18 @@ impl Metrics {
             "process_resident_memory_bytes",
             "emberd's resident set size",
             rss.clone(),
+        );
+        let renders = Gauge::default();
+        registry.register(
+            "renders_running",
+            "Renders running on blocking threads now (at most serve::MAX_CONCURRENT_RENDERS)",
+            renders.clone(),
+        );
+        let renders_max = Gauge::default();
+        registry.register(
+            "renders_running_max",
+            "The most renders that ran at once since emberd started",
+            renders_max.clone(),
         );
         let heap_in_use = Gauge::default();
         registry.register(
@@ -371,6 +395,8 @@ impl Metrics {
             latency,
             drain,
             rss,
+            renders,
+            renders_max,
             heap_in_use,
             cpu_seconds,
             last: Mutex::new(Default::default()),
@@ -803,6 +829,17 @@ impl Metrics {
     pub fn observe_store_gauges(&self, stats: &StoreStats) {
         self.store_bytes.set(stats.bytes as i64);
         self.store_slots.set(stats.slots as i64);
+    }
+
+    /// Counts a render in `renders_running` until the guard is dropped.
+    pub fn render_started(&self) -> RenderRunning<'_> {
+        let now = self.renders.inc() + 1;
+        // fetch_max on the gauge's own atomic: concurrent starts cannot
+        // lower the high-water mark.
+        self.renders_max
+            .inner()
+            .fetch_max(now, std::sync::atomic::Ordering::Relaxed);
+        RenderRunning(self)
     }
 
     /// Counts one HTTP request.

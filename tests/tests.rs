@@ -21,6 +21,9 @@ mod cpu;
 mod daemon;
 /// Off-CPU, wakeup, off-wake, page-fault and hot/cold profiles.
 mod events;
+/// The HTTP side under attack: posted bodies that claim huge trees, pages of
+/// other sites, requests that time out mid-render.
+mod guard;
 /// Hostile input: files other users control, faults, time.
 mod hostile;
 /// JIT frames from perf maps: Node.js and the JVM.

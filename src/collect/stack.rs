@@ -13,6 +13,11 @@ pub const STACK_NONE: u64 = 0;
 /// Stack key of "there was a stack but it could not be stored" (`EMBERD_STACK_LOST`).
 pub const STACK_LOST: u64 = 1;
 
+/// Frames the BPF walkers keep per stack (`EMBERD_MAX_STACK_DEPTH`); a
+/// deeper stack ends in `[truncated]`. Pinned to the skeleton's frame array
+/// (`EMBERD_STACK_SLOTS`, one more) in `bpf.rs`.
+pub const MAX_STACK_DEPTH: usize = 127;
+
 /// How a stack's walk ended (`enum stack_end` in `bpf/emberd.h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StackEnd {

@@ -78,11 +78,21 @@ fn js_string(s: &str) -> String {
     out
 }
 
-/// Writes the animated SVG of `series` (one column per phase).
-pub fn write<W: Write>(series: &Series, opts: &AnimationOptions, mut w: W) -> io::Result<()> {
+/// Writes the animated SVG of `series` (one column per phase). Returns the
+/// stacks cut short at [`super::tree::MAX_TREE_NODES`].
+pub fn write<W: Write>(series: &Series, opts: &AnimationOptions, mut w: W) -> io::Result<usize> {
+    let (svg, cut) = render(series, opts);
+    w.write_all(svg.as_bytes())?;
+    w.flush()?;
+    Ok(cut)
+}
+
+/// The animated SVG [`write`] writes, as text (no copy for a caller that
+/// keeps it), and the stacks cut short at [`super::tree::MAX_TREE_NODES`].
+pub fn render(series: &Series, opts: &AnimationOptions) -> (String, usize) {
     let k = series.columns().max(1);
     let tree = FrameTree::build(series);
-    let totals = tree.nodes[0].total.clone();
+    let totals = tree.total(0).to_vec();
     let max_total = totals.iter().copied().max().unwrap_or(0);
     let inner = opts.width - 2.0 * PAD;
     // A frame is kept if it is wide enough in some phase at that phase's own
@@ -105,7 +115,8 @@ pub fn write<W: Write>(series: &Series, opts: &AnimationOptions, mut w: W) -> io
     };
     let starts = tree.starts(0);
 
-    let mut s = String::with_capacity(8192 + tree.nodes.len() * (160 + 8 * k));
+    let drawn = visible.iter().filter(|v| **v).count();
+    let mut s = String::with_capacity(8192 + drawn * (160 + 8 * k));
     let _ = write!(
         s,
         r#"<?xml version="1.0" standalone="no"?>
@@ -201,15 +212,15 @@ g.f text {{ pointer-events: none; }}
     // What elided frames take up before each kept sibling, per phase: the
     // script adds it, so kept frames sit where the full layout puts them.
     let mut gaps: Vec<Option<Vec<u64>>> = vec![None; tree.nodes.len()];
-    for n in &tree.nodes {
+    for i in 0..tree.nodes.len() {
         let mut pending = vec![0u64; k];
-        for &c in &n.children {
+        for c in tree.children(i) {
             if visible[c] {
                 if pending.iter().any(|&g| g > 0) {
                     gaps[c] = Some(std::mem::replace(&mut pending, vec![0; k]));
                 }
             } else {
-                for (p, v) in pending.iter_mut().zip(&tree.nodes[c].total) {
+                for (p, v) in pending.iter_mut().zip(tree.total(c)) {
                     *p = p.saturating_add(*v);
                 }
             }
@@ -225,25 +236,25 @@ g.f text {{ pointer-events: none; }}
             format!(r#" data-g="{}""#, g.join(","))
         });
         let x = PAD + starts[i] as f64 * first;
-        let wd = n.total[0] as f64 * first;
+        let wd = tree.total(i)[0] as f64 * first;
         let y = bottom - (n.depth + 1) as f64 * FRAME_H;
         let (r, g, b) = if i == 0 {
             (220, 220, 220)
         } else {
-            hot_color(&n.name)
+            hot_color(n.name)
         };
-        let values: Vec<String> = n.total.iter().map(u64::to_string).collect();
+        let values: Vec<String> = tree.total(i).iter().map(u64::to_string).collect();
         let hidden = if wd < 0.05 { r#" display="none""# } else { "" };
         let _ = writeln!(
             s,
             r#"<g class="f" data-d="{}" data-v="{}"{gap}{hidden}><title>{}</title><rect x="{x:.1}" y="{y:.1}" width="{wd:.1}" height="{}" fill="rgb({r},{g},{b})"/><text x="{:.1}" y="{:.1}">{}</text></g>"#,
             n.depth,
             values.join(","),
-            escape(&n.name),
+            escape(n.name),
             FRAME_H - 1.0,
             x + 3.0,
             y + 11.5,
-            escape(&fit_label(&n.name, wd)),
+            escape(&fit_label(n.name, wd)),
         );
     }
     s.push_str("</g>\n");
@@ -394,8 +405,8 @@ g.f text {{ pointer-events: none; }}
         unit = js_string(&opts.count_name),
         phases = phases_js.join(","),
     );
-    w.write_all(s.as_bytes())?;
-    w.flush()
+    let cut = tree.cut_rows();
+    (s, cut)
 }
 
 #[cfg(test)]

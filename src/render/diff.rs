@@ -83,36 +83,42 @@ fn fmt_value(v: f64) -> String {
 
 /// Writes the differential SVG of `diff`: colours and deltas from its
 /// (normalized) series, the before graph's widths from the values recorded.
-pub fn write<W: Write>(diff: &Diff, opts: &DiffSvgOptions, mut w: W) -> io::Result<()> {
+/// Returns the stacks cut short at [`super::tree::MAX_TREE_NODES`].
+pub fn write<W: Write>(diff: &Diff, opts: &DiffSvgOptions, mut w: W) -> io::Result<usize> {
+    let (svg, cut) = render(diff, opts);
+    w.write_all(svg.as_bytes())?;
+    w.flush()?;
+    Ok(cut)
+}
+
+/// The differential SVG [`write`] writes, as text (no copy for a caller that
+/// keeps it), and the stacks cut short at [`super::tree::MAX_TREE_NODES`].
+pub fn render(diff: &Diff, opts: &DiffSvgOptions) -> (String, usize) {
     let series = &diff.series;
     assert_eq!(series.columns(), 2, "a differential has two columns");
-    let tree = FrameTree::build(series);
-    // Normalization keeps every row, so both trees have the same nodes in
-    // the same order.
-    let raw_tree = diff
-        .raw
-        .as_ref()
-        .map(FrameTree::build)
-        .filter(|r| r.nodes.len() == tree.nodes.len());
-    let before_geo = raw_tree.as_ref().unwrap_or(&tree);
-    let ta = tree.nodes[0].total[1];
-    let tb_raw = before_geo.nodes[0].total[0];
+    // The values as recorded, if normalized, ride along as column 2: the
+    // before graph's geometry, from the same nodes.
+    let raw: Vec<&[u64]> = diff.raw.iter().map(Vec::as_slice).collect();
+    let tree = FrameTree::build_with(series, &raw);
+    let normalized = !raw.is_empty();
+    let before_col = if normalized { 2 } else { 0 };
+    // Column `col` of the graph drawn from column `geo(col)`.
+    let geo = |col: usize| if col == 0 { before_col } else { col };
+    let ta = tree.total(0)[1];
+    let tb_raw = tree.total(0)[before_col];
     let inner = opts.width - 2.0 * PAD;
     let px = |t: u64| if t == 0 { 0.0 } else { inner / t as f64 };
     let scale = [px(tb_raw), px(ta)];
-    let keep_before = before_geo.visible(&[scale[0], 0.0], opts.min_width);
-    let keep_after = tree.visible(&[0.0, scale[1]], opts.min_width);
-    let visible: Vec<bool> = keep_before
-        .iter()
-        .zip(&keep_after)
-        .map(|(a, b)| *a || *b)
-        .collect();
+    // Kept if wide enough in either graph (a frame of the before graph is
+    // as wide as its parent there or narrower, so this keeps subtrees whole).
+    let mut px_per_unit = vec![0.0; tree.columns()];
+    px_per_unit[before_col] = scale[0];
+    px_per_unit[1] = scale[1];
+    let visible = tree.visible(&px_per_unit, opts.min_width);
     let depth = tree.max_depth(&visible);
     let graph_h = (depth + 1) as f64 * FRAME_H;
-    let max_delta = tree
-        .nodes
-        .iter()
-        .map(|n| (n.own[1] as i128 - n.own[0] as i128).abs())
+    let max_delta = (0..tree.nodes.len())
+        .map(|i| (tree.own(i)[1] as i128 - tree.own(i)[0] as i128).abs())
         .max()
         .unwrap_or(0);
     let header_h = 34.0 + 16.0 * opts.notes.len() as f64 + 22.0;
@@ -120,7 +126,8 @@ pub fn write<W: Write>(diff: &Diff, opts: &DiffSvgOptions, mut w: W) -> io::Resu
     let before_top = after_top + graph_h + 40.0;
     let height = before_top + graph_h + 36.0;
 
-    let mut s = String::with_capacity(4096 + tree.nodes.len() * 300);
+    let drawn = visible.iter().filter(|v| **v).count();
+    let mut s = String::with_capacity(4096 + drawn * 2 * 300);
     let _ = write!(
         s,
         r#"<?xml version="1.0" standalone="no"?>
@@ -191,8 +198,8 @@ g.f text.inv {{ fill: rgb(255,255,255); }}
             top - 6.0,
             escape(&label)
         );
-        let geo = if col == 0 { before_geo } else { &tree };
-        if geo.nodes[0].total[col] == 0 {
+        let gcol = geo(col);
+        if tree.total(0)[gcol] == 0 {
             let _ = writeln!(
                 s,
                 r#"<text x="{PAD}" y="{}">no {} in this window: nothing to draw</text>"#,
@@ -201,11 +208,11 @@ g.f text.inv {{ fill: rgb(255,255,255); }}
             );
             continue;
         }
-        let starts = geo.starts(col);
+        let starts = tree.starts(gcol);
         let bottom = top + graph_h;
         let _ = writeln!(s, r#"<g class="graph" data-col="{col}">"#);
         for (i, n) in tree.nodes.iter().enumerate() {
-            let width_units = geo.nodes[i].total[col];
+            let width_units = tree.total(i)[gcol];
             if !visible[i] || width_units == 0 {
                 continue;
             }
@@ -215,9 +222,10 @@ g.f text.inv {{ fill: rgb(255,255,255); }}
                 continue;
             }
             let y = bottom - (n.depth + 1) as f64 * FRAME_H;
-            let (b, a) = (n.total[0], n.total[1]);
+            let (b, a) = (tree.total(i)[0], tree.total(i)[1]);
+            let b_raw = tree.total(i)[before_col];
             let delta = a as i128 - b as i128;
-            let own_delta = n.own[1] as i128 - n.own[0] as i128;
+            let own_delta = tree.own(i)[1] as i128 - tree.own(i)[0] as i128;
             let fill = delta_color(own_delta, max_delta, opts.negate);
             // From what was recorded, not from normalized values: a path
             // whose before values truncate to 0 is not new.
@@ -246,15 +254,15 @@ g.f text.inv {{ fill: rgb(255,255,255); }}
 before: {bv} {u} ({bp:.2}%){norm}
 after: {av} {u} ({ap:.2}%)
 delta: {sign}{dv} {u} ({sign}{share:.2}% of the total)</title><rect class="b" x="{x:.1}" y="{y:.1}" width="{wd:.1}" height="{h}" fill="{fill}"/>"#,
-                name = escape(&n.name),
-                bv = fmt_value(before_geo.nodes[i].total[0] as f64 * f),
-                norm = if raw_tree.is_some() {
+                name = escape(n.name),
+                bv = fmt_value(b_raw as f64 * f),
+                norm = if normalized {
                     format!(", normalized {}", fmt_value(b as f64 * f))
                 } else {
                     String::new()
                 },
                 av = fmt_value(a as f64 * f),
-                bp = pct(before_geo.nodes[i].total[0], tb_raw),
+                bp = pct(b_raw, tb_raw),
                 ap = pct(a, ta),
                 sign = if delta >= 0 { "+" } else { "" },
                 dv = fmt_value(delta as f64 * f),
@@ -268,7 +276,7 @@ delta: {sign}{dv} {u} ({sign}{share:.2}% of the total)</title><rect class="b" x=
                     h = FRAME_H - 1.0
                 );
             }
-            let label = fit_label(&n.name, wd);
+            let label = fit_label(n.name, wd);
             // Dark fills (strong changes) get white labels.
             let strong = max_delta > 0 && own_delta.abs() * 2 > max_delta;
             if !label.is_empty() {
@@ -313,8 +321,8 @@ delta: {sign}{dv} {u} ({sign}{share:.2}% of the total)</title><rect class="b" x=
 "#,
         height - 12.0
     );
-    w.write_all(s.as_bytes())?;
-    w.flush()
+    let cut = tree.cut_rows();
+    (s, cut)
 }
 
 #[cfg(test)]

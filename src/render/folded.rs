@@ -70,7 +70,7 @@ pub fn read<R: BufRead>(mut r: R) -> Result<Profile, Box<dyn std::error::Error +
     Ok(profile)
 }
 
-/// What [`read_lenient`] skipped.
+/// What [`read_lenient`] skipped, and what [`read_bounded`] cut.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Skipped {
     /// Lines that are not `stack value` (counted, not fatal).
@@ -79,6 +79,35 @@ pub struct Skipped {
     pub first: Vec<ParseError>,
     /// Comment (`#`) and blank lines.
     pub comments: usize,
+    /// Lines longer than [`ReadLimits::frames_per_line`], kept cut short.
+    pub cut_lines: usize,
+    /// Lines left out: their stack was new past [`ReadLimits::frames_total`].
+    pub dropped_lines: usize,
+}
+
+/// The frame that ends a line [`read_bounded`] cut short, as the BPF
+/// walkers mark a stack cut at their depth limit.
+pub const CUT_FRAME: &str = "[truncated]";
+
+/// Bounds on what [`read_bounded`] keeps of folded text someone else wrote,
+/// so that what it costs follows what it holds, not what it claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadLimits {
+    /// Frames kept per line (at least 2): a longer line keeps its first
+    /// (root side) frames, the last replaced by [`CUT_FRAME`], so it still
+    /// lines up with the same callers elsewhere.
+    pub frames_per_line: usize,
+    /// Frames of all distinct stacks together: an upper bound on the nodes
+    /// of the tree drawn from them. Stacks past it are left out.
+    pub frames_total: usize,
+}
+
+impl ReadLimits {
+    /// No bounds: for a user's own files.
+    pub const NONE: Self = Self {
+        frames_per_line: usize::MAX,
+        frames_total: usize::MAX,
+    };
 }
 
 /// Malformed lines' first reasons kept in [`Skipped::first`].
@@ -116,11 +145,20 @@ pub enum NotFolded {
 /// file that is not folded text at all (binary data, or lines none of
 /// which parses) is an error. Values may carry a fraction (`12.0`),
 /// rounded, as difffolded.pl accepts them.
-pub fn read_lenient<R: BufRead>(mut r: R) -> Result<(Profile, Skipped), NotFolded> {
+pub fn read_lenient<R: BufRead>(r: R) -> Result<(Profile, Skipped), NotFolded> {
+    read_bounded(r, ReadLimits::NONE)
+}
+
+/// [`read_lenient`] within `limits`: long lines cut, stacks past the frame
+/// budget left out, both counted in [`Skipped`].
+pub fn read_bounded<R: BufRead>(
+    mut r: R,
+    limits: ReadLimits,
+) -> Result<(Profile, Skipped), NotFolded> {
     let mut sums: HashMap<FoldedStack, u64> = HashMap::new();
     let mut skipped = Skipped::default();
     let mut buf = Vec::new();
-    let (mut number, mut good) = (0usize, 0usize);
+    let (mut number, mut good, mut frames) = (0usize, 0usize, 0usize);
     loop {
         buf.clear();
         if r.read_until(b'\n', &mut buf)? == 0 {
@@ -155,14 +193,22 @@ pub fn read_lenient<R: BufRead>(mut r: R) -> Result<(Profile, Skipped), NotFolde
             let blanks: String = stack.chars().map(crate::profile::folded_char).collect();
             match two_columns(&blanks) {
                 true => Err(TWO_COLUMNS),
-                false => Ok((FoldedStack::from_frames(stack.split(';')), value)),
+                false => Ok((stack, value)),
             }
         });
         match parsed {
             Ok((stack, value)) => {
                 good += 1;
-                let sum = sums.entry(stack).or_insert(0);
-                *sum = sum.saturating_add(value);
+                let (stack, n, cut) = bounded_stack(stack, limits.frames_per_line);
+                skipped.cut_lines += usize::from(cut);
+                if let Some(sum) = sums.get_mut(&stack) {
+                    *sum = sum.saturating_add(value);
+                } else if frames.saturating_add(n) > limits.frames_total {
+                    skipped.dropped_lines += 1;
+                } else {
+                    frames += n;
+                    sums.insert(stack, value);
+                }
             }
             Err(reason) => skipped.line(number, reason),
         }
@@ -187,6 +233,22 @@ fn two_columns(stack: &str) -> bool {
     let leaf = stack.rsplit(';').next().unwrap_or(stack);
     leaf.rsplit_once([' ', '\t'])
         .is_some_and(|(_, t)| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// `stack` as a folded stack of at most `max` frames (the last of a cut one
+/// is [`CUT_FRAME`]), its frame count, and whether it was cut. Counting
+/// stops at `max + 1`, so a long line costs no more than reading it.
+fn bounded_stack(stack: &str, max: usize) -> (FoldedStack, usize, bool) {
+    let max = max.max(2);
+    if stack.split(';').nth(max).is_none() {
+        let n = stack.split(';').count();
+        return (FoldedStack::from_frames(stack.split(';')), n, false);
+    }
+    let kept = stack
+        .split(';')
+        .take(max - 1)
+        .chain(std::iter::once(CUT_FRAME));
+    (FoldedStack::from_frames(kept), max, true)
 }
 
 /// `stack value` split at the last run of blanks (space or tab); the value
@@ -307,6 +369,31 @@ mod tests {
         ));
         let (empty, _) = read_lenient(&b""[..]).unwrap();
         assert!(empty.is_empty());
+    }
+
+    #[test]
+    fn bounded_reading_cuts_long_lines_and_drops_past_the_budget() {
+        let limits = ReadLimits {
+            frames_per_line: 3,
+            frames_total: 6,
+        };
+        let text = "a;b;c 1\na;b;c;d;e 2\na;b;c;d;e 1\nx;y 4\nz;y 5\nx;y 1\n";
+        let (p, skipped) = read_bounded(text.as_bytes(), limits).unwrap();
+        let got: Vec<(String, u64)> = p
+            .sorted()
+            .into_iter()
+            .map(|(s, v)| (s.as_str().to_owned(), v))
+            .collect();
+        // a;b;c (3 frames) and a;b;[truncated] (3) fill the budget: x;y and
+        // z;y are left out, even when x;y comes back.
+        assert_eq!(
+            got,
+            [("a;b;[truncated]".to_owned(), 3), ("a;b;c".to_owned(), 1)]
+        );
+        assert_eq!(skipped.cut_lines, 2);
+        assert_eq!(skipped.dropped_lines, 3);
+        let (all, none) = read_lenient(text.as_bytes()).unwrap();
+        assert_eq!((all.len(), none.cut_lines, none.dropped_lines), (4, 0, 0));
     }
 
     #[test]

@@ -11,104 +11,197 @@ use crate::compare::Series;
 pub const FRAME_H: f64 = 16.0;
 /// Side padding in pixels.
 pub const PAD: f64 = 10.0;
+/// Nodes a frame tree holds at most (about 80 bytes each for two columns,
+/// twice that while it is built): a stack that would need more ends at the
+/// deepest node it reaches, its value counted there, and the rows so cut are
+/// counted in [`FrameTree::cut_rows`]. Well above the nodes of an hour of a
+/// busy host's stacks (tens of thousands), far below what 16 MiB of posted
+/// text could ask for.
+pub const MAX_TREE_NODES: usize = 1 << 18;
 
-/// One frame under one path.
+/// Frames drawn at most: past it, the narrowest visible frames are left
+/// out, so an SVG stays under ~15 MB whatever it draws (a frame is a few
+/// hundred bytes, once per graph). A screen shows far fewer.
+pub const MAX_DRAWN_FRAMES: usize = 1 << 14;
+
+/// One frame under one path. Its values are [`FrameTree::total`] and
+/// [`FrameTree::own`]; its children [`FrameTree::children`].
 #[derive(Debug, Clone)]
-pub struct TreeNode {
-    /// Frame name (`all` for the root).
-    pub name: String,
+pub struct TreeNode<'a> {
+    /// Frame name (`all` for the root), borrowed from the series.
+    pub name: &'a str,
     /// Depth: 0 for the root.
     pub depth: usize,
-    /// Inclusive value per column.
-    pub total: Vec<u64>,
-    /// Value of stacks ending here, per column.
-    pub own: Vec<u64>,
     /// Columns some stack through this frame was recorded in (bit `c`),
     /// whatever normalization made of the values.
     pub present: u64,
-    /// Children, sorted by name.
-    pub children: Vec<usize>,
     /// Parent (the root is its own parent).
     pub parent: usize,
+    /// One past the last node of its subtree.
+    end: usize,
 }
 
-/// Frames in depth-first order (a node's subtree follows it), root first.
+/// Frames in depth-first order (a node's subtree follows it, children by
+/// name), root first. Names borrow from the series it was built from, and
+/// values sit in one array, so a node costs a few words, not allocations.
 #[derive(Debug, Clone)]
-pub struct FrameTree {
+pub struct FrameTree<'a> {
     /// The nodes; `nodes[0]` is the root.
-    pub nodes: Vec<TreeNode>,
+    pub nodes: Vec<TreeNode<'a>>,
+    /// Per node, `columns` totals then `columns` own values.
+    values: Vec<u64>,
     columns: usize,
+    cut_rows: usize,
 }
 
-impl FrameTree {
+/// Marks "no node" in the build's sibling lists.
+const NONE: u32 = u32::MAX;
+
+impl<'a> FrameTree<'a> {
     /// The tree of `series`.
-    pub fn build(series: &Series) -> Self {
-        let k = series.columns();
-        let new = |name: &str, depth, parent| TreeNode {
-            name: name.to_owned(),
-            depth,
-            total: vec![0; k],
-            own: vec![0; k],
-            present: 0,
-            children: Vec::new(),
-            parent,
-        };
-        let mut nodes = vec![new("all", 0, 0)];
-        let mut index: HashMap<(usize, String), usize> = HashMap::new();
-        for (stack, values, present) in series.rows_with_presence() {
-            let mut at = 0;
-            add(&mut nodes[0].total, values);
-            nodes[0].present |= present;
-            let frames = stack.as_str();
-            if !frames.is_empty() {
-                for f in frames.split(';') {
-                    let next = match index.get(&(at, f.to_owned())) {
+    pub fn build(series: &'a Series) -> Self {
+        Self::build_with(series, &[])
+    }
+
+    /// The tree of `series` with `extra` columns after the series' own:
+    /// `extra[j][r]` is row `r`'s value (rows in the series' order) in
+    /// column `columns() + j`. A differential draws its before graph from
+    /// the values as recorded this way, beside the normalized ones.
+    pub fn build_with(series: &'a Series, extra: &[&[u64]]) -> Self {
+        let k = series.columns() + extra.len();
+        let stride = 2 * k;
+        // Built in arrival order, then laid out depth-first.
+        let mut names: Vec<&'a str> = vec!["all"];
+        let mut parents: Vec<u32> = vec![0];
+        let mut depths: Vec<u32> = vec![0];
+        let mut present: Vec<u64> = vec![0];
+        let mut first_child: Vec<u32> = vec![NONE];
+        let mut next_sibling: Vec<u32> = vec![NONE];
+        let mut values: Vec<u64> = vec![0; stride];
+        let mut row_values = vec![0u64; k];
+        let mut cut_rows = 0;
+        {
+            let mut index: HashMap<(u32, &'a str), u32, ahash::RandomState> = HashMap::default();
+            for (r, (stack, vals, bits)) in series.rows_with_presence().enumerate() {
+                row_values[..vals.len()].copy_from_slice(vals);
+                for (j, col) in extra.iter().enumerate() {
+                    row_values[vals.len() + j] = col.get(r).copied().unwrap_or(0);
+                }
+                let mut at = 0u32;
+                add(&mut values[..k], &row_values);
+                present[0] |= bits;
+                let frames = stack.as_str();
+                let frames = (!frames.is_empty()).then(|| frames.split(';'));
+                for f in frames.into_iter().flatten() {
+                    let next = match index.get(&(at, f)) {
                         Some(&n) => n,
+                        None if names.len() >= MAX_TREE_NODES => {
+                            cut_rows += 1;
+                            break;
+                        }
                         None => {
-                            let n = nodes.len();
-                            let depth = nodes[at].depth + 1;
-                            nodes.push(new(f, depth, at));
-                            nodes[at].children.push(n);
-                            index.insert((at, f.to_owned()), n);
+                            let n = names.len() as u32;
+                            names.push(f);
+                            parents.push(at);
+                            depths.push(depths[at as usize] + 1);
+                            present.push(0);
+                            first_child.push(NONE);
+                            next_sibling.push(first_child[at as usize]);
+                            first_child[at as usize] = n;
+                            values.extend(std::iter::repeat_n(0, stride));
+                            index.insert((at, f), n);
                             n
                         }
                     };
-                    add(&mut nodes[next].total, values);
-                    nodes[next].present |= present;
+                    let base = next as usize * stride;
+                    add(&mut values[base..base + k], &row_values);
+                    present[next as usize] |= bits;
                     at = next;
                 }
+                let base = at as usize * stride + k;
+                add(&mut values[base..base + k], &row_values);
             }
-            add(&mut nodes[at].own, values);
         }
         // Depth-first, children by name.
-        let mut order = Vec::with_capacity(nodes.len());
-        let mut todo = vec![0usize];
+        let count = names.len();
+        let mut order: Vec<u32> = Vec::with_capacity(count);
+        let mut todo = vec![0u32];
+        let mut children = Vec::new();
         while let Some(n) = todo.pop() {
             order.push(n);
-            let mut ch = nodes[n].children.clone();
-            ch.sort_by(|&a, &b| nodes[a].name.cmp(&nodes[b].name));
-            todo.extend(ch.into_iter().rev());
+            children.clear();
+            let mut c = first_child[n as usize];
+            while c != NONE {
+                children.push(c);
+                c = next_sibling[c as usize];
+            }
+            children.sort_by(|&a, &b| names[a as usize].cmp(names[b as usize]));
+            todo.extend(children.iter().rev());
         }
-        let mut new_index = vec![0usize; nodes.len()];
+        drop((first_child, next_sibling));
+        let mut size = vec![1u32; count];
+        for &n in order.iter().skip(1).rev() {
+            size[parents[n as usize] as usize] += size[n as usize];
+        }
+        let mut new_index = vec![0u32; count];
         for (i, &old) in order.iter().enumerate() {
-            new_index[old] = i;
+            new_index[old as usize] = i as u32;
         }
-        let mut out: Vec<TreeNode> = order
+        let nodes = order
             .iter()
-            .map(|&old| {
-                let mut n = nodes[old].clone();
-                n.parent = new_index[n.parent];
-                n.children = n.children.iter().map(|&c| new_index[c]).collect();
-                n
+            .enumerate()
+            .map(|(i, &old)| {
+                let old = old as usize;
+                TreeNode {
+                    name: names[old],
+                    depth: depths[old] as usize,
+                    present: present[old],
+                    parent: new_index[parents[old] as usize] as usize,
+                    end: i + size[old] as usize,
+                }
             })
             .collect();
-        for n in &mut out {
-            n.children.sort_unstable();
+        let mut laid_out = Vec::with_capacity(values.len());
+        for &old in &order {
+            let base = old as usize * stride;
+            laid_out.extend_from_slice(&values[base..base + stride]);
         }
         Self {
-            nodes: out,
+            nodes,
+            values: laid_out,
             columns: k,
+            cut_rows,
         }
+    }
+
+    /// Node `i`'s inclusive value per column.
+    pub fn total(&self, i: usize) -> &[u64] {
+        let base = i * 2 * self.columns;
+        &self.values[base..base + self.columns]
+    }
+
+    /// Node `i`'s own value (stacks ending there) per column.
+    pub fn own(&self, i: usize) -> &[u64] {
+        let base = i * 2 * self.columns + self.columns;
+        &self.values[base..base + self.columns]
+    }
+
+    /// Node `i`'s children, by name.
+    pub fn children(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
+        let end = self.nodes[i].end;
+        let mut c = i + 1;
+        std::iter::from_fn(move || {
+            (c < end).then(|| {
+                let at = c;
+                c = self.nodes[at].end;
+                at
+            })
+        })
+    }
+
+    /// Rows that ended early because the tree had [`MAX_TREE_NODES`].
+    pub fn cut_rows(&self) -> usize {
+        self.cut_rows
     }
 
     /// Number of value columns.
@@ -120,11 +213,11 @@ impl FrameTree {
     /// edge: its parent's start plus its earlier siblings' totals.
     pub fn starts(&self, c: usize) -> Vec<u64> {
         let mut start = vec![0u64; self.nodes.len()];
-        for (i, n) in self.nodes.iter().enumerate() {
+        for i in 0..self.nodes.len() {
             let mut x = start[i];
-            for &ch in &n.children {
+            for ch in self.children(i) {
                 start[ch] = x;
-                x = x.saturating_add(self.nodes[ch].total[c]);
+                x = x.saturating_add(self.total(ch)[c]);
             }
         }
         start
@@ -142,23 +235,52 @@ impl FrameTree {
     }
 
     /// Which nodes are at least `min_px` wide in some column, given the
-    /// pixels per value unit of each column. A node's children are never
-    /// wider than it, so a hidden node hides its subtree. The root is always
-    /// kept (an empty graph still has one).
+    /// pixels per value unit of each column, and among them the widest
+    /// [`MAX_DRAWN_FRAMES`]. A node's children are never wider than it, so
+    /// a hidden node hides its subtree. The root is always kept (an empty
+    /// graph still has one).
     pub fn visible(&self, px_per_unit: &[f64], min_px: f64) -> Vec<bool> {
+        let width = |i: usize| {
+            self.total(i)
+                .iter()
+                .zip(px_per_unit)
+                .map(|(&v, &s)| if v > 0 { v as f64 * s } else { 0.0 })
+                .fold(0.0, f64::max)
+        };
         let mut keep = vec![false; self.nodes.len()];
-        for (i, n) in self.nodes.iter().enumerate() {
-            if i == 0 {
-                keep[0] = true;
-                continue;
-            }
-            keep[i] = keep[n.parent]
-                && n.total
-                    .iter()
-                    .zip(px_per_unit)
-                    .any(|(&v, &s)| v > 0 && v as f64 * s >= min_px);
+        keep[0] = true;
+        let mut kept = 1;
+        for (i, n) in self.nodes.iter().enumerate().skip(1) {
+            let w = width(i);
+            keep[i] = keep[n.parent] && w > 0.0 && w >= min_px;
+            kept += usize::from(keep[i]);
         }
-        keep
+        if kept <= MAX_DRAWN_FRAMES {
+            return keep;
+        }
+        // The widest first: every node wider than the budget's narrowest
+        // width, then that width's ties in order while the budget lasts.
+        // Both keep a node's parent, which is at least as wide.
+        let mut widths: Vec<f64> = (1..keep.len()).filter(|&i| keep[i]).map(width).collect();
+        let (_, &mut cut, _) =
+            widths.select_nth_unstable_by(MAX_DRAWN_FRAMES - 2, |a, b| b.total_cmp(a));
+        drop(widths);
+        let mut chosen = vec![false; keep.len()];
+        chosen[0] = true;
+        let mut left = MAX_DRAWN_FRAMES - 1;
+        for tie in [false, true] {
+            for i in 1..keep.len() {
+                if chosen[i] || !keep[i] || !chosen[self.nodes[i].parent] {
+                    continue;
+                }
+                let w = width(i);
+                if (!tie && w > cut) || (tie && w == cut && left > 0) {
+                    chosen[i] = true;
+                    left -= 1;
+                }
+            }
+        }
+        chosen
     }
 }
 
@@ -251,7 +373,7 @@ pub fn hot_color(name: &str) -> (u8, u8, u8) {
 mod tests {
     use super::*;
     use crate::compare::Rewrite;
-    use crate::profile::test_profile as profile;
+    use crate::profile::{FoldedStack, Profile, test_profile as profile};
 
     #[test]
     fn totals_starts_and_order() {
@@ -263,11 +385,14 @@ mod tests {
             Rewrite::default(),
         );
         let t = FrameTree::build(&s);
-        let names: Vec<&str> = t.nodes.iter().map(|n| n.name.as_str()).collect();
+        let names: Vec<&str> = t.nodes.iter().map(|n| n.name).collect();
         assert_eq!(names, ["all", "m", "a", "x", "b", "c"]);
-        assert_eq!(t.nodes[0].total, [6, 4]);
-        assert_eq!(t.nodes[1].total, [6, 4]);
-        assert_eq!(t.nodes[1].own, [1, 0]);
+        assert_eq!(t.total(0), [6, 4]);
+        assert_eq!(t.total(1), [6, 4]);
+        assert_eq!(t.own(1), [1, 0]);
+        assert_eq!(t.children(1).collect::<Vec<_>>(), [2, 4, 5]);
+        assert_eq!(t.children(2).collect::<Vec<_>>(), [3]);
+        assert_eq!(t.cut_rows(), 0);
         assert_eq!(t.nodes[3].depth, 3);
         assert_eq!(t.nodes[3].parent, 2);
         let st = t.starts(0);
@@ -278,6 +403,27 @@ mod tests {
         assert_eq!(t.nodes[1].present, 0b11);
         let vis = t.visible(&[1.0, 1.0], 2.5);
         assert_eq!(vis, [true, true, true, true, false, true]);
+    }
+
+    #[test]
+    fn nodes_and_drawn_frames_are_bounded() {
+        let mut p = Profile::new();
+        p.add(FoldedStack::from_frames(["big", "deep"]), 1000);
+        let n = MAX_TREE_NODES + 1000;
+        for i in 0..n {
+            p.add(FoldedStack::from_frames([format!("f{i:07}").as_str()]), 1);
+        }
+        let s = Series::from_profiles(&[p], Rewrite::default());
+        let t = FrameTree::build(&s);
+        assert_eq!(t.nodes.len(), MAX_TREE_NODES);
+        // Rows past the bound end at the root, their value kept there.
+        assert_eq!(t.cut_rows(), n + 3 - MAX_TREE_NODES);
+        assert_eq!(t.total(0), [1000 + n as u64]);
+        assert_eq!(t.own(0), [t.cut_rows() as u64]);
+        let vis = t.visible(&[1.0], 0.1);
+        assert_eq!(vis.iter().filter(|v| **v).count(), MAX_DRAWN_FRAMES);
+        let big = t.nodes.iter().position(|n| n.name == "big").unwrap();
+        assert!(vis[big] && vis[big + 1], "the widest frames are drawn");
     }
 
     #[test]

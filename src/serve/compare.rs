@@ -2,10 +2,10 @@
 //! posted baseline against a window) and `/animation.svg`,
 //! `/animation.folded` (phases).
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderValue, header};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 
 use super::{AppError, AppState, Rendered, cached, folded_profile, render_now};
 use crate::compare::{Diff, Series};
@@ -17,6 +17,62 @@ use crate::view;
 
 /// Largest baseline profile a `POST /diff.*` may send.
 pub const MAX_BASELINE_BYTES: usize = 16 << 20;
+
+/// Frames kept per line of a posted baseline: four stack depths, room for
+/// emberd's own lines (a grouping frame, a kernel and a user stack of
+/// [`MAX_STACK_DEPTH`](crate::collect::stack::MAX_STACK_DEPTH) each, and the
+/// frames inlined into them). A longer line keeps its root side, so it still
+/// lines up with the same callers in the window it is compared with.
+pub const MAX_LINE_FRAMES: usize = 4 * (crate::collect::stack::MAX_STACK_DEPTH + 1);
+
+/// What a posted baseline may hold: lines of at most [`MAX_LINE_FRAMES`],
+/// and no more frames in all than a graph has nodes, so that parsing and
+/// drawing it cost memory in proportion to what is kept.
+const POSTED: render::folded::ReadLimits = render::folded::ReadLimits {
+    frames_per_line: MAX_LINE_FRAMES,
+    frames_total: render::tree::MAX_TREE_NODES,
+};
+
+/// What a comparison left out to stay within its bounds, for the
+/// `X-Emberd-Cut` header.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Cuts {
+    /// Posted lines cut to [`MAX_LINE_FRAMES`].
+    lines: usize,
+    /// Posted lines left out past [`POSTED`]'s frame budget.
+    dropped: usize,
+    /// Stacks ended early at [`render::tree::MAX_TREE_NODES`].
+    tree: usize,
+}
+
+impl Cuts {
+    /// `X-Emberd-Cut`: what was cut, by how much, and the limit, if anything.
+    fn header(&self) -> Option<(header::HeaderName, HeaderValue)> {
+        let nodes = render::tree::MAX_TREE_NODES;
+        let parts: Vec<String> = [
+            (
+                self.lines,
+                format!("frames_per_line={MAX_LINE_FRAMES}"),
+                "cut_lines",
+            ),
+            (
+                self.dropped,
+                format!("frames_total={nodes}"),
+                "dropped_lines",
+            ),
+            (self.tree, format!("tree_nodes={nodes}"), "cut_stacks"),
+        ]
+        .into_iter()
+        .filter(|(n, ..)| *n > 0)
+        .map(|(n, limit, what)| format!("{what}={n} ({limit})"))
+        .collect();
+        if parts.is_empty() {
+            return None;
+        }
+        let v = HeaderValue::from_str(&parts.join("; ")).ok()?;
+        Some((header::HeaderName::from_static("x-emberd-cut"), v))
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Format {
@@ -51,7 +107,7 @@ fn span(cq: &CompareQuery) -> (u64, u64) {
     (crate::clock::to_store(from), crate::clock::to_store(to))
 }
 
-fn body_of(fmt: Format, body: Vec<u8>, notes: &[String]) -> Rendered {
+fn body_of(fmt: Format, body: Vec<u8>, notes: &[String], cuts: Cuts) -> Rendered {
     let mut headers = vec![(
         header::CONTENT_TYPE,
         HeaderValue::from_static(match fmt {
@@ -67,6 +123,7 @@ fn body_of(fmt: Format, body: Vec<u8>, notes: &[String]) -> Rendered {
             }
         }
     }
+    headers.extend(cuts.header());
     Rendered {
         body: body.into(),
         headers,
@@ -78,6 +135,7 @@ fn render_diff(
     cq: &CompareQuery,
     baseline: Option<Profile>,
     fmt: Format,
+    mut cuts: Cuts,
 ) -> Result<Rendered, AppError> {
     let q = &cq.base;
     let (before, after, before_label) = match baseline {
@@ -119,8 +177,8 @@ fn render_diff(
     )];
     notes.extend(diff.notes(unit, show));
     let mut out = Vec::new();
-    match fmt {
-        Format::Folded => diff.series.write_folded(&mut out),
+    cuts.tree = match fmt {
+        Format::Folded => diff.series.write_folded(&mut out).map(|()| 0),
         Format::Svg => {
             let mut opts = render::diff::DiffSvgOptions::new(
                 q.svg.title.clone().unwrap_or_else(|| {
@@ -143,11 +201,13 @@ fn render_diff(
             if let Some(m) = q.svg.minwidth {
                 opts.min_width = m;
             }
-            render::diff::write(&diff, &opts, &mut out)
+            let (svg, cut) = render::diff::render(&diff, &opts);
+            out = svg.into_bytes();
+            Ok(cut)
         }
     }
     .map_err(|e| AppError::Internal(e.to_string()))?;
-    Ok(body_of(fmt, out, &notes))
+    Ok(body_of(fmt, out, &notes, cuts))
 }
 
 fn render_animation(st: &AppState, cq: &CompareQuery, fmt: Format) -> Result<Rendered, AppError> {
@@ -167,8 +227,8 @@ fn render_animation(st: &AppState, cq: &CompareQuery, fmt: Format) -> Result<Ren
         labels.join("; ")
     )];
     let mut out = Vec::new();
-    match fmt {
-        Format::Folded => series.write_folded(&mut out),
+    let tree = match fmt {
+        Format::Folded => series.write_folded(&mut out).map(|()| 0),
         Format::Svg => {
             let title = q.svg.title.clone().unwrap_or_else(|| {
                 format!("{}, animated: {}", q.event.title(), st.host)
@@ -187,11 +247,17 @@ fn render_animation(st: &AppState, cq: &CompareQuery, fmt: Format) -> Result<Ren
             if let Some(m) = q.svg.minwidth {
                 opts.min_width = m;
             }
-            render::animation::write(&series, &opts, &mut out)
+            let (svg, cut) = render::animation::render(&series, &opts);
+            out = svg.into_bytes();
+            Ok(cut)
         }
     }
     .map_err(|e| AppError::Internal(e.to_string()))?;
-    Ok(body_of(fmt, out, &notes))
+    let cuts = Cuts {
+        tree,
+        ..Cuts::default()
+    };
+    Ok(body_of(fmt, out, &notes, cuts))
 }
 
 async fn diff(
@@ -204,29 +270,93 @@ async fn diff(
     let cq = parse(&raw, &st, CompareKind::Diff)?;
     let (st2, cq2) = (st.clone(), cq.clone());
     cached(&st, route, &raw, span(&cq), move || {
-        render_diff(&st2, &cq2, None, fmt)
+        render_diff(&st2, &cq2, None, fmt, Cuts::default())
     })
     .await
+}
+
+/// Why a posted body was not read.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    /// More than [`MAX_BASELINE_BYTES`] came.
+    #[error("more than {MAX_BASELINE_BYTES} bytes")]
+    TooLarge,
+    /// The connection failed mid-body.
+    #[error("{0}")]
+    Read(#[from] axum::Error),
+}
+
+/// Reads a body of at most [`MAX_BASELINE_BYTES`] into one buffer of the
+/// size it claims (`claimed`, its Content-Length), so that reading costs
+/// the body once, not the doublings of a growing buffer.
+async fn read_body(body: Body, claimed: u64) -> Result<Vec<u8>, BodyError> {
+    use axum::body::HttpBody;
+    let mut out = Vec::with_capacity(claimed.min(MAX_BASELINE_BYTES as u64) as usize);
+    let mut body = std::pin::pin!(body);
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        if let Ok(data) = frame?.into_data() {
+            if out.len() + data.len() > MAX_BASELINE_BYTES {
+                return Err(BodyError::TooLarge);
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(out)
 }
 
 async fn diff_baseline(
     st: AppState,
     raw: Option<String>,
-    body: Bytes,
+    body: Body,
     fmt: Format,
 ) -> Result<Response, AppError> {
     let raw = raw.unwrap_or_default();
     let cq = parse(&raw, &st, CompareKind::Baseline)?;
+    let too_large = |e: &dyn std::fmt::Display| {
+        (
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "body: the posted baseline is over {} MiB, or was not sent whole ({e})\n",
+                MAX_BASELINE_BYTES >> 20
+            ),
+        )
+            .into_response()
+    };
+    // A Content-Length over the limit is refused before anything is read.
+    let claimed = axum::body::HttpBody::size_hint(&body).lower();
+    if claimed > MAX_BASELINE_BYTES as u64 {
+        return Ok(too_large(&format_args!("Content-Length {claimed}")));
+    }
+    // Read only while holding one of a few permits, until its diff is
+    // drawn: 64 requests in flight could otherwise buffer 64 bodies of
+    // 16 MiB before any waits for a render.
+    let _posting = st
+        .posts
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|e| AppError::Internal(e.to_string()))?;
+    let body = match read_body(body, claimed).await {
+        Ok(b) => b,
+        Err(e) => return Ok(too_large(&e)),
+    };
     let st2 = st.clone();
     // Parsing up to 16 MiB is render work: on a blocking thread, within the
-    // render limit.
+    // render limit, and within POSTED's bounds.
     let rendered = render_now(&st, move || {
         let (baseline, skipped) =
-            render::folded::read_lenient(&body[..]).map_err(|e| QueryError {
+            render::folded::read_bounded(&body[..], POSTED).map_err(|e| QueryError {
                 param: "body".into(),
                 reason: format!("the posted baseline: {e}"),
             })?;
-        let mut r = render_diff(&st2, &cq, Some(baseline), fmt)?;
+        // The body is parsed: its bytes go before the graph is drawn.
+        drop(body);
+        let cuts = Cuts {
+            lines: skipped.cut_lines,
+            dropped: skipped.dropped_lines,
+            tree: 0,
+        };
+        let mut r = render_diff(&st2, &cq, Some(baseline), fmt, cuts)?;
         if skipped.malformed > 0 {
             let first = skipped
                 .first
@@ -282,7 +412,7 @@ pub(super) async fn diff_folded(
 pub(super) async fn diff_svg_baseline(
     State(st): State<AppState>,
     RawQuery(raw): RawQuery,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, AppError> {
     diff_baseline(st, raw, body, Format::Svg).await
 }
@@ -291,7 +421,7 @@ pub(super) async fn diff_svg_baseline(
 pub(super) async fn diff_folded_baseline(
     State(st): State<AppState>,
     RawQuery(raw): RawQuery,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, AppError> {
     diff_baseline(st, raw, body, Format::Folded).await
 }

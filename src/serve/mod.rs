@@ -8,6 +8,7 @@
 pub mod auth;
 mod compare;
 pub mod conn;
+pub mod origin;
 mod web;
 
 use std::collections::HashMap;
@@ -94,20 +95,54 @@ impl Rendered {
 }
 
 /// Renders on a blocking thread, at most [`MAX_CONCURRENT_RENDERS`] at once.
+///
+/// Waiting for a permit ends with the request (a timed-out request leaves
+/// nothing queued). A started render is blocking code and cannot be
+/// stopped, so it keeps its permit until it really ends: a retry waits for
+/// it instead of rendering beside it, and renders at once never pass the
+/// limit, however many requests time out.
 async fn render_now<F>(st: &AppState, render: F) -> Result<Rendered, AppError>
 where
     F: FnOnce() -> Result<Rendered, AppError> + Send + 'static,
 {
-    let _permit = st
+    let permit = st
         .renders
-        .acquire()
+        .clone()
+        .acquire_owned()
         .await
         .map_err(|e| AppError::Internal(e.to_string()))?;
-    let out = tokio::task::spawn_blocking(render)
-        .await
-        .map_err(|e| AppError::Internal(e.to_string()))?;
+    let metrics = st.metrics.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        let running = metrics.render_started();
+        slow_render_hook();
+        let out = render();
+        // Counted out before the next render can start.
+        drop(running);
+        drop(permit);
+        out
+    })
+    .await
+    .map_err(|e| AppError::Internal(e.to_string()))?;
     RENDERED.store(true, std::sync::atomic::Ordering::Relaxed);
     out
+}
+
+/// Test hook, read once: `EMBERD_TEST_SLOW_RENDERS=MS:COUNT` makes the
+/// first COUNT renders sleep MS ms on their blocking thread, so the tests
+/// can time requests out in the middle of a render.
+fn slow_render_hook() {
+    static HOOK: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
+    static SLOWED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let hook = HOOK.get_or_init(|| {
+        let v = std::env::var("EMBERD_TEST_SLOW_RENDERS").ok()?;
+        let (ms, count) = v.split_once(':')?;
+        Some((ms.parse().ok()?, count.parse().ok()?))
+    });
+    if let Some((ms, count)) = *hook
+        && SLOWED.fetch_add(1, Ordering::Relaxed) < count
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
 }
 
 /// Set when a rendering finished: its buffers were freed, and the
@@ -186,6 +221,9 @@ pub struct AppState {
     pub cache: Arc<std::sync::Mutex<ResponseCache>>,
     /// Bounds renderings at once to [`MAX_CONCURRENT_RENDERS`].
     pub renders: Arc<tokio::sync::Semaphore>,
+    /// Bounds posted bodies being read or parsed at once to
+    /// [`MAX_CONCURRENT_RENDERS`]: each can be 16 MiB.
+    pub posts: Arc<tokio::sync::Semaphore>,
     /// The CPU sample store.
     pub store: Arc<RwLock<Store>>,
     /// The stores of the other events that are switched on.
@@ -273,9 +311,21 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// once rather than queueing without bound (each holds a rendered body).
 pub const MAX_IN_FLIGHT: usize = 64;
 
-/// A request not answered within this gets 503 (its rendering, on a
-/// blocking thread, finishes and is cached for the next one).
+/// A request not answered within this gets 503. A render it started ends
+/// on its own and is not kept (see [`render_now`]).
 pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// [`REQUEST_TIMEOUT`], or the test hook `EMBERD_TEST_REQUEST_TIMEOUT_MS`
+/// (read once), so the tests can time requests out in a second.
+fn request_timeout() -> std::time::Duration {
+    static TIMEOUT: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *TIMEOUT.get_or_init(|| {
+        std::env::var("EMBERD_TEST_REQUEST_TIMEOUT_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(REQUEST_TIMEOUT, std::time::Duration::from_millis)
+    })
+}
 
 /// Bounds requests in flight and their time.
 async fn limits(State(st): State<AppState>, req: Request, next: Next) -> Response {
@@ -290,26 +340,29 @@ async fn limits(State(st): State<AppState>, req: Request, next: Next) -> Respons
         )
             .into_response();
     };
-    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
+    let timeout = request_timeout();
+    match tokio::time::timeout(timeout, next.run(req)).await {
         Ok(resp) => resp,
         Err(_) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
-                "the answer took longer than {} s; ask for a shorter window or retry (it is being cached)\n",
-                REQUEST_TIMEOUT.as_secs()
+                "the answer took longer than {:.1} s; ask for a shorter window, or retry later (a render it started still runs, within the render limit)\n",
+                timeout.as_secs_f64()
             ),
         )
             .into_response(),
     }
 }
 
-/// Refuses requests for other hosts (421) and without the token or a
-/// login session (401).
+/// Refuses requests without a proper `Host` (400), for other hosts (421),
+/// from other sites' pages (403, see [`origin`]) and without the token or
+/// a login session (401).
 async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let host = req
-        .headers()
-        .get(axum::http::header::HOST)
-        .and_then(|v| v.to_str().ok());
+    let refused = |r: origin::Refusal| (r.status(), format!("{r}\n")).into_response();
+    let host = match origin::host(req.version(), req.headers()) {
+        Ok(h) => h,
+        Err(r) => return refused(r),
+    };
     if let Some(host) = host
         && !st.access.host_allowed(host)
     {
@@ -321,10 +374,40 @@ async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response
         )
             .into_response();
     }
+    if let Err(r) = origin::check_origin(req.method(), req.uri().path(), req.headers(), host) {
+        return refused(r);
+    }
     if !auth::open_route(req.uri().path()) && !st.access.allows(&req) {
         return auth::unauthorized();
     }
     next.run(req).await
+}
+
+/// What the SVGs may do when opened on their own: their own inline script
+/// and styles, nothing fetched, no forms, framed only by emberd's page.
+/// (Their scripts carry values of the render, so a hash would change with
+/// each one.)
+const SVG_CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'self'";
+
+/// Headers every response carries: no type sniffing (a text/plain error
+/// that echoes a parameter is never read as HTML), and the SVGs' CSP.
+async fn harden(req: Request, next: Next) -> Response {
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    let svg = h
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"image/svg+xml"));
+    if svg && !h.contains_key(header::CONTENT_SECURITY_POLICY) {
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(SVG_CSP),
+        );
+    }
+    resp
 }
 
 /// Whether the daemon is doing its job, for `/readyz`.
@@ -419,19 +502,13 @@ pub fn router(state: AppState) -> Router {
         .route("/profile.json", get(web::profile))
         .route(
             "/diff.svg",
-            get(compare::diff_svg)
-                .post(compare::diff_svg_baseline)
-                .layer(axum::extract::DefaultBodyLimit::max(
-                    compare::MAX_BASELINE_BYTES,
-                )),
+            // The body's limit: compare::read_body.
+            get(compare::diff_svg).post(compare::diff_svg_baseline),
         )
         .route(
             "/diff.folded",
-            get(compare::diff_folded)
-                .post(compare::diff_folded_baseline)
-                .layer(axum::extract::DefaultBodyLimit::max(
-                    compare::MAX_BASELINE_BYTES,
-                )),
+            // The body's limit: compare::read_body.
+            get(compare::diff_folded).post(compare::diff_folded_baseline),
         )
         .route("/animation.svg", get(compare::animation_svg))
         .route("/animation.folded", get(compare::animation_folded))
@@ -445,6 +522,7 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), limits))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .layer(middleware::from_fn(harden))
         .with_state(state)
 }
 
