@@ -128,11 +128,15 @@ static __always_inline void charge_current(__u32 event, __u64 value, const char 
 static __always_inline void syscall_exit(long ret)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct syscall_entry *e = bpf_map_lookup_elem(&syscall_entries, &tid);
+	struct syscall_entry *found = bpf_map_lookup_elem(&syscall_entries, &tid);
+	struct syscall_entry entry, *e = &entry;
 	__u64 nr, len;
 
-	if (!e)
+	if (!found)
 		return;
+	/* Copied before the delete: the element's memory may be reused (LRU)
+	 * by another CPU's insert as soon as it is deleted. */
+	entry = *found;
 	nr = e->nr;
 	bpf_map_delete_elem(&syscall_entries, &tid);
 	if (nr == NR_BRK) {
