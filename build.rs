@@ -30,6 +30,7 @@ fn main() {
     }
     println!("cargo:rerun-if-changed=bpf/emberd.h");
     for header in [
+        "buffers.h",
         "new_process.h",
         "unwind.h",
         "python.h",

@@ -349,6 +349,7 @@ enum emberd_event_counter {
 	ECOUNTER_MALLOC_LIVE_FULL, /* live-allocation table full: a sample counts as allocated only */
 	ECOUNTER_HEAP_RING_FULL,   /* heap ring buffer full: an alloc or free record lost */
 	ECOUNTER_BLOCKIO_END_NOT_SEEN, /* a request's address started again with no completion seen: its start is dropped */
+	ECOUNTER_NESTED_SKIPPED,   /* a program ran inside another on its CPU (an interrupt's wakeup, a preemption) and was skipped */
 	ECOUNTER_MAX,
 };
 

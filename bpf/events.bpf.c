@@ -60,6 +60,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 #include "emberd.h"
+#include "buffers.h"
 
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -92,6 +93,8 @@ struct {
 
 /* Which counts buffer the programs write: 0 or 1. Flipped by the agent. */
 volatile __u32 active_buffer = 0;
+/* Runs writing each buffer now (see begin_write in emberd.h). */
+volatile __u64 writers[2] = {};
 
 /* Stacks by hash (bpf/unwind.h); max_entries set by the agent. */
 struct {
@@ -143,6 +146,21 @@ struct {
 	__type(value, struct event_key);
 } key_scratch SEC(".maps");
 
+/*
+ * Whether a program of this object is using this CPU's scratch (key, stack,
+ * unwind state). Programs can nest on one CPU: a sched_waking from an
+ * interrupt inside the page-fault, syscall-exit or uprobe program, or
+ * sched_switch when a preemptible kernel preempts one of them. The inner
+ * run would overwrite the outer one's half-built key and stack: it is
+ * skipped and counted (ECOUNTER_NESTED_SKIPPED) instead.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} scratch_busy SEC(".maps");
+
 /* The process this CPU last announced: most switch-outs repeat it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -158,6 +176,35 @@ static __always_inline void ecount(__u32 which)
 	if (v)
 		*v += 1;
 }
+
+/* Claims this CPU's scratch for the run; 0 (counted) if a run it
+ * interrupted holds it. Release with `*busy = 0` on every way out. */
+static __always_inline __u32 *scratch_claim(void)
+{
+	__u32 zero = 0, *busy = bpf_map_lookup_elem(&scratch_busy, &zero);
+
+	if (!busy)
+		return 0;
+	if (*busy) {
+		ecount(ECOUNTER_NESTED_SKIPPED);
+		return 0;
+	}
+	*busy = 1;
+	return busy;
+}
+
+/* The value of `call` (an int expression) run with this CPU's scratch
+ * claimed; 0 without running it when a run it interrupted holds it. */
+#define WITH_SCRATCH(call)                           \
+	({                                           \
+		__u32 *busy_ = scratch_claim();      \
+		int ret_ = 0;                        \
+		if (busy_) {                         \
+			ret_ = (call);               \
+			*busy_ = 0;                  \
+		}                                    \
+		ret_;                                \
+	})
 
 #include "new_process.h"
 #include "unwind.h"
@@ -243,10 +290,13 @@ static __always_inline void add_to(void *counts, struct event_key *key, __u64 va
 
 static __always_inline void add(struct event_key *key, __u64 value)
 {
-	if (active_buffer == 0)
+	__u32 b = begin_write(&active_buffer, writers);
+
+	if (b == 0)
 		add_to(&event_counts0, key, value);
 	else
 		add_to(&event_counts1, key, value);
+	__sync_fetch_and_add(&writers[b], -1);
 }
 
 static __always_inline struct event_key *scratch_key(void)
@@ -385,7 +435,7 @@ static __always_inline void charge_offcpu(void *ctx, struct task_struct *next,
 	}
 }
 
-static __always_inline int on_switch(void *ctx, struct task_struct *prev,
+static __always_inline int on_switch_claimed(void *ctx, struct task_struct *prev,
 				     struct task_struct *next, unsigned int prev_state)
 {
 	__u64 now = bpf_ktime_get_ns();
@@ -452,6 +502,12 @@ static __always_inline int on_switch(void *ctx, struct task_struct *prev,
 	return 0;
 }
 
+static __always_inline int on_switch(void *ctx, struct task_struct *prev,
+				     struct task_struct *next, unsigned int prev_state)
+{
+	return WITH_SCRATCH(on_switch_claimed(ctx, prev, next, prev_state));
+}
+
 /*
  * TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
  *          unsigned int prev_state)   (prev_state since Linux 5.18)
@@ -496,7 +552,7 @@ int BPF_PROG(handle__sched_switch_compat, _Bool preempt, struct task_struct *pre
  * user stack (see the top of this file): a first draw with the wakee's
  * predicted chance, and only then its state and block so far.
  */
-static __always_inline int on_wakeup(void *ctx, struct task_struct *p)
+static __always_inline int on_wakeup_claimed(void *ctx, struct task_struct *p)
 {
 	__u64 now, delta, weight, id, t = config.sample_below_ns;
 	struct event_key *k;
@@ -552,6 +608,11 @@ static __always_inline int on_wakeup(void *ctx, struct task_struct *p)
 	return 0;
 }
 
+static __always_inline int on_wakeup(void *ctx, struct task_struct *p)
+{
+	return WITH_SCRATCH(on_wakeup_claimed(ctx, p));
+}
+
 /*
  * sched_waking, not sched_wakeup: on this kernel a wakeup of a task on another
  * CPU is queued (TTWU_QUEUE) and sched_wakeup fires there, in the idle task or
@@ -571,9 +632,16 @@ int BPF_PROG(handle__sched_wakeup_new, struct task_struct *p)
 	return on_wakeup(ctx, p);
 }
 
+static __always_inline int on_page_fault(struct bpf_perf_event_data *ctx);
+
 /* The page-fault software event, sampled every `pagefault_period` faults. */
 SEC("perf_event")
 int handle__page_fault(struct bpf_perf_event_data *ctx)
+{
+	return WITH_SCRATCH(on_page_fault(ctx));
+}
+
+static __always_inline int on_page_fault(struct bpf_perf_event_data *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns();
 	__u32 tgid = id >> 32;

@@ -125,7 +125,14 @@ static __always_inline void charge_current(__u32 event, __u64 value, const char 
 	add(k, value);
 }
 
+static __always_inline void syscall_exit_claimed(long ret);
+
 static __always_inline void syscall_exit(long ret)
+{
+	WITH_SCRATCH((syscall_exit_claimed(ret), 0));
+}
+
+static __always_inline void syscall_exit_claimed(long ret)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct syscall_entry *found = bpf_map_lookup_elem(&syscall_entries, &tid);
@@ -339,8 +346,15 @@ static __always_inline struct alloc_call *alloc_slot(__u32 tid)
 }
 
 /* Entry of malloc, calloc, realloc, posix_memalign, aligned_alloc (cookie). */
+static __always_inline int on_alloc_enter(struct uprobe_regs *ctx);
+
 SEC("uprobe")
 int handle__alloc_enter(struct uprobe_regs *ctx)
+{
+	return WITH_SCRATCH(on_alloc_enter(ctx));
+}
+
+static __always_inline int on_alloc_enter(struct uprobe_regs *ctx)
 {
 	__u64 fn = bpf_get_attach_cookie(ctx), size, r = config.malloc_sample_bytes;
 	__u64 id = bpf_get_current_pid_tgid(), now;
@@ -400,8 +414,15 @@ int handle__alloc_enter(struct uprobe_regs *ctx)
 
 /* Return of the functions above: frees what realloc released, and records
  * a sampled allocation's address. */
+static __always_inline int on_alloc_exit(struct uprobe_regs *ctx);
+
 SEC("uretprobe")
 int handle__alloc_exit(struct uprobe_regs *ctx)
+{
+	return WITH_SCRATCH(on_alloc_exit(ctx));
+}
+
+static __always_inline int on_alloc_exit(struct uprobe_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid(), addr = ctx->ax;
 	__u32 tid = (__u32)id;

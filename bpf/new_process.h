@@ -36,8 +36,12 @@ static __always_inline void note_process(__u32 tgid)
 	if (tgid == 0 || bpf_map_lookup_elem(&seen_tgids, &tgid))
 		return;
 	bpf_map_update_elem(&seen_tgids, &tgid, &one, BPF_ANY);
-	if (bpf_ringbuf_output(&new_tgids, &tgid, sizeof(tgid), 0) != 0)
+	if (bpf_ringbuf_output(&new_tgids, &tgid, sizeof(tgid), 0) != 0) {
+		/* The ring is full (a fork storm): forget the process again, so
+		 * its next sample or event retries the notice. */
+		bpf_map_delete_elem(&seen_tgids, &tgid);
 		on_new_process_dropped();
+	}
 }
 
 /*

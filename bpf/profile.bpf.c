@@ -13,6 +13,7 @@
 #include <linux/bpf_perf_event.h>
 #include <bpf/bpf_helpers.h>
 #include "emberd.h"
+#include "buffers.h"
 
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -21,6 +22,9 @@ const volatile struct emberd_config config = {};
 
 /* Which buffer the program writes: 0 or 1. Flipped by the agent. */
 volatile __u32 active_buffer = 0;
+/* Runs writing each buffer now: the agent drains a buffer once its count is
+ * 0 after the flip (see begin_write). */
+volatile __u64 writers[2] = {};
 
 /* max_entries of these four maps are set by the agent before load. */
 struct {
@@ -128,9 +132,11 @@ int handle__cpu_clock(struct bpf_perf_event_data *ctx)
 		return 0;
 	}
 	note_process(tgid);
-	if (active_buffer == 0)
+	__u32 b = begin_write(&active_buffer, writers);
+	if (b == 0)
 		record(ctx, &counts0, &stacks0, tgid, pid);
 	else
 		record(ctx, &counts1, &stacks1, tgid, pid);
+	__sync_fetch_and_add(&writers[b], -1);
 	return 0;
 }

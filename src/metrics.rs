@@ -566,6 +566,7 @@ impl Metrics {
                 .inc_by(now.saturating_sub(prev));
         }
         for (event, reason, now, prev) in [
+            ("events", "nested", c.nested_skipped, p.nested_skipped),
             (
                 "syscalls",
                 "entry_state_full",

@@ -438,6 +438,9 @@ pub struct EventCounters {
     /// Requests whose completion was not seen (their address started
     /// again): never charged.
     pub blockio_end_not_seen: u64,
+    /// Runs skipped because another program of the object was using the
+    /// CPU's scratch (an interrupt's wakeup inside a page fault, say).
+    pub nested_skipped: u64,
     /// Allocation calls seen in chosen processes.
     pub malloc_calls: u64,
     /// Allocations sampled.
@@ -843,7 +846,7 @@ impl EventSampler {
     /// Cumulative counters, summed over CPUs.
     pub fn counters(&self) -> Result<EventCounters, CollectError> {
         let map = &self.skel.maps.event_counters;
-        let mut v = [0u64; 24];
+        let mut v = [0u64; 25];
         super::percpu_sums(map, "event_counters", &mut v)?;
         Ok(EventCounters {
             switches: v[0],
@@ -870,6 +873,7 @@ impl EventSampler {
             malloc_live_full: v[21],
             heap_ring_full: v[22],
             blockio_end_not_seen: v[23],
+            nested_skipped: v[24],
         })
     }
 
@@ -900,14 +904,13 @@ impl EventSampler {
         if !exited.is_empty() {
             self.forget_heap_of(&exited);
         }
-        let old = super::flip_buffer(
-            self.skel
-                .maps
-                .bss_data
-                .as_deref_mut()
-                .map(|b| &mut b.active_buffer)
-                .expect("events.bpf.c has a .bss"),
-        );
+        let bss = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .expect("events.bpf.c has a .bss");
+        let old = super::flip_buffer(&mut bss.active_buffer, &bss.writers);
         let maps = &self.skel.maps;
         let counts = if old == 0 {
             &maps.event_counts0

@@ -425,14 +425,13 @@ impl CpuSampler {
 
     /// Flips the buffers and empties the one the program wrote until now.
     pub fn drain(&mut self) -> Result<Drain, CollectError> {
-        let old = flip_buffer(
-            self.skel
-                .maps
-                .bss_data
-                .as_deref_mut()
-                .map(|b| &mut b.active_buffer)
-                .expect("profile.bpf.c has a .bss"),
-        );
+        let bss = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .expect("profile.bpf.c has a .bss");
+        let old = flip_buffer(&mut bss.active_buffer, &bss.writers);
         let maps = &mut self.skel.maps;
         let (counts, stacks) = if old == 0 {
             (&maps.counts0, &maps.stacks0)
@@ -444,20 +443,37 @@ impl CpuSampler {
 }
 
 /// Points a program's `active_buffer` (in its mmapped .bss) at the other
-/// buffer and returns the old one, once the runs that read the old value
-/// are done: the old buffer has no writers after this.
-pub(crate) fn flip_buffer(active: &mut u32) -> u32 {
-    let old = *active;
+/// buffer and returns the old one once no run is writing it (`writers`, the
+/// per-buffer counts of runs in progress: `bpf/buffers.h`), so the old
+/// buffer has no writers after this. A run lasts microseconds; if the count
+/// has not fallen to 0 within [`FLIP_WAIT`] (a count left behind by a
+/// program detached mid-run), the drain goes on and says so.
+pub(crate) fn flip_buffer(active: &mut u32, writers: &[u64; 2]) -> u32 {
+    let old = *active & 1;
     // SAFETY: `active_buffer` is a plain u32 in the mmap'ed .bss; the BPF
     // programs only read it. A volatile write keeps the compiler from
     // caching or eliding the store.
     unsafe { std::ptr::write_volatile(active, 1 - old) };
+    // Orders the flag's store before the count's loads (the programs'
+    // atomic add orders theirs the other way round).
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-    // A program run that read the old value finishes within microseconds
-    // (it runs from an interrupt or a tracepoint); give stragglers time.
-    std::thread::sleep(Duration::from_millis(2));
+    let started = std::time::Instant::now();
+    // SAFETY: the counts are u64s in the mmap'ed .bss, changed by the BPF
+    // programs' atomic adds: read them volatile, every time.
+    while unsafe { std::ptr::read_volatile(&writers[old as usize]) } != 0 {
+        if started.elapsed() > FLIP_WAIT {
+            tracing::warn!(
+                "a BPF program still counts as writing the old counts buffer after {FLIP_WAIT:?}; draining it anyway"
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
     old
 }
+
+/// The longest a drain waits for the runs still writing the old buffer.
+const FLIP_WAIT: Duration = Duration::from_millis(50);
 
 fn drain_buffer(counts: &MapMut<'_>, stacks: &MapMut<'_>) -> Result<Drain, CollectError> {
     let entries: Vec<(types::sample_key, u64)> = drain_counts(counts, "counts")?;
