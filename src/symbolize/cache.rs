@@ -13,36 +13,54 @@ use std::hash::Hash;
 
 use crate::store::FastMap;
 
+/// What a cached value costs in bytes, about: the byte bound of a
+/// [`GenerationalCache`] counts it, so that entries with long names (a
+/// user's binary can have thousands of 4 KiB names) cannot hold many times
+/// what an entry count assumed.
+pub trait Weigh {
+    /// Bytes held, about.
+    fn weight(&self) -> usize;
+}
+
 /// A bounded map whose entries survive as long as they are used (see the
-/// module's doc). Holds at most `2 x generation` entries, plus whatever a
-/// single [`GenerationalCache::make_room`] call asked room for beyond that.
+/// module's doc). A generation holds at most `generation` entries and
+/// `generation_bytes` of their [`Weigh::weight`], plus whatever a single
+/// [`GenerationalCache::make_room`] call's batch adds beyond that.
 #[derive(Debug)]
 pub struct GenerationalCache<K, V> {
     young: FastMap<K, V>,
     old: FastMap<K, V>,
     generation: usize,
+    generation_bytes: usize,
+    young_bytes: usize,
+    old_bytes: usize,
     rotations: u64,
 }
 
-impl<K: Hash + Eq, V> GenerationalCache<K, V> {
-    /// An empty cache of `generation` entries per generation (at least 1).
-    pub fn new(generation: usize) -> Self {
+impl<K: Hash + Eq, V: Weigh> GenerationalCache<K, V> {
+    /// An empty cache of `generation` entries (at least 1) and
+    /// `generation_bytes` per generation.
+    pub fn new(generation: usize, generation_bytes: usize) -> Self {
         Self {
             young: FastMap::default(),
             old: FastMap::default(),
             generation: generation.max(1),
+            generation_bytes,
+            young_bytes: 0,
+            old_bytes: 0,
             rotations: 0,
         }
     }
 
     /// Makes sure `n` entries can be promoted or inserted without a
-    /// rotation: if the young generation cannot take them, it becomes the
-    /// old one. Call it before a batch whose entries must all stay
-    /// reachable until the batch is done: nothing is dropped until the
-    /// next call.
+    /// rotation: if the young generation cannot take them (or already
+    /// holds its bytes), it becomes the old one. Call it before a batch
+    /// whose entries must all stay reachable until the batch is done:
+    /// nothing is dropped until the next call.
     pub fn make_room(&mut self, n: usize) {
-        if self.young.len() + n > self.generation {
+        if self.young.len() + n > self.generation || self.young_bytes >= self.generation_bytes {
             self.old = std::mem::take(&mut self.young);
+            self.old_bytes = std::mem::take(&mut self.young_bytes);
             self.rotations += 1;
         }
     }
@@ -55,6 +73,9 @@ impl<K: Hash + Eq, V> GenerationalCache<K, V> {
         }
         match self.old.remove_entry(key) {
             Some((k, v)) => {
+                let w = v.weight();
+                self.old_bytes -= w;
+                self.young_bytes += w;
                 self.young.insert(k, v);
                 true
             }
@@ -79,8 +100,18 @@ impl<K: Hash + Eq, V> GenerationalCache<K, V> {
 
     /// Caches `value` under `key` in the young generation.
     pub fn insert(&mut self, key: K, value: V) {
-        self.old.remove(&key);
-        self.young.insert(key, value);
+        if let Some(v) = self.old.remove(&key) {
+            self.old_bytes -= v.weight();
+        }
+        self.young_bytes += value.weight();
+        if let Some(v) = self.young.insert(key, value) {
+            self.young_bytes -= v.weight();
+        }
+    }
+
+    /// Bytes held, both generations, by [`Weigh::weight`].
+    pub fn bytes(&self) -> usize {
+        self.young_bytes + self.old_bytes
     }
 
     /// Entries held, both generations.
@@ -100,9 +131,49 @@ impl<K: Hash + Eq, V> GenerationalCache<K, V> {
 mod tests {
     use super::*;
 
+    impl Weigh for i32 {
+        fn weight(&self) -> usize {
+            1
+        }
+    }
+
+    impl Weigh for u32 {
+        fn weight(&self) -> usize {
+            1
+        }
+    }
+
+    impl Weigh for String {
+        fn weight(&self) -> usize {
+            self.len()
+        }
+    }
+
+    /// Heavy entries rotate the cache by bytes long before their count
+    /// would: what it holds stays within two generations' bytes plus a
+    /// batch.
+    #[test]
+    fn heavy_entries_are_bounded_by_bytes() {
+        let mut c = GenerationalCache::new(1000, 16 << 10);
+        for batch in 0..100 {
+            c.make_room(4);
+            for k in 0..4 {
+                c.insert(batch * 4 + k, "x".repeat(4096));
+            }
+            assert!(
+                c.bytes() <= 2 * (16 << 10) + 4 * 4096,
+                "{} bytes",
+                c.bytes()
+            );
+        }
+        assert!(c.len() <= 12, "{} entries", c.len());
+        let held: usize = (0..400).filter_map(|k| c.peek(&k)).map(|v| v.len()).sum();
+        assert_eq!(held, c.bytes());
+    }
+
     #[test]
     fn entries_in_use_survive_rotations_and_unused_ones_are_dropped() {
-        let mut c = GenerationalCache::new(4);
+        let mut c = GenerationalCache::new(4, usize::MAX);
         c.make_room(4);
         for k in 0..4 {
             c.insert(k, k * 10);
@@ -141,7 +212,7 @@ mod tests {
 
     #[test]
     fn a_batch_never_loses_what_it_made_room_for() {
-        let mut c = GenerationalCache::new(3);
+        let mut c = GenerationalCache::new(3, usize::MAX);
         for round in 0..10u32 {
             let keys: Vec<u32> = (round..round + 3).collect();
             c.make_room(keys.len());

@@ -50,8 +50,22 @@ impl SymbolizerOptions {
         (self.symbol_cache_bytes / 2 / CACHED_FRAME_BYTES).max(1024)
     }
 }
-/// Bytes a cached named address costs, about (key, Arc'd frames, name).
+/// Bytes a cached named address costs, about (key, Arc'd frames, name),
+/// with a name of a usual length.
 pub const CACHED_FRAME_BYTES: usize = 160;
+
+impl cache::Weigh for Arc<[Frame]> {
+    /// The usual cost, plus the text (names and files, each frame holds its
+    /// own copies) beyond the usual 256 bytes: ordinary entries weigh what
+    /// the entry count assumes, ones with 4 KiB names 25 times more.
+    fn weight(&self) -> usize {
+        let text: usize = self
+            .iter()
+            .map(|f| f.name.len() + f.file.as_ref().map_or(0, |p| p.len()))
+            .sum();
+        CACHED_FRAME_BYTES + text.saturating_sub(256)
+    }
+}
 /// Perf maps and process snapshots unused for this long are dropped from
 /// the caches.
 const IDLE_EVICT: Duration = Duration::from_secs(120);
@@ -445,8 +459,14 @@ impl Symbolizer {
             kernel_symbols: None,
             kernel_loaded: false,
             kernel_readable,
-            kernel_cache: GenerationalCache::new(options.cache_entries() / 2),
-            file_cache: GenerationalCache::new(options.cache_entries() / 2),
+            kernel_cache: GenerationalCache::new(
+                options.cache_entries() / 2,
+                options.symbol_cache_bytes / 4,
+            ),
+            file_cache: GenerationalCache::new(
+                options.cache_entries() / 2,
+                options.symbol_cache_bytes / 4,
+            ),
             elf_last_used: HashMap::new(),
             elf: elf_worker::ElfWorker::new(options.dwarf_budget_bytes),
             dwarf_bytes: 0,
@@ -481,7 +501,7 @@ impl Symbolizer {
     pub fn cache_bytes(&self) -> CacheBytes {
         CacheBytes {
             perf_maps: self.perf_map_bytes,
-            symbols: (self.kernel_cache.len() + self.file_cache.len()) * CACHED_FRAME_BYTES,
+            symbols: self.kernel_cache.bytes() + self.file_cache.bytes(),
             snapshots: self.snapshot_bytes,
             dwarf: self.dwarf_bytes,
             elf_symbols: self.symtab_bytes,
