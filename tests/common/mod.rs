@@ -335,19 +335,7 @@ impl Daemon {
 
     /// A field of the daemon's /proc/PID/status in KiB (`VmRSS`, `VmHWM`).
     pub fn status_kib(&self, field: &str) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .expect("the daemon's status")
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix(field)?
-                    .strip_prefix(':')?
-                    .trim()
-                    .trim_end_matches(" kB")
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or_else(|| panic!("{field} in the daemon's status"))
+        status_kib(self.child.id(), field)
     }
 
     /// Sends SIGTERM.
@@ -365,6 +353,23 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A field of `/proc/PID/status` in KiB (`VmRSS`, `VmHWM`).
+pub fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"))
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(field)?
+                .strip_prefix(':')?
+                .trim()
+                .trim_end_matches(" kB")
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
 }
 
 /// Reads folded text.

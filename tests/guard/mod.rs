@@ -24,22 +24,6 @@ fn request(port: u16, head: &str, body: &[u8], timeout: Duration) -> Option<Http
     (!raw.is_empty()).then(|| parse_response(&raw))
 }
 
-/// A field of `/proc/PID/status` in KiB.
-fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .expect("the daemon's status")
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(field)?
-                .strip_prefix(':')?
-                .trim()
-                .trim_end_matches(" kB")
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
-}
-
 /// Posts `body` as a baseline to `/diff.svg` and returns the response and
 /// the daemon's peak RSS (VmHWM, reset just before) above its RSS then, in
 /// KiB.

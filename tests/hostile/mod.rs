@@ -652,16 +652,6 @@ fn unix_socket_serves_with_file_permissions() {
     assert_eq!(mode, 0o660, "socket mode {mode:o}");
 }
 
-/// The daemon's peak resident memory (VmHWM), in KiB.
-fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("daemon's status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc/PID/status")
-}
-
 /// A local user (nobody) maps as executable a 600 MiB sparse file that is
 /// not ELF, and a copy of a real binary grown to 600 MiB whose `.eh_frame`
 /// header claims 500 MiB. The unwind-table builder used to read the first
@@ -703,7 +693,7 @@ fn files_mapped_as_code_are_read_only_as_far_as_needed() {
         .and_then(|f| f.set_len(SIZE))
         .unwrap();
     let mut d = Daemon::start(&[], &[]);
-    let before = peak_rss_kib(d.child.id());
+    let before = d.status_kib("VmHWM");
     let mut user = Command::new("setpriv");
     user.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .arg("/usr/bin/python3")
@@ -714,7 +704,7 @@ fn files_mapped_as_code_are_read_only_as_far_as_needed() {
     let w = Workload::spawn(&mut user);
     wait(6000);
     let m = d.get("/metrics").text();
-    let peak = peak_rss_kib(d.child.id());
+    let peak = d.status_kib("VmHWM");
     let refused = metric(&m, "emberd_unwind_table_events_total{reason=\"refused\"}");
     let folded = d.get(&format!("/folded?seconds=4&pid={}", w.pid())).text();
     let alive = d.child.try_wait().unwrap().is_none();
@@ -771,7 +761,7 @@ fn a_4_mib_symbol_name_is_cut_everywhere() {
     };
     let svg = d.get(&format!("/flamegraph.svg?seconds=3&pid={pid}"));
     let pprof = d.get(&format!("/debug/pprof/profile?seconds=3&pid={pid}"));
-    let rss = peak_rss_kib(d.child.id());
+    let rss = d.status_kib("VmHWM");
     drop(w);
     let longest = folded.lines().map(str::len).max().unwrap_or(0);
     assert!(
@@ -839,7 +829,7 @@ fn large_perf_maps_are_parsed_within_the_budget() {
     let d = Daemon::start(&[], &[]);
     wait(8000);
     let m = d.get("/metrics").text();
-    let peak = peak_rss_kib(d.child.id());
+    let peak = d.status_kib("VmHWM");
     let dropped = metric(
         &m,
         "emberd_symbolize_misses_total{reason=\"perf_map_entry_dropped\"}",
