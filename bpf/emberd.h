@@ -42,6 +42,7 @@ enum stack_end {
 enum stack_lost {
 	STACK_LOST_FULL = 0,         /* the stack map is full */
 	STACK_LOST_COLLISION = 1,    /* another stack has the same 64-bit key */
+	STACK_LOST_SHARE = 2,        /* its user holds their share of the map (events.bpf.c) */
 };
 
 /*
@@ -53,6 +54,8 @@ struct stored_stack {
 	__u64 used;            /* ns (bpf_ktime_get_ns) of last use, for collection */
 	__u32 nr;              /* frames in ips */
 	__u32 end;             /* enum stack_end */
+	__u32 uid;             /* whose share it counts in (events.bpf.c; 0 elsewhere) */
+	__u32 _pad;
 	__u64 ips[EMBERD_STACK_SLOTS]; /* innermost first; only nr are meaningful */
 };
 
@@ -307,6 +310,8 @@ struct blocked {
 	__u32 waker_pid;
 	__u32 has_waker;       /* the waker's stacks were recorded */
 	__u32 short_run;       /* periods ended since the last long one (events.bpf.c) */
+	__u32 uid;             /* the blocked thread's real uid: whose share its stacks count in */
+	__u32 _pad;
 	char comm[EMBERD_COMM_LEN];
 	char waker_comm[EMBERD_COMM_LEN];
 };
@@ -350,6 +355,7 @@ enum emberd_event_counter {
 	ECOUNTER_HEAP_RING_FULL,   /* heap ring buffer full: an alloc or free record lost */
 	ECOUNTER_BLOCKIO_END_NOT_SEEN, /* a request's address started again with no completion seen: its start is dropped */
 	ECOUNTER_NESTED_SKIPPED,   /* a program ran inside another on its CPU (an interrupt's wakeup, a preemption) and was skipped */
+	ECOUNTER_STACK_SHARE,      /* a new stack refused: its user holds their share of event_stacks */
 	ECOUNTER_MAX,
 };
 
@@ -371,6 +377,7 @@ struct events_config {
 	__u8 blockio;            /* record block I/O latency */
 	__u8 _pad2[5];
 	__u64 malloc_sample_bytes; /* mean bytes between malloc samples (0: every allocation) */
+	__u64 stack_share;       /* stacks one user may hold in event_stacks (0: no limit) */
 };
 
 /* A record of the heap ring buffer (events.bpf.c's malloc probes): a sampled

@@ -105,6 +105,22 @@ struct {
 } event_stacks SEC(".maps");
 
 /*
+ * Stacks each user (real uid) holds in `event_stacks`: a new one is refused
+ * past `config.stack_share` (half the map), so one user's threads blocked
+ * at thousands of distinct stacks cannot fill it for everyone (root is not
+ * limited). Added to
+ * here at each insert, recounted by the agent at each collection. Users
+ * beyond this map's size share the last key.
+ */
+#define STACKS_OTHER_UIDS 0xffffffffU
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} stacks_by_uid SEC(".maps");
+
+/*
  * Per-thread off-CPU state, in task storage: no hash of thread ids to look
  * up, fill or clean (it goes with the thread), and bounded by the threads
  * that exist. A failed allocation is counted as ECOUNTER_BLOCKED_FULL.
@@ -249,20 +265,50 @@ static __always_inline void stamp(__u64 key, __u64 now)
 		v->used = now;
 }
 
-/* Stores the scratch stack `s` (0: none), counting a loss by reason. */
-static __always_inline __u64 keep_stack(struct stored_stack *s, __u64 now)
+/* The count of stacks `uid` holds (see `stacks_by_uid`), 0: no limit (root's
+ * stacks: the host's services, the kernel's threads). */
+static __always_inline __u64 *held_by(__u32 uid)
+{
+	__u64 zero = 0, *n;
+
+	if (!config.stack_share || uid == 0)
+		return 0;
+	n = bpf_map_lookup_elem(&stacks_by_uid, &uid);
+	if (n)
+		return n;
+	if (bpf_map_update_elem(&stacks_by_uid, &uid, &zero, BPF_NOEXIST) != 0)
+		uid = STACKS_OTHER_UIDS;
+	n = bpf_map_lookup_elem(&stacks_by_uid, &uid);
+	if (n)
+		return n;
+	bpf_map_update_elem(&stacks_by_uid, &uid, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&stacks_by_uid, &uid);
+}
+
+/* Stores the scratch stack `s` (0: none) in `uid`'s share, counting a loss
+ * by reason. */
+static __always_inline __u64 keep_stack_as(struct stored_stack *s, __u64 now, __u32 uid)
 {
 	__u32 lost = 0;
 	__u64 key;
 
 	if (!s)
 		return EMBERD_STACK_NONE;
-	key = store_stack(&event_stacks, s, now, &lost);
+	key = store_stack(&event_stacks, s, now, &lost, uid, held_by(uid), config.stack_share);
 	if (key == EMBERD_STACK_LOST) {
 		ecount(ECOUNTER_STACK_LOST);
-		ucount(lost == STACK_LOST_FULL ? UCOUNTER_LOST_FULL : UCOUNTER_LOST_COLLISION);
+		if (lost == STACK_LOST_SHARE)
+			ecount(ECOUNTER_STACK_SHARE);
+		else
+			ucount(lost == STACK_LOST_FULL ? UCOUNTER_LOST_FULL : UCOUNTER_LOST_COLLISION);
 	}
 	return key;
+}
+
+/* As keep_stack_as, in the current task's user's share. */
+static __always_inline __u64 keep_stack(struct stored_stack *s, __u64 now)
+{
+	return keep_stack_as(s, now, (__u32)bpf_get_current_uid_gid());
 }
 
 /* The user stack of `task`, current on this CPU (or switching out of it). */
@@ -309,8 +355,9 @@ static __always_inline struct event_key *scratch_key(void)
 	return k;
 }
 
-/* The kernel stack of `task`, which is off CPU, as an `event_stacks` key. */
-static __always_inline __u64 blocked_kstack(struct task_struct *task, __u64 now)
+/* The kernel stack of `task` (user `uid`), which is off CPU, as an
+ * `event_stacks` key. */
+static __always_inline __u64 blocked_kstack(struct task_struct *task, __u32 uid, __u64 now)
 {
 	struct stored_stack *s = scratch_stack();
 	long n;
@@ -322,7 +369,7 @@ static __always_inline __u64 blocked_kstack(struct task_struct *task, __u64 now)
 		return EMBERD_STACK_NONE;
 	s->nr = n / sizeof(__u64);
 	s->end = s->nr >= EMBERD_MAX_STACK_DEPTH ? STACK_END_TRUNCATED : STACK_END_KERNEL;
-	return keep_stack(s, now);
+	return keep_stack_as(s, now, uid);
 }
 
 /* 1 with probability num/den (num < den < 2^48), from the kernel's prandom. */
@@ -413,7 +460,7 @@ static __always_inline void charge_offcpu(void *ctx, struct task_struct *next,
 	k->event = EVENT_OFFCPU;
 	k->tgid = b->tgid;
 	k->pid = next->pid;
-	k->kstack = blocked_kstack(next, now);
+	k->kstack = blocked_kstack(next, b->uid, now);
 	k->ustack = b->ustack;
 	__builtin_memcpy(k->comm, b->comm, sizeof(k->comm));
 	stamp(k->ustack, now);
@@ -463,6 +510,7 @@ static __always_inline int on_switch_claimed(void *ctx, struct task_struct *prev
 				b->ts = now;
 				b->has_waker = 0;
 				b->tgid = prev_tgid;
+				b->uid = (__u32)bpf_get_current_uid_gid();
 				bpf_get_current_comm(&b->comm, sizeof(b->comm));
 				if (u == EMBERD_P_ONE || chance(u, EMBERD_P_ONE)) {
 					b->ustack_p = u;
@@ -695,6 +743,10 @@ int refresh_held_stacks(struct bpf_iter__task *ctx)
 	if (!b || !b->ts)
 		return 0;
 	now = bpf_ktime_get_ns();
+	/* A block longer than max_block_ns is never charged (nor its waker's
+	 * wakeup): its stacks are no longer held. */
+	if (now - b->ts > config.max_block_ns)
+		return 0;
 	stamp(b->ustack, now);
 	if (b->has_waker) {
 		stamp(b->waker_kstack, now);

@@ -77,7 +77,7 @@ static __always_inline __u64 keep_stack(void *stacks, struct stored_stack *s,
 
 	if (!s)
 		return EMBERD_STACK_NONE;
-	key = store_stack(stacks, s, 0, &lost);
+	key = store_stack(stacks, s, 0, &lost, 0, 0, 0);
 	if (key == EMBERD_STACK_LOST) {
 		count(lost == STACK_LOST_FULL ? COUNTER_STACK_MAP_FULL : collision_counter);
 		ucount(lost == STACK_LOST_FULL ? UCOUNTER_LOST_FULL : UCOUNTER_LOST_COLLISION);

@@ -494,10 +494,12 @@ static __always_inline void hash_stack(struct stored_stack *s, __u64 *h1, __u64 
 
 /*
  * Stores the scratch stack `s` (nr, end, ips set) in `map` and returns its
- * key, or EMBERD_STACK_LOST with *lost set to the counter to bump.
+ * key, or EMBERD_STACK_LOST with *lost set to the counter to bump. With
+ * `held` (the stacks user `uid` has stored), a new stack is refused once
+ * that reaches `share`; a stack already stored is shared by every user.
  */
 static __always_inline __u64 store_stack(void *map, struct stored_stack *s, __u64 now,
-					 __u32 *lost)
+					 __u32 *lost, __u32 uid, __u64 *held, __u64 share)
 {
 	struct stored_stack *old;
 	__u64 h, check;
@@ -505,10 +507,19 @@ static __always_inline __u64 store_stack(void *map, struct stored_stack *s, __u6
 	hash_stack(s, &h, &check);
 	s->check = check;
 	s->used = now;
+	s->uid = uid;
+	s->_pad = 0;
 	old = bpf_map_lookup_elem(map, &h);
 	if (!old) {
-		if (bpf_map_update_elem(map, &h, s, BPF_NOEXIST) == 0)
+		if (held && *held >= share) {
+			*lost = STACK_LOST_SHARE;
+			return EMBERD_STACK_LOST;
+		}
+		if (bpf_map_update_elem(map, &h, s, BPF_NOEXIST) == 0) {
+			if (held)
+				__sync_fetch_and_add(held, 1);
 			return h;
+		}
 		old = bpf_map_lookup_elem(map, &h);
 		if (!old) {
 			*lost = STACK_LOST_FULL;

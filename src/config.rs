@@ -68,6 +68,10 @@ pub struct RawConfig {
     /// `unwind_table_budget_mib = 16`: bytes of unwind rows the BPF
     /// unwinder holds (kernel memory, allocated at start).
     pub unwind_table_budget_mib: Option<u64>,
+    /// `unwind_processes = 8192`: processes whose mappings the BPF
+    /// unwinder holds (about 5 KiB of kernel memory each); when full, a
+    /// user holding the most gives up a place to a user holding fewer.
+    pub unwind_processes: Option<u32>,
     /// `python = true`: show CPython 3.11-3.13 frames in place of the
     /// interpreter's eval loop (false: interpreters' stacks stay native).
     pub python: Option<bool>,
@@ -140,6 +144,7 @@ impl RawConfig {
             unwind_table_budget_mib: other
                 .unwind_table_budget_mib
                 .or(self.unwind_table_budget_mib),
+            unwind_processes: other.unwind_processes.or(self.unwind_processes),
             python: other.python.or(self.python),
             python_code_entries: other.python_code_entries.or(self.python_code_entries),
             offcpu: other.offcpu.or(self.offcpu),
@@ -187,6 +192,8 @@ pub struct Config {
     pub counts_map_entries: u32,
     /// Rows of the BPF unwind-table array (budget bytes / 8).
     pub unwind_rows: u32,
+    /// Processes the BPF unwinder holds mappings of.
+    pub unwind_processes: u32,
     /// Read Python frames.
     pub python: bool,
     /// Entries of the BPF map of Python code objects.
@@ -324,6 +331,9 @@ impl Config {
                     "malloc_sample_kib = {k} is out of range: use 0 (every allocation) ..= 1048576"
                 ),
             },
+            stack_entries: raw.stack_map_entries.unwrap_or_else(|| {
+                ev::STACK_MAP_ENTRIES.max(crate::collect::defaults::stack_map_entries())
+            }),
             malloc_live_entries: match raw.malloc_live_entries {
                 None => ev::MALLOC_LIVE_ENTRIES,
                 Some(n) if (1..=1 << 22).contains(&n) => n,
@@ -380,6 +390,11 @@ impl Config {
                 .counts_map_entries
                 .unwrap_or_else(crate::collect::defaults::counts_map_entries),
             unwind_rows: unwind_rows(raw.unwind_table_budget_mib)?,
+            unwind_processes: match raw.unwind_processes {
+                None => crate::unwind::defaults::MAX_PROCESSES,
+                Some(n @ 16..=1_048_576) => n,
+                Some(n) => bail!("unwind_processes = {n} is out of range: use 16 ..= 1048576"),
+            },
             python: raw.python.unwrap_or(true),
             python_code_entries: match raw.python_code_entries {
                 None => crate::unwind::defaults::PYTHON_CODE_ENTRIES,

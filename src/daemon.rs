@@ -155,6 +155,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         stack_map_entries: config.stack_map_entries,
         counts_map_entries: config.counts_map_entries,
         unwind_rows: config.unwind_rows,
+        unwind_processes: config.unwind_processes,
         python: config.python,
         python_code_entries: config.python_code_entries,
         // Idle samples are kept in the store and left out at query time

@@ -68,6 +68,9 @@ struct DaemonArgs {
     /// Bytes of unwind tables (.eh_frame rows) the BPF unwinder holds, MiB [default: 16].
     #[arg(long)]
     unwind_table_budget_mib: Option<u64>,
+    /// Processes whose mappings the BPF unwinder holds [default: 8192].
+    #[arg(long)]
+    unwind_processes: Option<u32>,
     /// Show CPython 3.11-3.13 frames in place of the eval loop [default: true].
     #[arg(long, action = clap::ArgAction::Set)]
     python: Option<bool>,
@@ -403,6 +406,7 @@ fn run_daemon(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         stack_map_entries: args.stack_map_entries,
         counts_map_entries: args.counts_map_entries,
         unwind_table_budget_mib: args.unwind_table_budget_mib,
+        unwind_processes: args.unwind_processes,
         python: args.python,
         python_code_entries: args.python_code_entries,
         perf_map_max_mib: args.perf_map_max_mib,

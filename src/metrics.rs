@@ -565,6 +565,14 @@ impl Metrics {
                 })
                 .inc_by(now.saturating_sub(prev));
         }
+        // A new stack refused to a user holding half of the events' stack
+        // map (the other reasons come with the unwinder's counters).
+        self.lost_stacks
+            .get_or_create(&ReasonLabel {
+                event: "offcpu".into(),
+                reason: "user_share".into(),
+            })
+            .inc_by(c.stacks_over_share.saturating_sub(p.stacks_over_share));
         for (event, reason, now, prev) in [
             ("events", "nested", c.nested_skipped, p.nested_skipped),
             (
@@ -744,6 +752,16 @@ impl Metrics {
                 "mapping_dropped",
                 stats.mappings_dropped,
                 p.mappings_dropped,
+            ),
+            (
+                "process_evicted_for_share",
+                stats.processes_evicted,
+                p.processes_evicted,
+            ),
+            (
+                "table_evicted_for_share",
+                stats.tables_evicted_for_share,
+                p.tables_evicted_for_share,
             ),
         ] {
             self.unwind_counts

@@ -179,6 +179,9 @@ pub struct EventOptions {
     pub malloc_sample_bytes: u64,
     /// [`defaults::MALLOC_LIVE_ENTRIES`].
     pub malloc_live_entries: u32,
+    /// Entries of `event_stacks` (stacks of blocked threads and wakers);
+    /// one user may hold at most half of them (see `bpf/events.bpf.c`).
+    pub stack_entries: u32,
 }
 
 impl Default for EventOptions {
@@ -202,6 +205,7 @@ impl Default for EventOptions {
             malloc: MallocTargets::default(),
             malloc_sample_bytes: defaults::MALLOC_SAMPLE_BYTES,
             malloc_live_entries: defaults::MALLOC_LIVE_ENTRIES,
+            stack_entries: defaults::STACK_MAP_ENTRIES.max(super::defaults::stack_map_entries()),
         }
     }
 }
@@ -441,6 +445,8 @@ pub struct EventCounters {
     /// Runs skipped because another program of the object was using the
     /// CPU's scratch (an interrupt's wakeup inside a page fault, say).
     pub nested_skipped: u64,
+    /// New stacks refused because their user held half of the stack map.
+    pub stacks_over_share: u64,
     /// Allocation calls seen in chosen processes.
     pub malloc_calls: u64,
     /// Allocations sampled.
@@ -525,9 +531,10 @@ fn load(
     cfg.munmap = u8::from(options.munmap);
     cfg.blockio = u8::from(options.blockio);
     cfg.malloc_sample_bytes = options.malloc_sample_bytes;
+    cfg.stack_share = u64::from(options.stack_entries.max(64) / 2);
     open.maps
         .event_stacks
-        .set_max_entries(defaults::STACK_MAP_ENTRIES.max(super::defaults::stack_map_entries()))
+        .set_max_entries(options.stack_entries.max(64))
         .map_err(|source| CollectError::LoadEvents { source })?;
     let counts = defaults::COUNTS_MAP_ENTRIES.max(super::defaults::counts_map_entries());
     for map in [&mut open.maps.event_counts0, &mut open.maps.event_counts1] {
@@ -846,7 +853,7 @@ impl EventSampler {
     /// Cumulative counters, summed over CPUs.
     pub fn counters(&self) -> Result<EventCounters, CollectError> {
         let map = &self.skel.maps.event_counters;
-        let mut v = [0u64; 25];
+        let mut v = [0u64; 26];
         super::percpu_sums(map, "event_counters", &mut v)?;
         Ok(EventCounters {
             switches: v[0],
@@ -874,6 +881,7 @@ impl EventSampler {
             heap_ring_full: v[22],
             blockio_end_not_seen: v[23],
             nested_skipped: v[24],
+            stacks_over_share: v[25],
         })
     }
 
@@ -1040,7 +1048,8 @@ impl EventSampler {
             }
         }
         let mut stale: Vec<Vec<u8>> = Vec::new();
-        super::batch_each(stacks, false, |k, v| {
+        let mut per_uid: HashMap<u32, u64> = HashMap::new();
+        let complete = super::batch_each(stacks, false, |k, v| {
             if stack::last_used(v).is_some_and(|used| used < horizon)
                 && !k
                     .get(..8)
@@ -1048,12 +1057,56 @@ impl EventSampler {
                     .is_some_and(|b| held.contains(&u64::from_ne_bytes(b)))
             {
                 stale.push(k.to_vec());
+            } else if let Some(uid) = stack::owner(v) {
+                *per_uid.entry(uid).or_default() += 1;
             }
         });
         for k in stale {
             let _ = stacks.delete(&k);
         }
+        if complete {
+            self.recount_shares(&per_uid);
+        }
         Ok(())
+    }
+
+    /// Sets `stacks_by_uid` to the stacks each user holds after a
+    /// collection: the programs only add to it, so without this a user's
+    /// count would only grow. A stack stored between the walk and this
+    /// write goes uncounted until the next collection (2 s).
+    fn recount_shares(&self, per_uid: &HashMap<u32, u64>) {
+        const OTHER_UIDS: u32 = u32::MAX;
+        let map = &self.skel.maps.stacks_by_uid;
+        let room = map.max_entries().saturating_sub(1) as usize;
+        let mut counts: HashMap<u32, u64> = HashMap::new();
+        // Users past the map's size share one key, as the programs do.
+        // Root is not limited (and not counted by the programs).
+        let mut by_size: Vec<(u32, u64)> = per_uid
+            .iter()
+            .filter(|&(u, _)| *u != 0)
+            .map(|(u, n)| (*u, *n))
+            .collect();
+        by_size.sort_unstable_by_key(|e| std::cmp::Reverse(e.1));
+        for (i, (uid, n)) in by_size.into_iter().enumerate() {
+            let key = if i < room && uid != OTHER_UIDS {
+                uid
+            } else {
+                OTHER_UIDS
+            };
+            *counts.entry(key).or_default() += n;
+        }
+        let present: Vec<u32> = map
+            .keys()
+            .filter_map(|k| k.try_into().ok().map(u32::from_ne_bytes))
+            .collect();
+        for uid in present {
+            if !counts.contains_key(&uid) {
+                let _ = map.delete(&uid.to_ne_bytes());
+            }
+        }
+        for (uid, n) in counts {
+            let _ = map.update(&uid.to_ne_bytes(), &n.to_ne_bytes(), MapFlags::ANY);
+        }
     }
 }
 

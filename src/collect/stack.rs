@@ -98,12 +98,12 @@ impl StackEnd {
 
 /// Parses a `struct stored_stack` value.
 pub(crate) fn parse_stored(v: &[u8]) -> Option<RawStack> {
-    // check (8), used (8), nr (4), end (4), ips: read by offset, the lookup
-    // buffer carries no alignment guarantee.
+    // check (8), used (8), nr (4), end (4), uid (4), pad (4), ips: read by
+    // offset, the lookup buffer carries no alignment guarantee.
     let nr = u32::from_ne_bytes(v.get(16..20)?.try_into().ok()?) as usize;
     let end = u32::from_ne_bytes(v.get(20..24)?.try_into().ok()?);
     let ips: std::sync::Arc<[u64]> = v
-        .get(24..)?
+        .get(32..)?
         .chunks_exact(8)
         .take(nr)
         .map(|c| u64::from_ne_bytes(c.try_into().expect("8-byte chunk")))
@@ -112,6 +112,11 @@ pub(crate) fn parse_stored(v: &[u8]) -> Option<RawStack> {
         ips,
         end: StackEnd::from_raw(end),
     })
+}
+
+/// `stored_stack.uid` of a value: the user whose share it counts in.
+pub(crate) fn owner(v: &[u8]) -> Option<u32> {
+    Some(u32::from_ne_bytes(v.get(24..28)?.try_into().ok()?))
 }
 
 /// `stored_stack.used` of a value: ns of last use.

@@ -82,6 +82,8 @@ const MAP_TABLE: u32 = 0;
 const MAP_FP: u32 = 1;
 const MAP_NO_INFO: u32 = 2;
 const MAP_NOT_READY: u32 = 3;
+/// The user whose processes and tables are never taken for another's.
+const ROOT: u32 = 0;
 /// `EMBERD_MAX_MAPPINGS`.
 const MAX_MAPPINGS: usize = 128;
 /// sizeof(struct unwind_mapping), sizeof(struct proc_unwind).
@@ -163,6 +165,8 @@ struct ProcMapping {
 
 #[derive(Debug)]
 struct ProcState {
+    /// The process's real user id: whose share of the tables it uses.
+    uid: u32,
     mappings: Vec<ProcMapping>,
     read_at: Instant,
     /// When the process was noted (appeared or exec'd); kept by refreshes.
@@ -224,6 +228,13 @@ pub struct UnwindStats {
     /// Executable mappings left out: more than `EMBERD_MAX_MAPPINGS` in a
     /// process, or more processes than the map holds.
     pub mappings_dropped: u64,
+    /// Processes whose mappings were taken out of a full `proc_unwind` to
+    /// make room for a process of a user holding fewer (see
+    /// [`Unwinder::note_process`]).
+    pub processes_evicted: u64,
+    /// Tables still mapped whose rows were taken back from the user
+    /// holding the most rows, to make room for a user holding fewer.
+    pub tables_evicted_for_share: u64,
 }
 
 /// What emberd does with a Python process's frames (`emberd check`,
@@ -262,6 +273,15 @@ pub struct Unwinder {
     tables: HashMap<TableId, TableEntry>,
     next_id: TableId,
     processes: HashMap<Pid, ProcState>,
+    /// Processes in `processes` per real user id.
+    per_uid: HashMap<u32, u32>,
+    /// Processes refused a place in a full `proc_unwind`, and when: read
+    /// again at most every [`defaults::REFRESH_INTERVAL`], however often
+    /// the BPF unwinder asks.
+    refused: HashMap<Pid, Instant>,
+    /// Tables whose rows were taken back since the last poll: the
+    /// processes mapping them are uploaded again.
+    stripped: HashSet<TableId>,
     jobs: mpsc::Sender<BuildJob>,
     done: mpsc::Receiver<Built>,
     last_exit_scan: Instant,
@@ -365,6 +385,9 @@ impl Unwinder {
             tables: HashMap::new(),
             next_id: 1,
             processes: HashMap::new(),
+            per_uid: HashMap::new(),
+            refused: HashMap::new(),
+            stripped: HashSet::new(),
             jobs,
             done,
             last_exit_scan: Instant::now(),
@@ -402,6 +425,9 @@ impl Unwinder {
     fn read_process(&mut self, pid: Pid, noted_at: Instant) {
         let Ok(process) = Process::new(pid.0 as i32) else {
             return;
+        };
+        let Some(uid) = real_uid(pid) else {
+            return; // gone
         };
         let Ok(maps) = process.maps() else {
             return;
@@ -459,10 +485,17 @@ impl Unwinder {
         }
         if let Some(old) = self.processes.remove(&pid) {
             self.release(&old);
-        } else if self.processes.len() >= self.max_processes {
+            self.count_out(old.uid);
+        } else if self.processes.len() >= self.max_processes && !self.make_room(uid) {
             self.stats.mappings_dropped += mappings.len() as u64;
+            if self.refused.len() >= self.max_processes {
+                self.refused.clear();
+            }
+            self.refused.insert(pid, now);
             return;
         }
+        self.refused.remove(&pid);
+        *self.per_uid.entry(uid).or_default() += 1;
         for t in mappings.iter().filter_map(|m| m.table) {
             if let Some(e) = self.tables.get_mut(&t) {
                 e.refs += 1;
@@ -470,6 +503,7 @@ impl Unwinder {
             }
         }
         let state = ProcState {
+            uid,
             mappings,
             read_at: now,
             noted_at,
@@ -555,6 +589,7 @@ impl Unwinder {
             changed.insert(built.id);
             self.finish(built);
         }
+        changed.extend(self.stripped.drain());
         if !changed.is_empty() {
             let pids: Vec<Pid> = self
                 .processes
@@ -588,7 +623,12 @@ impl Unwinder {
                     };
                     (p.read_at.elapsed() < interval, p.noted_at)
                 }
-                None => (false, Instant::now()),
+                None => (
+                    self.refused
+                        .get(&pid)
+                        .is_some_and(|at| at.elapsed() < defaults::REFRESH_INTERVAL),
+                    Instant::now(),
+                ),
             };
             if !fresh {
                 self.read_process(pid, noted_at);
@@ -666,7 +706,7 @@ impl Unwinder {
             self.stats.no_info_files += 1;
             TableState::NoInfo
         } else {
-            match self.allocate(table.rows.len() as u32) {
+            match self.allocate(built.id, table.rows.len() as u32) {
                 Some(start) if self.rows.write(start, &table.rows).is_ok() => {
                     self.stats.tables += 1;
                     self.stats.rows += table.rows.len() as u64;
@@ -709,8 +749,10 @@ impl Unwinder {
         }
     }
 
-    /// First-fit allocation of `len` rows, evicting unused tables if needed.
-    fn allocate(&mut self, len: u32) -> Option<u32> {
+    /// First-fit allocation of `len` rows for table `want`, evicting unused
+    /// tables if needed, then tables of the user holding the most rows if
+    /// that user holds more than `want`'s would.
+    fn allocate(&mut self, want: TableId, len: u32) -> Option<u32> {
         loop {
             if let Some((&start, &flen)) = self.free.iter().find(|&(_, &l)| l >= len) {
                 self.free.remove(&start);
@@ -725,9 +767,120 @@ impl Unwinder {
                 .iter()
                 .filter(|&(&id, e)| e.refs == 0 && self.owns_rows(id, e))
                 .min_by_key(|(_, e)| e.last_used)
-                .map(|(id, _)| *id)?;
-            self.evict(victim);
+                .map(|(id, _)| *id);
+            match victim {
+                Some(victim) => self.evict(victim),
+                None if self.strip_for_share(want, len) => {}
+                None => return None,
+            }
         }
+    }
+
+    /// With every row in use by a live process: takes back the rows of
+    /// the table used longest ago among those only one user's processes
+    /// map, that user holding the most such rows, if it holds more than
+    /// the users wanting `want` would with it. One user mapping many large
+    /// files of their own thus cannot keep the tables of everyone else's
+    /// new programs out. Tables mapped by several users (libc) are no one's
+    /// share, and root's (the host's services) are never taken. Returns
+    /// whether rows were freed.
+    fn strip_for_share(&mut self, want: TableId, len: u32) -> bool {
+        // Who maps each block of rows (tables sharing rows by build id are
+        // one block); None: several users.
+        let mut owner: HashMap<u32, Option<u32>> = HashMap::new();
+        let mut wanting: HashSet<u32> = HashSet::new();
+        for p in self.processes.values() {
+            for t in p.mappings.iter().filter_map(|m| m.table) {
+                if t == want {
+                    wanting.insert(p.uid);
+                }
+                if let Some(TableEntry {
+                    state: TableState::Ready { start, .. },
+                    ..
+                }) = self.tables.get(&t)
+                {
+                    owner
+                        .entry(*start)
+                        .and_modify(|o| {
+                            if *o != Some(p.uid) {
+                                *o = None;
+                            }
+                        })
+                        .or_insert(Some(p.uid));
+                }
+            }
+        }
+        let mut held: HashMap<u32, u64> = HashMap::new();
+        let mut oldest: HashMap<u32, (Instant, TableId)> = HashMap::new();
+        for (&id, e) in &self.tables {
+            let TableState::Ready { start, len } = e.state else {
+                continue;
+            };
+            if !self.owns_rows(id, e) {
+                continue;
+            }
+            if let Some(Some(uid)) = owner.get(&start)
+                && *uid != ROOT
+            {
+                *held.entry(*uid).or_default() += u64::from(len);
+                let o = oldest.entry(*uid).or_insert((e.last_used, id));
+                if e.last_used < o.0 {
+                    *o = (e.last_used, id);
+                }
+            }
+        }
+        let Some(mine) = wanting
+            .iter()
+            .map(|u| held.get(u).copied().unwrap_or(0))
+            .min()
+        else {
+            return false;
+        };
+        let Some((top, most)) = held
+            .iter()
+            .filter(|(u, _)| !wanting.contains(u))
+            .max_by_key(|&(_, n)| *n)
+            .map(|(u, n)| (*u, *n))
+        else {
+            return false;
+        };
+        if most <= mine + u64::from(len) {
+            return false;
+        }
+        let Some(&(_, victim)) = oldest.get(&top) else {
+            return false;
+        };
+        tracing::debug!(
+            "unwind table budget full: taking back a table of uid {top} ({most} rows) for uid(s) {wanting:?}"
+        );
+        self.strip(victim);
+        true
+    }
+
+    /// Frees a table's rows while processes still map it: it and the
+    /// tables sharing its rows become frame-pointer-only (`NoInfo`) until
+    /// no process maps them, and their processes are uploaded again.
+    fn strip(&mut self, id: TableId) {
+        let Some(TableState::Ready { start, len }) = self.tables.get(&id).map(|e| e.state.clone())
+        else {
+            return;
+        };
+        for (&tid, e) in self.tables.iter_mut() {
+            if matches!(e.state, TableState::Ready { start: s, .. } if s == start) {
+                e.state = TableState::NoInfo;
+                if let Some(b) = &e.build_id
+                    && self.by_build_id.get(b) == Some(&tid)
+                {
+                    self.by_build_id.remove(b);
+                }
+                self.stripped.insert(tid);
+            }
+        }
+        self.release_rows(start, len);
+        self.stats.tables = self.stats.tables.saturating_sub(1);
+        self.stats.rows = self.stats.rows.saturating_sub(u64::from(len));
+        self.stats.bytes = self.stats.bytes.saturating_sub(u64::from(len) * 8);
+        self.stats.tables_evicted_for_share += 1;
     }
 
     /// Whether table `id` holds rows of its own (rather than sharing another
@@ -788,6 +941,64 @@ impl Unwinder {
         self.free.insert(start, len);
     }
 
+    /// Takes a process out of the BPF unwinder's maps.
+    fn forget(&mut self, pid: Pid) {
+        if let Some(state) = self.processes.remove(&pid) {
+            self.release(&state);
+            self.count_out(state.uid);
+        }
+        let _ = self.procs_map.delete(&pid.0.to_ne_bytes());
+        if self.python.remove(&pid).is_some() {
+            let _ = self.py_procs.delete(&pid.0.to_ne_bytes());
+        }
+    }
+
+    fn count_out(&mut self, uid: u32) {
+        if let Some(n) = self.per_uid.get_mut(&uid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_uid.remove(&uid);
+            }
+        }
+    }
+
+    /// Makes room in a full `proc_unwind` for a process of `uid` when
+    /// another user holds more places than `uid` would after it: that
+    /// user's process read longest ago gives up its place. One user
+    /// starting thousands of processes thus takes at most an equal share
+    /// of the map from the others, not the whole of it. Root's processes
+    /// (the host's services; no user can start one) never give up theirs.
+    fn make_room(&mut self, uid: u32) -> bool {
+        let mine = self.per_uid.get(&uid).copied().unwrap_or(0);
+        let Some((top, most)) = self
+            .per_uid
+            .iter()
+            .filter(|&(u, _)| *u != ROOT)
+            .max_by_key(|&(_, n)| *n)
+            .map(|(u, n)| (*u, *n))
+        else {
+            return false;
+        };
+        if top == uid || mine + 1 >= most {
+            return false;
+        }
+        let victim = self
+            .processes
+            .iter()
+            .filter(|(_, s)| s.uid == top)
+            .min_by_key(|(_, s)| s.read_at)
+            .map(|(pid, _)| *pid);
+        let Some(victim) = victim else {
+            return false;
+        };
+        tracing::debug!(
+            "proc_unwind full: pid {victim} (uid {top}, {most} processes) makes room for uid {uid}"
+        );
+        self.forget(victim);
+        self.stats.processes_evicted += 1;
+        true
+    }
+
     fn release(&mut self, state: &ProcState) {
         let now = Instant::now();
         for t in state.mappings.iter().filter_map(|m| m.table) {
@@ -806,14 +1017,10 @@ impl Unwinder {
             .copied()
             .collect();
         for pid in gone {
-            if let Some(state) = self.processes.remove(&pid) {
-                self.release(&state);
-            }
-            let _ = self.procs_map.delete(&pid.0.to_ne_bytes());
-            if self.python.remove(&pid).is_some() {
-                let _ = self.py_procs.delete(&pid.0.to_ne_bytes());
-            }
+            self.forget(pid);
         }
+        self.refused
+            .retain(|pid, _| std::path::Path::new(&format!("/proc/{pid}")).exists());
         let idle: Vec<TableId> = self
             .tables
             .iter()
@@ -944,6 +1151,26 @@ impl Unwinder {
             }
         }
     }
+}
+
+/// A process's real user id (from `/proc/PID/status`, not the owner of
+/// `/proc/PID`, which a process can turn to root by making itself
+/// undumpable); `None` when the process is gone.
+fn real_uid(pid: Pid) -> Option<u32> {
+    use std::io::Read;
+    let mut text = Vec::new();
+    // The Uid line comes within the first 1 KiB; bytes, not a String: the
+    // Name line is the process's own choice and need not be UTF-8.
+    File::open(format!("/proc/{pid}/status"))
+        .ok()?
+        .take(4096)
+        .read_to_end(&mut text)
+        .ok()?;
+    text.split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(b"Uid:"))
+        .and_then(|rest| std::str::from_utf8(rest).ok())
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|u| u.parse().ok())
 }
 
 /// Whether `md` is the file a maps line names by device (major, minor)

@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 
+mod shares;
+
 /// What a local user can put at the perf-map path of someone else's process.
 #[derive(Debug, Clone, Copy)]
 enum Trap {

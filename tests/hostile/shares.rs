@@ -1,0 +1,250 @@
+//! One local user filling a table the whole host shares: the BPF unwinder's
+//! process places, its unwind-table rows, and the stack map of blocked
+//! threads. Each test has one user (uid 65530) fill the table as far as
+//! they can, then starts another user's program (uid 65531) and checks its
+//! stacks are whole.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common::*;
+
+const HOSTILE: u32 = 65530;
+const VICTIM: u32 = 65531;
+
+/// `program args` run as `uid` (its own group, no others).
+fn as_user(uid: u32, program: &Path) -> Command {
+    let mut c = Command::new("setpriv");
+    c.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .args(["--clear-groups", "--"])
+        .arg(program);
+    c
+}
+
+/// Kills every process of `uid` (the test's users own nothing else).
+fn kill_user(uid: u32) {
+    let _ = Command::new("pkill")
+        .args(["-KILL", "-U", &uid.to_string()])
+        .status();
+}
+
+/// A copy of the frameless deep_chain under `dir`, readable by everyone.
+fn victim_program(dir: &str) -> PathBuf {
+    let bin = build_c_debian("deep_chain");
+    let dir = Path::new("/tmp").join(dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join("deep_chain");
+    std::fs::copy(&bin, &copy).expect("copying deep_chain");
+    copy
+}
+
+/// The share of `pid`'s CPU samples of the last 5 s whose stack is
+/// main;level_a;level_b;level_c from the root, and their number.
+fn victim_complete(d: &Daemon, pid: u32) -> (f64, u64, String) {
+    let r = d.get(&format!("/folded?seconds=5&pid={pid}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let p = parse_folded(&r.text());
+    let all = sum_where(&p, |f| f[0] == "deep_chain");
+    let good = sum_where(&p, |f| {
+        f[0] == "deep_chain"
+            && has_seq(f, &["main", "level_a", "level_b", "level_c"])
+            && reaches_root(f)
+    });
+    (good as f64 / all.max(1) as f64, all, top(&p, 6))
+}
+
+/// Removes the test's processes whatever the outcome.
+struct Users;
+
+impl Drop for Users {
+    fn drop(&mut self) {
+        kill_user(HOSTILE);
+        kill_user(VICTIM);
+    }
+}
+
+/// One user starting more processes than the BPF unwinder has places for
+/// (`--unwind-processes 32` here, 8192 by default) cannot keep another
+/// user's new program off its tables: the user holding the most places
+/// gives one up, counted as `process_evicted_for_share`.
+#[test]
+fn one_user_cannot_fill_the_unwinders_process_places() {
+    require_root();
+    let _users = Users;
+    kill_user(HOSTILE);
+    let victim = victim_program("emberd-share-procs");
+    let d = Daemon::start(&["--unwind-processes", "32"], &[]);
+    let _hostile = Workload::spawn(
+        as_user(HOSTILE, Path::new("/bin/sh"))
+            .args(["-c", "for i in $(seq 64); do sleep 60 & done; wait"]),
+    );
+    wait(3000);
+    let m = d.get("/metrics").text();
+    let places = metric(&m, "emberd_unwind_tables{map=\"processes\"}");
+    assert!(
+        places >= 32.0,
+        "64 sleeping processes should fill the 32 places ({places} held):\n{m}"
+    );
+    let w = Workload::spawn(as_user(VICTIM, &victim).arg("12"));
+    wait(8000);
+    let (share, n, ctx) = victim_complete(&d, w.pid());
+    let m = d.get("/metrics").text();
+    let evicted = metric(
+        &m,
+        "emberd_unwind_table_events_total{reason=\"process_evicted_for_share\"}",
+    );
+    assert!(
+        n >= 100 && share >= 0.9,
+        "{:.1}% of the other user's {n} samples are whole, expected >= 90%:\n{ctx}",
+        share * 100.0
+    );
+    assert!(
+        evicted >= 1.0,
+        "a place should have been taken from the user holding 32 (evicted = {evicted})"
+    );
+}
+
+/// Gives an ELF file build id number `n` in place (if it has one), so that
+/// its table is not shared with the original's or another copy's.
+fn new_build_id(path: &Path, n: u32) {
+    use object::{Object, ObjectSection};
+    let mut bytes = std::fs::read(path).unwrap();
+    let range = {
+        let file = object::File::parse(&bytes[..]).unwrap();
+        file.section_by_name(".note.gnu.build-id")
+            .and_then(|s| s.file_range())
+    };
+    if let Some((at, len)) = range {
+        let end = (at + len) as usize;
+        bytes[end - 4..end].copy_from_slice(&n.to_le_bytes());
+        std::fs::write(path, &bytes).unwrap();
+    }
+}
+
+/// One user running many programs of their own fills the unwind-table
+/// budget (2 MiB here: the host's own programs take about half); another
+/// user's program started next still gets its table: the rows of the first
+/// user's table used longest ago are taken back, counted as
+/// `table_evicted_for_share`. The other user's program is a static binary
+/// larger than each of the first user's, so no gap they leave can hold it.
+#[test]
+fn one_user_cannot_fill_the_unwind_table_budget() {
+    require_root();
+    let _users = Users;
+    kill_user(HOSTILE);
+    let mut flags = DEBIAN_CFLAGS.to_vec();
+    flags.push("-static");
+    let small = build_c_with("sleepy", "static", &flags);
+    flags.extend(["-Wl,--whole-archive", "-lm", "-Wl,--no-whole-archive"]);
+    let big = build_c_with("deep_chain", "static-libm", &flags);
+    let dir = Path::new("/tmp/emberd-share-rows");
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir.join("user")).unwrap();
+    for i in 0..40 {
+        let p = dir.join("user").join(format!("sleepy{i}"));
+        std::fs::copy(&small, &p).unwrap();
+        new_build_id(&p, i);
+    }
+    let victim = dir.join("deep_chain");
+    std::fs::copy(&big, &victim).unwrap();
+    let d = Daemon::start(&["--unwind-table-budget-mib", "2"], &[]);
+    let _hostile = Workload::spawn(
+        as_user(HOSTILE, Path::new("/bin/sh"))
+            .arg("-c")
+            .arg(format!(
+                "for f in {}/user/*; do $f 60 & done; wait",
+                dir.display()
+            )),
+    );
+    wait(5000);
+    let m = d.get("/metrics").text();
+    let refused = metric(
+        &m,
+        "emberd_unwind_table_events_total{reason=\"budget_refused\"}",
+    );
+    assert!(
+        refused >= 1.0,
+        "40 programs should overflow the 2 MiB budget (budget_refused = {refused})"
+    );
+    let w = Workload::spawn(as_user(VICTIM, &victim).arg("12"));
+    wait(8000);
+    let (share, n, ctx) = victim_complete(&d, w.pid());
+    let m = d.get("/metrics").text();
+    let stripped = metric(
+        &m,
+        "emberd_unwind_table_events_total{reason=\"table_evicted_for_share\"}",
+    );
+    let _ = std::fs::remove_dir_all(dir);
+    assert!(
+        n >= 100 && share >= 0.9,
+        "{:.1}% of the other user's {n} samples are whole, expected >= 90%:\n{ctx}",
+        share * 100.0
+    );
+    assert!(
+        stripped >= 1.0,
+        "a table of the user holding the budget should have been taken back (evicted = {stripped})"
+    );
+}
+
+/// One user's threads blocking at thousands of distinct stacks
+/// (tests/workloads/many_stacks.c) cannot fill the events' stack map
+/// (`--stack-map-entries 1024` here) for everyone: they may hold half of
+/// it, their further stacks are refused and counted
+/// (`emberd_stacks_lost_total{reason="user_share"}`), and another user's
+/// sleeping thread is charged in full under its own stack.
+#[test]
+fn one_user_cannot_fill_the_blocked_stack_map() {
+    require_root();
+    let _users = Users;
+    kill_user(HOSTILE);
+    let hostile_bin = build_c("many_stacks");
+    let sleepy = build_c_debian("sleepy");
+    let d = Daemon::start(&["--stack-map-entries", "1024"], &[]);
+    let _hostile = Workload::spawn(as_user(HOSTILE, &hostile_bin).args(["16", "40"]));
+    let w = Workload::spawn(as_user(VICTIM, &sleepy).arg("4"));
+    let pid = w.pid();
+    // The sleeps end 5 s in; wait for the drain after them.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let (mut us, mut p);
+    loop {
+        wait(1000);
+        let r = d.get(&format!(
+            "/folded?seconds=20&event=offcpu&pid={pid}&group=thread"
+        ));
+        assert_eq!(r.status, 200, "{}", r.text());
+        p = parse_folded(&r.text());
+        us = sum_where(&p, |f| {
+            has_seq(f, &["sleeper_thread", "sleepy"]) && reaches_root(f)
+        });
+        if us >= 900_000 || std::time::Instant::now() > deadline {
+            break;
+        }
+    }
+    let m = d.get("/metrics").text();
+    let refused = metric(
+        &m,
+        "emberd_stacks_lost_total{event=\"offcpu\",reason=\"user_share\"}",
+    );
+    let full = metric(
+        &m,
+        "emberd_stacks_lost_total{event=\"offcpu\",reason=\"stack_map_full\"}",
+    );
+    let hostile = d
+        .get("/folded?seconds=10&event=offcpu&comm=many_stacks")
+        .text();
+    assert!(
+        hostile.contains("left") && hostile.contains("right"),
+        "the blocking user's stacks within their share are still recorded"
+    );
+    assert!(
+        us >= 900_000,
+        "the other user's 5 x 200 ms sleeps should be charged under sleepy, whole: {us} us:\n{}",
+        top(&p, 6)
+    );
+    assert!(
+        refused >= 100.0,
+        "the blocking user's stacks past half the map should be refused (user_share = {refused}, map full = {full})"
+    );
+}
