@@ -8,6 +8,7 @@
 pub mod auth;
 mod compare;
 pub mod conn;
+pub mod csp;
 pub mod origin;
 mod web;
 
@@ -383,14 +384,9 @@ async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response
     next.run(req).await
 }
 
-/// What the SVGs may do when opened on their own: their own inline script
-/// and styles, nothing fetched, no forms, framed only by emberd's page.
-/// (Their scripts carry values of the render, so a hash would change with
-/// each one.)
-const SVG_CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'self'";
-
 /// Headers every response carries: no type sniffing (a text/plain error
-/// that echoes a parameter is never read as HTML), and the SVGs' CSP.
+/// that echoes a parameter is never read as HTML), and the SVGs' CSP
+/// ([`csp::svg_policy`]: their own scripts by hash, nothing else).
 async fn harden(req: Request, next: Next) -> Response {
     let mut resp = next.run(req).await;
     let h = resp.headers_mut();
@@ -401,13 +397,31 @@ async fn harden(req: Request, next: Next) -> Response {
     let svg = h
         .get(header::CONTENT_TYPE)
         .is_some_and(|t| t.as_bytes().starts_with(b"image/svg+xml"));
-    if svg && !h.contains_key(header::CONTENT_SECURITY_POLICY) {
-        h.insert(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(SVG_CSP),
-        );
+    if !svg || h.contains_key(header::CONTENT_SECURITY_POLICY) {
+        return resp;
     }
-    resp
+    // The SVGs are rendered whole before they are sent: collecting the
+    // body costs no copy of note.
+    let (mut parts, body) = resp.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the SVG could not be read back\n",
+        )
+            .into_response();
+    };
+    match HeaderValue::from_str(&csp::svg_policy(&bytes)) {
+        Ok(v) => {
+            parts.headers.insert(header::CONTENT_SECURITY_POLICY, v);
+        }
+        Err(_) => {
+            parts.headers.insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static("default-src 'none'"),
+            );
+        }
+    }
+    Response::from_parts(parts, Body::from(bytes))
 }
 
 /// Whether the daemon is doing its job, for `/readyz`.

@@ -147,7 +147,7 @@ fn posted_baselines_cost_memory_in_proportion() {
 /// http://evil.example` or `Sec-Fetch-Site: cross-site` get 403 naming why;
 /// the daemon's own origin, and requests without either header (curl,
 /// scrapers), get 200 with `X-Content-Type-Options: nosniff` and, for the
-/// SVG, a CSP that allows its inline script and nothing fetched. An
+/// SVG, a CSP that allows its own script (by hash) and nothing fetched. An
 /// HTTP/1.1 request without Host, or with a non-ASCII one, is 400.
 #[test]
 fn cross_origin_requests_are_refused() {
@@ -209,7 +209,9 @@ fn cross_origin_requests_are_refused() {
             );
             let csp = r.header("content-security-policy").unwrap_or_default();
             assert!(
-                csp.contains("default-src 'none'") && csp.contains("script-src 'unsafe-inline'"),
+                csp.contains("default-src 'none'")
+                    && csp.contains("script-src 'sha256-")
+                    && !csp.contains("script-src 'unsafe-inline'"),
                 "{what}: CSP {csp:?}"
             );
             assert!(
