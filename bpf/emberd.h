@@ -106,10 +106,42 @@ struct unwind_mapping {
 	__u32 _pad;
 };
 
+/*
+ * A mapped file's table by the inode the kernel maps (`file_tables`), for
+ * code in mappings the agent has not listed yet (a process that just
+ * started or mapped a library): found through bpf_find_vma, so a new
+ * process's frames in libc unwind with libc's table from its first sample.
+ * Keyed as /proc/PID/maps shows a mapping: the inode's superblock device
+ * (kernel dev_t, major << 20 | minor) and inode number.
+ */
+struct file_key {
+	__u64 dev;
+	__u64 ino;
+};
+
+#define EMBERD_FILE_SEGS 4
+
+/* A PT_LOAD segment of the file: a mapping at file offset `off` (page
+ * aligned) with off_lo <= off < off_hi has bias start - off + delta. */
+struct file_seg {
+	__u64 off_lo;
+	__u64 off_hi;
+	__u64 delta;           /* p_offset - p_vaddr */
+};
+
+struct file_table {
+	__u32 table_start;
+	__u32 table_len;
+	__u32 kind;            /* UNWIND_MAP_TABLE or UNWIND_MAP_NO_INFO */
+	__u32 nsegs;           /* executable segments first */
+	struct file_seg segs[EMBERD_FILE_SEGS];
+};
+
 /* A process's executable mappings, sorted by start. */
 struct proc_unwind {
 	__u32 nr;
 	__u32 _pad;
+	__u64 read_ns;         /* bpf_ktime_get_ns before the agent read the mappings */
 	struct unwind_mapping maps[EMBERD_MAX_MAPPINGS];
 };
 

@@ -59,8 +59,14 @@ static __always_inline void count(__u32 which)
 #include "new_process.h"
 #include "unwind.h"
 
+/* After exec the process's mappings are another program's: its
+ * proc_unwind entry (read before) must not be used (see exec_at). */
 static __always_inline void on_exec(void)
 {
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 now = bpf_ktime_get_ns();
+
+	bpf_map_update_elem(&exec_at, &tgid, &now, BPF_ANY);
 }
 
 static __always_inline void on_new_process_dropped(void)

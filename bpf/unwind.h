@@ -50,6 +50,30 @@ struct task_struct___emberd {
 	struct thread_struct___emberd thread;
 } __attribute__((preserve_access_index));
 
+/* What bpf_find_vma's callback reads of a mapping (CO-RE). */
+struct super_block___emberd {
+	unsigned int s_dev;
+} __attribute__((preserve_access_index));
+
+struct inode___emberd {
+	unsigned long i_ino;
+	struct super_block___emberd *i_sb;
+} __attribute__((preserve_access_index));
+
+struct file___emberd {
+	struct inode___emberd *f_inode;
+} __attribute__((preserve_access_index));
+
+struct vm_area_struct___emberd {
+	unsigned long vm_start;
+	unsigned long vm_end;
+	unsigned long vm_pgoff;
+	unsigned long vm_flags;
+	struct file___emberd *vm_file;
+} __attribute__((preserve_access_index));
+
+#define EMBERD_VM_EXEC 0x4
+
 #define EMBERD_PF_KTHREAD 0x00200000
 
 struct {
@@ -67,6 +91,25 @@ struct {
 	__type(key, __u32);       /* tgid */
 	__type(value, struct proc_unwind);
 } proc_unwind SEC(".maps");
+
+/* When each process last exec'd (bpf_ktime_get_ns): a `proc_unwind` entry
+ * read before that describes the program it replaced, and is not used. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);   /* tgid */
+	__type(value, __u64);
+} exec_at SEC(".maps");
+
+/* Tables by mapped inode (struct file_table in emberd.h), written by the
+ * agent as tables are built. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, struct file_key);
+	__type(value, struct file_table);
+} file_tables SEC(".maps");
 
 /* Processes with a pc in none of their known mappings (dlopen, new JIT
  * region): the agent reads their mappings again. */
@@ -109,6 +152,11 @@ struct py_scratch {
 	struct py_code rec;
 } __attribute__((aligned(8)));
 
+/* Mappings found through bpf_find_vma kept per CPU (see unwind_state). */
+#define EMBERD_VMA_CACHE 4
+/* How long they are trusted: a table built meanwhile replaces them. */
+#define EMBERD_VMA_CACHE_NS (200ULL * 1000 * 1000)
+
 struct unwind_state {
 	__u64 pc;
 	__u64 sp;
@@ -117,6 +165,7 @@ struct unwind_state {
 	__u32 nr;
 	__u32 end;
 	__u8 have_proc;  /* proc_unwind has this process */
+	__u8 guessed;    /* a frame-pointer step left a file whose table is not built */
 	__u8 exact_pc;   /* pc is where execution stopped, not a return address */
 	__u8 fp_from;    /* 0, or the UNWIND_MAP_* kind (+1) a frame-pointer step to this pc came from */
 	__u8 py_state;   /* 0: no interpreter; 1: thread state not read yet; 2: read */
@@ -124,7 +173,17 @@ struct unwind_state {
 	__u8 py_emitted; /* Python frames pushed for this call */
 	__u8 py_failed;  /* a read failed: later eval-loop frames stay native */
 	__u8 end_after_py; /* enum stack_end + 1: the walk ends once the Python run is pushed */
-	__u8 _pad[4];
+	__u8 _pad[3];
+	/* The mapping of the last pc found through bpf_find_vma and
+	 * file_tables (the agent had not listed it). */
+	struct unwind_mapping vm;
+	/* Mappings this CPU found that way lately, for process vms_tgid, since
+	 * vms_at: bpf_find_vma can run once per program run where interrupts
+	 * are off (its unlock waits for them), so each run adds one. */
+	struct unwind_mapping vms[EMBERD_VMA_CACHE];
+	__u32 vms_tgid;
+	__u32 vms_next;
+	__u64 vms_at;
 	__u64 py_frame;  /* the next Python frame to push; 0: none */
 	__u64 py_eval_pc; /* the eval-loop frame the run replaces */
 	__u64 fsbase;    /* the thread's TLS base (bpf/python.h) */
@@ -250,6 +309,124 @@ __attribute__((noinline)) int find_row(__u32 start, __u32 len, __u32 pc)
 	return (int)lo;
 }
 
+/* What bpf_find_vma's callback reads of the mapping holding a pc. */
+struct vma_probe {
+	__u64 start;
+	__u64 end;
+	__u64 pgoff;
+	__u64 dev;
+	__u64 ino;
+	__u32 exec;
+	__u32 has_file;
+};
+
+static long vma_probe_cb(struct task_struct *task, struct vm_area_struct *area, void *data)
+{
+	struct vm_area_struct___emberd *vma = (void *)area;
+	struct vma_probe *p = data;
+	struct file___emberd *f;
+	struct inode___emberd *inode;
+
+	p->start = vma->vm_start;
+	p->end = vma->vm_end;
+	p->pgoff = vma->vm_pgoff;
+	p->exec = (vma->vm_flags & EMBERD_VM_EXEC) != 0;
+	f = vma->vm_file;
+	if (f) {
+		inode = f->f_inode;
+		if (inode) {
+			struct super_block___emberd *sb = inode->i_sb;
+
+			p->ino = inode->i_ino;
+			p->dev = sb ? sb->s_dev : 0;
+			p->has_file = 1;
+		}
+	}
+	return 0;
+}
+
+/* Where bpf_find_vma is: this kernel has it (5.17+). */
+#define EMBERD_HAVE_FIND_VMA bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_find_vma)
+
+/*
+ * The mapping holding `pc` as the kernel has it, for a pc in no mapping the
+ * agent listed: its file's table from `file_tables` (kind TABLE or
+ * NO_INFO), NOT_READY for a file without one yet, FP for anonymous code;
+ * written to st->vm. Returns 0 when no executable mapping holds `pc`, 1
+ * when st->vm is set, 2 when the mappings could not be looked at (the
+ * mmap lock was taken): the caller walks on as before.
+ */
+static __always_inline int mapping_by_vma(struct unwind_state *st, __u64 pc)
+{
+	struct vma_probe p = {};
+	struct file_key key;
+	struct file_table *t;
+	struct unwind_mapping *c;
+	__u32 slot;
+	long err;
+
+	if (!EMBERD_HAVE_FIND_VMA)
+		return 2;
+	for (int i = 0; i < EMBERD_VMA_CACHE; i++) {
+		c = &st->vms[i & (EMBERD_VMA_CACHE - 1)];
+		if (c->end && c->start <= pc && pc < c->end) {
+			st->vm = *c;
+			return 1;
+		}
+	}
+	err = bpf_find_vma(bpf_get_current_task_btf(), pc, vma_probe_cb, &p, 0);
+	if (err == -2 /* ENOENT */)
+		return 0;
+	if (err)
+		return 2;
+	if (!p.exec)
+		return 0;
+	st->vm.start = p.start;
+	st->vm.end = p.end;
+	st->vm.bias = 0;
+	st->vm.table_start = 0;
+	st->vm.table_len = 0;
+	st->vm.kind = UNWIND_MAP_FP;
+	if (p.has_file) {
+		st->vm.kind = UNWIND_MAP_NOT_READY;
+		key.dev = p.dev;
+		key.ino = p.ino;
+		t = bpf_map_lookup_elem(&file_tables, &key);
+		if (t) {
+			st->vm.kind = UNWIND_MAP_NO_INFO;
+			for (int i = 0; i < EMBERD_FILE_SEGS; i++) {
+				__u64 off = p.pgoff << 12;
+
+				if (i >= t->nsegs)
+					break;
+				if (t->segs[i].off_lo <= off && off < t->segs[i].off_hi) {
+					st->vm.bias = p.start - off + t->segs[i].delta;
+					st->vm.kind = t->kind;
+					st->vm.table_start = t->table_start;
+					st->vm.table_len = t->table_len;
+					break;
+				}
+			}
+		}
+	}
+	slot = st->vms_next++ & (EMBERD_VMA_CACHE - 1);
+	st->vms[slot] = st->vm;
+	return 1;
+}
+
+/* Forgets the cached mappings unless they are `tgid`'s since its last exec
+ * and recent. */
+static __always_inline void vma_cache_for(struct unwind_state *st, __u32 tgid, __u64 now,
+					  __u64 exec)
+{
+	if (st->vms_tgid == tgid && st->vms_at > exec && now - st->vms_at < EMBERD_VMA_CACHE_NS)
+		return;
+	for (int i = 0; i < EMBERD_VMA_CACHE; i++)
+		st->vms[i].end = 0;
+	st->vms_tgid = tgid;
+	st->vms_at = now;
+}
+
 static __always_inline int read_user_u64(__u64 addr, __u64 *out)
 {
 	return bpf_probe_read_user(out, sizeof(*out), (const void *)addr);
@@ -336,9 +513,19 @@ static long unwind_step(__u32 index, void *ctx)
 			pending = bpf_map_lookup_elem(&unwind_refresh_pending, &zero);
 			if (pending)
 				*pending = 1;
-			if (nr > 0)
-				return unwind_stop(st, fp_failure(st->fp_from, STACK_END_ERR_PC));
 		}
+	}
+	/* A pc in no mapping the agent listed (a new process, a library just
+	 * mapped): the kernel's own mapping, and its file's table by inode. */
+	if (!m) {
+		int found = mapping_by_vma(st, st->pc);
+
+		if (found == 1)
+			m = &st->vm;
+		else if (found == 0 && nr > 0)
+			return unwind_stop(st, fp_failure(st->fp_from, STACK_END_ERR_PC));
+		else if (st->have_proc && nr > 0)
+			return unwind_stop(st, fp_failure(st->fp_from, STACK_END_ERR_PC));
 	}
 	/* The interpreter's eval loop: its Python frames replace it (pushed
 	 * by the next steps, see bpf/python.h), then its caller is found as
@@ -459,6 +646,8 @@ pushed:
 			return unwind_stop(st, fp_failure(kind + 1, STACK_END_ERR_READ));
 		cfa = st->bp + 16;
 		st->fp_from = kind + 1;
+		if (kind == UNWIND_MAP_NOT_READY || !m)
+			st->guessed = 1;
 		ucount(UCOUNTER_FP_STEPS);
 	}
 	st->pc = ra;
@@ -563,7 +752,16 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 	st->end = STACK_END_TRUNCATED;
 	st->exact_pc = 1;
 	st->fp_from = 0;
-	st->have_proc = bpf_map_lookup_elem(&proc_unwind, &tgid) != 0;
+	{
+		struct proc_unwind *p = bpf_map_lookup_elem(&proc_unwind, &tgid);
+		__u64 *exec = bpf_map_lookup_elem(&exec_at, &tgid);
+		__u64 exec_ns = exec ? *exec : 0;
+
+		st->have_proc = p && !(exec_ns > p->read_ns);
+		if (!st->have_proc)
+			vma_cache_for(st, tgid, bpf_ktime_get_ns(), exec_ns);
+	}
+	st->guessed = 0;
 	st->py_state = 0;
 	st->py_emitting = 0;
 	st->py_failed = 0;
@@ -595,9 +793,11 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 	}
 	s->nr = st->nr;
 	s->end = st->end;
-	/* Without tables a frame-pointer walk proves nothing: rbp = 0 is no root
-	 * in code built without frame pointers. Say so, whatever it reached. */
-	if (!st->have_proc && s->end != STACK_END_TRUNCATED)
+	/* A frame-pointer step out of a file whose table is not built yet
+	 * proves nothing (rbp = 0 is no root in code built without frame
+	 * pointers, and a frameless function is skipped): say so, whatever the
+	 * walk reached. */
+	if (st->guessed && s->end != STACK_END_TRUNCATED)
 		s->end = STACK_END_NOT_READY;
 	ucount(UCOUNTER_WALKS);
 	if (st->py_frames) {

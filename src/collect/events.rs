@@ -553,6 +553,8 @@ fn load(
         ),
         (&mut open.maps.py_procs, &unwind.py_procs),
         (&mut open.maps.py_codes, &unwind.py_codes),
+        (&mut open.maps.file_tables, &unwind.files),
+        (&mut open.maps.exec_at, &unwind.exec_at),
     ] {
         map.reuse_fd(shared.as_fd())
             .map_err(|source| CollectError::LoadEvents { source })?;

@@ -288,6 +288,10 @@ pub struct UnwindMaps {
     pub py_procs: MapHandle,
     /// `py_codes`: code objects the walker met, named at drains.
     pub py_codes: MapHandle,
+    /// `file_tables`: tables by mapped inode, for mappings not listed yet.
+    pub files: MapHandle,
+    /// `exec_at`: when each process last exec'd.
+    pub exec_at: MapHandle,
 }
 
 impl CpuSampler {
@@ -385,6 +389,8 @@ impl CpuSampler {
             refresh_pending: handle(&maps.unwind_refresh_pending, "unwind_refresh_pending")?,
             py_procs: handle(&maps.py_procs, "py_procs")?,
             py_codes: handle(&maps.py_codes, "py_codes")?,
+            files: handle(&maps.file_tables, "file_tables")?,
+            exec_at: handle(&maps.exec_at, "exec_at")?,
         })
     }
 

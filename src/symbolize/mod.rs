@@ -1281,7 +1281,10 @@ fn end_marker(end: StackEnd, outermost: Option<Arc<[Frame]>>) -> Option<String> 
     });
     match end {
         StackEnd::Root | StackEnd::Kernel => None,
-        e if at_root && e.error_reason().is_some() => None,
+        // A walk that took frame pointers out of a file whose table was not
+        // built may have skipped frameless callers on its way to the root:
+        // it is marked wherever it ended.
+        e if at_root && e.error_reason().is_some() && e != StackEnd::NotReady => None,
         StackEnd::Truncated => Some("[truncated]".into()),
         StackEnd::NoUnwindInfo => {
             let file = outermost

@@ -88,7 +88,7 @@ const ROOT: u32 = 0;
 const MAX_MAPPINGS: usize = 128;
 /// sizeof(struct unwind_mapping), sizeof(struct proc_unwind).
 const MAPPING_BYTES: usize = 40;
-const PROC_BYTES: usize = 8 + MAX_MAPPINGS * MAPPING_BYTES;
+const PROC_BYTES: usize = 16 + MAX_MAPPINGS * MAPPING_BYTES;
 
 const _: () = assert!(std::mem::size_of::<UnwindRow>() == 8);
 const _: () = assert!(
@@ -129,6 +129,28 @@ const VDSO_KEY: FileKey = FileKey {
 
 type TableId = u64;
 
+/// A mapped file as the kernel names it: its superblock's device
+/// (`major << 20 | minor`) and inode number; `file_tables`' key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct InodeKey {
+    dev: u64,
+    ino: u64,
+}
+
+impl InodeKey {
+    fn bytes(self) -> [u8; 16] {
+        let mut k = [0u8; 16];
+        k[..8].copy_from_slice(&self.dev.to_ne_bytes());
+        k[8..].copy_from_slice(&self.ino.to_ne_bytes());
+        k
+    }
+}
+
+/// `EMBERD_FILE_SEGS`, sizeof(struct file_table).
+const FILE_SEGS: usize = 4;
+const FILE_TABLE_BYTES: usize = 16 + FILE_SEGS * 24;
+const _: () = assert!(std::mem::size_of::<crate::bpf::types::file_table>() == FILE_TABLE_BYTES);
+
 #[derive(Debug, Clone)]
 enum TableState {
     /// Queued on the builder thread.
@@ -149,6 +171,10 @@ struct TableEntry {
     /// PT_LOAD segments, to turn runtime addresses into file addresses.
     loads: Vec<table::LoadSegment>,
     build_id: Option<Vec<u8>>,
+    /// The inodes the kernel maps the file by (device as the kernel
+    /// numbers it, inode), as `/proc/PID/maps` shows them: the table's keys
+    /// in `file_tables`.
+    inodes: HashSet<InodeKey>,
     /// Live processes mapping the file.
     refs: u32,
     last_used: Instant,
@@ -167,6 +193,9 @@ struct ProcMapping {
 struct ProcState {
     /// The process's real user id: whose share of the tables it uses.
     uid: u32,
+    /// CLOCK_MONOTONIC ns just before the mappings were read: the BPF
+    /// unwinder ignores them if the process exec'd after (`exec_at`).
+    read_ns: u64,
     mappings: Vec<ProcMapping>,
     read_at: Instant,
     /// When the process was noted (appeared or exec'd); kept by refreshes.
@@ -265,6 +294,8 @@ pub struct Unwinder {
     rows: RowArray,
     free: BTreeMap<u32, u32>,
     procs_map: MapHandle,
+    /// `file_tables`: each table under the inodes it is mapped by.
+    files_map: MapHandle,
     refresh_map: MapHandle,
     refresh_pending: MapHandle,
     max_processes: usize,
@@ -378,6 +409,7 @@ impl Unwinder {
             free,
             max_processes: maps.procs.max_entries() as usize,
             procs_map: maps.procs,
+            files_map: maps.files,
             refresh_map: maps.refresh,
             refresh_pending: maps.refresh_pending,
             files: HashMap::new(),
@@ -426,6 +458,7 @@ impl Unwinder {
         let Ok(process) = Process::new(pid.0 as i32) else {
             return;
         };
+        let read_ns = monotonic_ns();
         let Some(uid) = real_uid(pid) else {
             return; // gone
         };
@@ -465,7 +498,15 @@ impl Unwinder {
                             || path.display().to_string(),
                             |n| n.to_string_lossy().into(),
                         );
-                        self.table_for(key, name, BuildSource::File(source))
+                        let id = self.table_for(key, name, BuildSource::File(source));
+                        self.map_inode(
+                            id,
+                            InodeKey {
+                                dev: (u64::from(m.dev.0 as u32) << 20) | u64::from(m.dev.1 as u32),
+                                ino: m.inode,
+                            },
+                        );
+                        id
                     })
                 }
                 MMapPath::Vdso => {
@@ -504,6 +545,7 @@ impl Unwinder {
         }
         let state = ProcState {
             uid,
+            read_ns,
             mappings,
             read_at: now,
             noted_at,
@@ -545,6 +587,7 @@ impl Unwinder {
                 state: TableState::Building,
                 loads: Vec::new(),
                 build_id: None,
+                inodes: HashSet::new(),
                 refs: 0,
                 last_used: Instant::now(),
             },
@@ -681,6 +724,7 @@ impl Unwinder {
                 if let Some(e) = self.tables.get_mut(&built.id) {
                     e.state = TableState::NoInfo;
                 }
+                self.publish(built.id);
                 return;
             }
         };
@@ -700,6 +744,7 @@ impl Unwinder {
                 e.loads = info.loads;
                 e.build_id = info.build_id;
             }
+            self.publish(built.id);
             return;
         }
         let state = if table.source == TableSource::None || table.rows.is_empty() {
@@ -747,6 +792,7 @@ impl Unwinder {
             e.loads = info.loads;
             e.build_id = info.build_id;
         }
+        self.publish(built.id);
     }
 
     /// First-fit allocation of `len` rows for table `want`, evicting unused
@@ -881,6 +927,10 @@ impl Unwinder {
         self.stats.rows = self.stats.rows.saturating_sub(u64::from(len));
         self.stats.bytes = self.stats.bytes.saturating_sub(u64::from(len) * 8);
         self.stats.tables_evicted_for_share += 1;
+        let stripped: Vec<TableId> = self.stripped.iter().copied().collect();
+        for tid in stripped {
+            self.publish(tid);
+        }
     }
 
     /// Whether table `id` holds rows of its own (rather than sharing another
@@ -896,6 +946,7 @@ impl Unwinder {
         let Some(e) = self.tables.remove(&id) else {
             return;
         };
+        self.unpublish(id, &e.inodes);
         self.files.retain(|_, t| *t != id);
         if let TableState::Ready { start, len } = e.state {
             let sharers: Vec<TableId> = self
@@ -939,6 +990,72 @@ impl Unwinder {
             len += nl;
         }
         self.free.insert(start, len);
+    }
+
+    /// Notes that the kernel maps table `id`'s file by `key`, and gives the
+    /// BPF unwinder the table under it if it is built.
+    fn map_inode(&mut self, id: TableId, key: InodeKey) {
+        let Some(e) = self.tables.get_mut(&id) else {
+            return;
+        };
+        if e.inodes.insert(key) && !matches!(e.state, TableState::Building) {
+            self.publish(id);
+        }
+    }
+
+    /// Writes table `id` to `file_tables` under each inode its file is
+    /// mapped by, so the BPF unwinder finds it for mappings it has not been
+    /// given yet (a new process's libc).
+    fn publish(&self, id: TableId) {
+        let Some(e) = self.tables.get(&id) else {
+            return;
+        };
+        let (kind, start, len) = match e.state {
+            TableState::Building => return,
+            TableState::NoInfo => (MAP_NO_INFO, 0, 0),
+            TableState::Ready { start, len } => (MAP_TABLE, start, len),
+        };
+        let mut value = [0u8; FILE_TABLE_BYTES];
+        value[0..4].copy_from_slice(&start.to_ne_bytes());
+        value[4..8].copy_from_slice(&len.to_ne_bytes());
+        value[8..12].copy_from_slice(&kind.to_ne_bytes());
+        const PAGE: u64 = 4096;
+        let segs = e
+            .loads
+            .iter()
+            .filter(|s| s.executable)
+            .chain(e.loads.iter().filter(|s| !s.executable))
+            .take(FILE_SEGS);
+        let mut n = 0usize;
+        for s in segs {
+            let at = 16 + n * 24;
+            let lo = s.offset & !(PAGE - 1);
+            let hi = s.offset + s.filesz.max(1);
+            value[at..at + 8].copy_from_slice(&lo.to_ne_bytes());
+            value[at + 8..at + 16].copy_from_slice(&hi.to_ne_bytes());
+            value[at + 16..at + 24].copy_from_slice(&s.offset.wrapping_sub(s.vaddr).to_ne_bytes());
+            n += 1;
+        }
+        value[12..16].copy_from_slice(&(n as u32).to_ne_bytes());
+        for key in &e.inodes {
+            if let Err(err) = self.files_map.update(&key.bytes(), &value, MapFlags::ANY) {
+                tracing::debug!("file_tables update for {}: {err}", e.name);
+            }
+        }
+    }
+
+    /// Takes table `id` out of `file_tables`, unless another table (the same
+    /// inode with newer contents) holds the key now.
+    fn unpublish(&self, id: TableId, inodes: &HashSet<InodeKey>) {
+        for key in inodes {
+            let taken = self
+                .tables
+                .iter()
+                .any(|(&other, e)| other != id && e.inodes.contains(key));
+            if !taken {
+                let _ = self.files_map.delete(&key.bytes());
+            }
+        }
     }
 
     /// Takes a process out of the BPF unwinder's maps.
@@ -1052,7 +1169,7 @@ impl Unwinder {
                     },
                 },
             };
-            let at = 8 + nr * MAPPING_BYTES;
+            let at = 16 + nr * MAPPING_BYTES;
             let v = &mut value[at..at + MAPPING_BYTES];
             v[0..8].copy_from_slice(&m.start.to_ne_bytes());
             v[8..16].copy_from_slice(&m.end.to_ne_bytes());
@@ -1063,6 +1180,7 @@ impl Unwinder {
             nr += 1;
         }
         value[0..4].copy_from_slice(&(nr as u32).to_ne_bytes());
+        value[8..16].copy_from_slice(&state.read_ns.to_ne_bytes());
         if let Err(e) = self
             .procs_map
             .update(&pid.0.to_ne_bytes(), &value, MapFlags::ANY)
@@ -1151,6 +1269,13 @@ impl Unwinder {
             }
         }
     }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns.
+fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| Duration::from(t).as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 /// A process's real user id (from `/proc/PID/status`, not the owner of

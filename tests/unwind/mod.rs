@@ -1,6 +1,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use emberd::profile::Profile;
 
@@ -463,4 +464,74 @@ fn hostile_unwind_input() {
     std::fs::rename(&tmp, &replaced).unwrap();
     let p = record_cpu(&w, "hostile-replaced.folded", "3");
     check_complete_or_marked(&p, "binary replaced on disk");
+}
+
+/// Off-CPU time of a process that exits before the query, polled until
+/// `want` us are in (or 15 s pass).
+fn offcpu_of(d: &Daemon, pid: u32, want: u64) -> Profile {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        wait(500);
+        let r = d.get(&format!("/folded?seconds=30&event=offcpu&pid={pid}"));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let p = parse_folded(&r.text());
+        if sum_where(&p, |_| true) >= want || Instant::now() > deadline {
+            return p;
+        }
+    }
+}
+
+/// A new process's first block is charged to its true stack: a program
+/// built with frame pointers naps in holdout_nap() (nanosleep in Debian's
+/// libc, which has none) right after exec, before the agent can have read
+/// its mappings; the BPF unwinder finds libc's table by inode through
+/// bpf_find_vma. Three fresh copies nap 4 x 250 ms (the first within a
+/// millisecond of exec) and one lives 30 ms (3 x 10 ms): each charges its
+/// naps to main;holdout_nap;__nanosleep within 5%. Its own binary's table is
+/// not built at the first nap: that walk is by frame pointers through it
+/// and carries the `tables not ready` marker; every unmarked stack is whole.
+#[test]
+fn new_processes_are_unwound_from_their_first_block() {
+    require_root();
+    let bin = build_c("holdout_nap");
+    let d = Daemon::start(&[], &[]);
+    wait(1000);
+    let dir = scratch().join("holdout");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, args, slept) in [
+        (0, ["4", "250"], 1_000_000u64),
+        (1, ["4", "250"], 1_000_000),
+        (2, ["4", "250"], 1_000_000),
+        (3, ["3", "10"], 30_000),
+    ] {
+        // A fresh file each time: its own table is not built before it runs.
+        let copy = dir.join(format!("holdout{i}"));
+        let _ = std::fs::remove_file(&copy);
+        std::fs::copy(&bin, &copy).unwrap();
+        let mut child = Command::new(&copy).args(args).spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let p = offcpu_of(&d, pid, slept * 95 / 100);
+        let total = sum_where(&p, |_| true);
+        let true_stack = sum_where(&p, |f| has_seq(f, &["main", "holdout_nap", "__nanosleep"]));
+        // The program's own binary has no table yet at its first nap: the
+        // walk takes frame pointers through it and says so with a marker.
+        let marked = sum_where(&p, |f| f.get(1).is_some_and(|x| is_marker(x)));
+        let whole =
+            |f: &[&str]| has_seq(f, &["main", "holdout_nap", "__nanosleep"]) && reaches_root(f);
+        let unmarked_wrong = sum_where(&p, |f| {
+            !(f.get(1).is_some_and(|x| is_marker(x)) || whole(f))
+        });
+        eprintln!(
+            "holdout{i}: {true_stack} of {total} us under main;holdout_nap;__nanosleep, {marked} us marked"
+        );
+        assert!(
+            total >= slept * 95 / 100 && true_stack * 100 >= total * 95 && unmarked_wrong == 0,
+            "holdout{i} ({} x {} ms): {true_stack} of {total} us under main;holdout_nap;__nanosleep, \
+             expected >= 95% of about {slept} us, and no unmarked stack elsewhere ({unmarked_wrong} us):\n{}",
+            args[0],
+            args[1],
+            top(&p, 5)
+        );
+    }
 }
