@@ -388,6 +388,7 @@ enum emberd_event_counter {
 	ECOUNTER_BLOCKIO_END_NOT_SEEN, /* a request's address started again with no completion seen: its start is dropped */
 	ECOUNTER_NESTED_SKIPPED,   /* a program ran inside another on its CPU (an interrupt's wakeup, a preemption) and was skipped */
 	ECOUNTER_STACK_SHARE,      /* a new stack refused: its user holds their share of event_stacks */
+	ECOUNTER_DROPPED_FULL,     /* an event the counts map could not take, lost: the dropped map was full too */
 	ECOUNTER_MAX,
 };
 
@@ -410,7 +411,12 @@ struct events_config {
 	__u8 _pad2[5];
 	__u64 malloc_sample_bytes; /* mean bytes between malloc samples (0: every allocation) */
 	__u64 stack_share;       /* stacks one user may hold in event_stacks (0: no limit) */
+	__u64 drain_at;          /* keys in a counts buffer at which the agent is woken to drain */
 };
+
+/* A new-process ring notice that is no process: the events' counts buffer
+ * is filling, drain it now. */
+#define EMBERD_DRAIN_NOW 0xffffffffU
 
 /* A record of the heap ring buffer (events.bpf.c's malloc probes): a sampled
  * allocation that is tracked live, or the free of one. */

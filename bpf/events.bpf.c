@@ -91,10 +91,37 @@ struct {
 	__type(value, __u64); /* ns, or page faults */
 } event_counts0 SEC(".maps"), event_counts1 SEC(".maps");
 
+/*
+ * What a full counts buffer cannot take, by thread only (no stacks), drawn
+ * as a `[dropped: counts map full]` leaf under the thread that lost it, so
+ * totals stay true. Two buffers, flipped with the counts.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct event_key);
+	__type(value, __u64);
+} event_dropped0 SEC(".maps"), event_dropped1 SEC(".maps");
+
+/* The key add_dropped builds (the caller's key is left as it was). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct event_key);
+} dropped_scratch SEC(".maps");
+
+/* The label the agent draws as `[dropped: counts map full]`. */
+#define DROPPED_LABEL "!counts_full"
+
 /* Which counts buffer the programs write: 0 or 1. Flipped by the agent. */
 volatile __u32 active_buffer = 0;
 /* Runs writing each buffer now (see begin_write in emberd.h). */
 volatile __u64 writers[2] = {};
+/* Keys added to each buffer since the agent last drained it: at
+ * `config.drain_at` the agent is woken to drain before the drain is due
+ * (see notify_drain). */
+volatile __u64 inserted[2] = {};
 
 /* Stacks by hash (bpf/unwind.h); max_entries set by the agent. */
 struct {
@@ -317,31 +344,84 @@ static __always_inline __u64 user_stack(void *task, __u32 tgid, __u64 now)
 	return keep_stack(unwind_user(task, tgid), now);
 }
 
-static __always_inline void add_to(void *counts, struct event_key *key, __u64 value)
+/* Wakes the agent to drain now: a notice of tgid EMBERD_DRAIN_NOW on the
+ * new-process ring. */
+static __always_inline void notify_drain(void)
+{
+	__u32 now = EMBERD_DRAIN_NOW;
+
+	bpf_ringbuf_output(&new_tgids, &now, sizeof(now), 0);
+}
+
+/* Adds `value` under `key` in `counts`; 0 when the map is full. `b` is the
+ * buffer, for the fill count. */
+static __always_inline int add_to(void *counts, struct event_key *key, __u64 value, __u32 b)
 {
 	__u64 *v = bpf_map_lookup_elem(counts, key);
 
 	if (v) {
 		__sync_fetch_and_add(v, value);
+		return 1;
+	}
+	if (bpf_map_update_elem(counts, key, &value, BPF_NOEXIST) == 0) {
+		if (__sync_fetch_and_add(&inserted[b & 1], 1) + 1 == config.drain_at)
+			notify_drain();
+		return 1;
+	}
+	v = bpf_map_lookup_elem(counts, key);
+	if (v) {
+		__sync_fetch_and_add(v, value);
+		return 1;
+	}
+	return 0;
+}
+
+/* What a full counts buffer could not take, under the thread alone. */
+static __always_inline void add_dropped(void *dropped, struct event_key *full, __u64 value)
+{
+	__u32 zero = 0;
+	struct event_key *key = bpf_map_lookup_elem(&dropped_scratch, &zero);
+	__u64 *v;
+
+	ecount(ECOUNTER_COUNTS_FULL);
+	if (!key)
+		return;
+	*key = *full;
+	key->kstack = EMBERD_STACK_NONE;
+	key->ustack = EMBERD_STACK_NONE;
+	key->waker_tgid = 0;
+	key->waker_pid = 0;
+	key->waker_kstack = EMBERD_STACK_NONE;
+	key->waker_ustack = EMBERD_STACK_NONE;
+	__builtin_memset(key->waker_comm, 0, sizeof(key->waker_comm));
+	__builtin_memset(key->label, 0, sizeof(key->label));
+	__builtin_memcpy(key->label, DROPPED_LABEL, sizeof(DROPPED_LABEL));
+	v = bpf_map_lookup_elem(dropped, key);
+	if (v) {
+		__sync_fetch_and_add(v, value);
 		return;
 	}
-	if (bpf_map_update_elem(counts, key, &value, BPF_NOEXIST) == 0)
+	if (bpf_map_update_elem(dropped, key, &value, BPF_NOEXIST) == 0)
 		return;
-	v = bpf_map_lookup_elem(counts, key);
+	v = bpf_map_lookup_elem(dropped, key);
 	if (v)
 		__sync_fetch_and_add(v, value);
 	else
-		ecount(ECOUNTER_COUNTS_FULL);
+		ecount(ECOUNTER_DROPPED_FULL);
 }
 
+/* Adds to the active buffer. */
 static __always_inline void add(struct event_key *key, __u64 value)
 {
 	__u32 b = begin_write(&active_buffer, writers);
 
-	if (b == 0)
-		add_to(&event_counts0, key, value);
-	else
-		add_to(&event_counts1, key, value);
+	if (b == 0) {
+		if (!add_to(&event_counts0, key, value, 0))
+			add_dropped(&event_dropped0, key, value);
+	} else {
+		if (!add_to(&event_counts1, key, value, 1))
+			add_dropped(&event_dropped1, key, value);
+	}
 	__sync_fetch_and_add(&writers[b], -1);
 }
 

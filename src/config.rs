@@ -331,6 +331,9 @@ impl Config {
                     "malloc_sample_kib = {k} is out of range: use 0 (every allocation) ..= 1048576"
                 ),
             },
+            counts_entries: raw.counts_map_entries.unwrap_or_else(|| {
+                ev::COUNTS_MAP_ENTRIES.max(crate::collect::defaults::counts_map_entries())
+            }),
             stack_entries: raw.stack_map_entries.unwrap_or_else(|| {
                 ev::STACK_MAP_ENTRIES.max(crate::collect::defaults::stack_map_entries())
             }),

@@ -410,7 +410,9 @@ fn collect_loop(
                 continue;
             }
         };
-        next += DRAIN_INTERVAL;
+        if !batch.early {
+            next += DRAIN_INTERVAL;
+        }
         let now = Instant::now();
         if next < now {
             // Fell behind (a slow symbolization): skip ahead, don't burst.

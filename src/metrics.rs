@@ -573,8 +573,15 @@ impl Metrics {
                 reason: "user_share".into(),
             })
             .inc_by(c.stacks_over_share.saturating_sub(p.stacks_over_share));
+        self.lost_stacks
+            .get_or_create(&ReasonLabel {
+                event: "offcpu".into(),
+                reason: "missing_at_drain".into(),
+            })
+            .inc_by(c.missing_at_drain.saturating_sub(p.missing_at_drain));
         for (event, reason, now, prev) in [
             ("events", "nested", c.nested_skipped, p.nested_skipped),
+            ("events", "dropped_map_full", c.dropped_full, p.dropped_full),
             (
                 "syscalls",
                 "entry_state_full",

@@ -29,6 +29,11 @@ const NEW_PROCESS_SETTLE: Duration = Duration::from_millis(10);
 /// Longest wait on the notice ring before the stop flag is looked at.
 const STOP_CHECK: Duration = Duration::from_millis(250);
 
+/// The least time between drains when the events programs ask for one
+/// early (their counts buffer half full): bounds the agent's work under a
+/// storm of distinct stacks.
+const MIN_EARLY_DRAIN: Duration = Duration::from_millis(100);
+
 /// How long a poll waits for unwind tables being built (see
 /// [`Unwinder::poll`]).
 const UNWIND_TABLE_WAIT: Duration = Duration::from_millis(50);
@@ -48,6 +53,9 @@ pub struct Batch {
     pub heap: Vec<crate::store::heap::Change>,
     /// When the drain started (after the wait for new processes).
     pub started: Option<Instant>,
+    /// The drain came before `until`: the events' counts buffer was half
+    /// full. The next drain is still due at `until`.
+    pub early: bool,
 }
 
 /// The sampler and the symbolizer, stepped together.
@@ -60,6 +68,8 @@ pub struct Pipeline {
     new_processes: NewProcessRing,
     last_refresh: Instant,
     events_drain_failures: u64,
+    /// When the last drain started.
+    last_drain: Instant,
 }
 
 impl Pipeline {
@@ -119,6 +129,7 @@ impl Pipeline {
             unwinder,
             new_processes,
             last_refresh: Instant::now(),
+            last_drain: Instant::now(),
             events_drain_failures: 0,
         };
         pipeline.watch_running_processes();
@@ -152,6 +163,7 @@ impl Pipeline {
     /// Reads mappings of new processes until `until` (or until `stop` is set),
     /// then drains and names what was sampled.
     pub fn step(&mut self, until: Instant, stop: &AtomicBool) -> Result<Batch, CollectError> {
+        let mut early = false;
         loop {
             let woke = Instant::now();
             let pids = self.new_processes.take()?;
@@ -175,13 +187,25 @@ impl Pipeline {
             if now >= until || stop.load(Ordering::SeqCst) {
                 break;
             }
+            // The events' counts buffer is half full: drain now, or as soon
+            // as MIN_EARLY_DRAIN has passed (the request stays until then).
+            let asked = self.new_processes.drain_requested();
+            let since = now.duration_since(self.last_drain);
+            if asked && since >= MIN_EARLY_DRAIN {
+                self.new_processes.take_drain_request();
+                early = true;
+                break;
+            }
             // Until the drain, or the next notice; sooner while new
             // processes are re-read or their tables built.
-            let wait = if self.symbolizer.refreshing() || self.unwinder.building() {
+            let mut wait = if self.symbolizer.refreshing() || self.unwinder.building() {
                 NEW_PROCESS_POLL
             } else {
                 until - now
             };
+            if asked {
+                wait = wait.min(MIN_EARLY_DRAIN - since);
+            }
             // At most 250 ms at a time: the daemon's stop flag is set from
             // another thread and does not end the wait.
             self.new_processes
@@ -197,6 +221,7 @@ impl Pipeline {
             }
         }
         let started = Instant::now();
+        self.last_drain = started;
         let drain = self.sampler.drain()?;
         // The CPU batch is already out of the maps: a failed events drain
         // must not take it down too. Its own aggregates stay in their
@@ -219,6 +244,7 @@ impl Pipeline {
             events: self.symbolizer.symbolize_events(raw_events),
             heap: self.name_heap(drained.heap),
             started: Some(started),
+            early,
         })
     }
 

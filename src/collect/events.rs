@@ -182,6 +182,9 @@ pub struct EventOptions {
     /// Entries of `event_stacks` (stacks of blocked threads and wakers);
     /// one user may hold at most half of them (see `bpf/events.bpf.c`).
     pub stack_entries: u32,
+    /// Entries of each of the two counts buffers; the agent is woken to
+    /// drain one once it is half full.
+    pub counts_entries: u32,
 }
 
 impl Default for EventOptions {
@@ -206,6 +209,7 @@ impl Default for EventOptions {
             malloc_sample_bytes: defaults::MALLOC_SAMPLE_BYTES,
             malloc_live_entries: defaults::MALLOC_LIVE_ENTRIES,
             stack_entries: defaults::STACK_MAP_ENTRIES.max(super::defaults::stack_map_entries()),
+            counts_entries: defaults::COUNTS_MAP_ENTRIES.max(super::defaults::counts_map_entries()),
         }
     }
 }
@@ -447,6 +451,11 @@ pub struct EventCounters {
     pub nested_skipped: u64,
     /// New stacks refused because their user held half of the stack map.
     pub stacks_over_share: u64,
+    /// Events lost because the dropped-events map was full too.
+    pub dropped_full: u64,
+    /// Stack keys of drained events the stack map no longer had (drawn
+    /// as `[lost]`); counted by the agent, not the programs.
+    pub missing_at_drain: u64,
     /// Allocation calls seen in chosen processes.
     pub malloc_calls: u64,
     /// Allocations sampled.
@@ -467,6 +476,8 @@ pub struct EventSampler {
     _links: Vec<Link>,
     options: EventOptions,
     drains: u64,
+    /// See [`EventCounters::missing_at_drain`].
+    missing_stacks: u64,
     sched_switch_compat: bool,
     /// The task iterator that stamps held stacks (None where iterators or
     /// task storage in them are not available: collection then waits out
@@ -488,6 +499,10 @@ impl fmt::Debug for EventSampler {
 /// Bytes of the heap ring buffer (alloc and free records of sampled
 /// allocations, read every drain): 1 MiB holds about 14,000 records.
 const HEAP_RING_BYTES: u32 = 1 << 20;
+
+/// `DROPPED_LABEL` in `bpf/events.bpf.c`: events a full counts buffer could
+/// not take, kept by thread without stacks.
+const DROPPED_LABEL: &str = "!counts_full";
 
 /// How often unused stacks are collected, in drains.
 const STACK_GC_EVERY: u64 = 2;
@@ -532,11 +547,14 @@ fn load(
     cfg.blockio = u8::from(options.blockio);
     cfg.malloc_sample_bytes = options.malloc_sample_bytes;
     cfg.stack_share = u64::from(options.stack_entries.max(64) / 2);
+    // Woken to drain early once a buffer is half full: a busy thread pool
+    // fills 16384 keys in well under the 1 s between drains.
+    let counts = options.counts_entries.max(16);
+    cfg.drain_at = u64::from(counts / 2);
     open.maps
         .event_stacks
         .set_max_entries(options.stack_entries.max(64))
         .map_err(|source| CollectError::LoadEvents { source })?;
-    let counts = defaults::COUNTS_MAP_ENTRIES.max(super::defaults::counts_map_entries());
     for map in [&mut open.maps.event_counts0, &mut open.maps.event_counts1] {
         map.set_max_entries(counts)
             .map_err(|source| CollectError::LoadEvents { source })?;
@@ -799,6 +817,7 @@ impl EventSampler {
             _links: links,
             options,
             drains: 0,
+            missing_stacks: 0,
             sched_switch_compat: compat,
             held_stacks,
             hooks,
@@ -855,7 +874,7 @@ impl EventSampler {
     /// Cumulative counters, summed over CPUs.
     pub fn counters(&self) -> Result<EventCounters, CollectError> {
         let map = &self.skel.maps.event_counters;
-        let mut v = [0u64; 26];
+        let mut v = [0u64; 27];
         super::percpu_sums(map, "event_counters", &mut v)?;
         Ok(EventCounters {
             switches: v[0],
@@ -884,6 +903,8 @@ impl EventSampler {
             blockio_end_not_seen: v[23],
             nested_skipped: v[24],
             stacks_over_share: v[25],
+            dropped_full: v[26],
+            missing_at_drain: self.missing_stacks,
         })
     }
 
@@ -921,18 +942,33 @@ impl EventSampler {
             .as_deref_mut()
             .expect("events.bpf.c has a .bss");
         let old = super::flip_buffer(&mut bss.active_buffer, &bss.writers);
+        // The runs writing the old buffer are done (flip_buffer waited).
+        bss.inserted[old as usize & 1] = 0;
         let maps = &self.skel.maps;
-        let counts = if old == 0 {
-            &maps.event_counts0
+        let (counts, dropped) = if old == 0 {
+            (&maps.event_counts0, &maps.event_dropped0)
         } else {
-            &maps.event_counts1
+            (&maps.event_counts1, &maps.event_dropped1)
         };
-        let entries: Vec<(types::event_key, u64)> = super::drain_counts(counts, "event_counts")?;
+        let mut entries: Vec<(types::event_key, u64)> =
+            super::drain_counts(counts, "event_counts")?;
+        // What the full buffer could not take, by thread, with the label
+        // the programs gave it.
+        entries.extend(super::drain_counts::<types::event_key>(
+            dropped,
+            "event_dropped",
+        )?);
         let mut stacks: HashMap<u64, RawStack> = HashMap::new();
+        let missing = &mut self.missing_stacks;
+        // A stored key the map no longer has is drawn as [lost] and counted.
         let mut stack = |key| {
-            stack_by_key(&mut stacks, key, |key| {
+            let s = stack_by_key(&mut stacks, key, |key| {
                 stack::read_stored(&maps.event_stacks, key)
-            })
+            })?;
+            if key > stack::STACK_LOST && s == RawStack::Lost {
+                *missing += 1;
+            }
+            Ok::<RawStack, CollectError>(s)
         };
         let mut out = Vec::with_capacity(entries.len());
         for (k, value) in entries {
@@ -961,7 +997,14 @@ impl EventSampler {
                 kind,
                 sample,
                 waker: waker.transpose()?,
-                label: (k.label[0] != 0).then(|| super::comm_to_string(&k.label)),
+                label: (k.label[0] != 0).then(|| {
+                    let label = super::comm_to_string(&k.label);
+                    if label == DROPPED_LABEL {
+                        "dropped: counts map full".to_owned()
+                    } else {
+                        label
+                    }
+                }),
             });
         }
         let mut heap = Vec::with_capacity(heap_records.len());

@@ -15,7 +15,13 @@ use super::{CollectError, Pid};
 pub struct NewProcessRing {
     ring: RingBuffer<'static>,
     pids: Rc<RefCell<Vec<Pid>>>,
+    /// Set by an `EMBERD_DRAIN_NOW` notice: the events' counts buffer is
+    /// half full.
+    drain: Rc<std::cell::Cell<bool>>,
 }
+
+/// `EMBERD_DRAIN_NOW` in `bpf/emberd.h`: a notice that is no process.
+const DRAIN_NOW: u32 = u32::MAX;
 
 impl std::fmt::Debug for NewProcessRing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -35,17 +41,21 @@ impl NewProcessRing {
     /// and [`super::events::EventSampler::new_tgids`]).
     pub fn new(maps: Vec<MapHandle>) -> Result<Self, CollectError> {
         let pids = Rc::new(RefCell::new(Vec::new()));
+        let drain = Rc::new(std::cell::Cell::new(false));
         let mut builder = RingBufferBuilder::new();
         for map in maps {
             // The ring reader borrows its maps for its whole life, which is
             // the collector's: the handles (a few bytes each) are leaked.
             let map: &'static MapHandle = Box::leak(Box::new(map));
             let sink = pids.clone();
+            let drain = drain.clone();
             builder
                 .add(map, move |data: &[u8]| {
                     if let Some(b) = data.get(..4) {
-                        sink.borrow_mut()
-                            .push(Pid(u32::from_ne_bytes(b.try_into().expect("4 bytes"))));
+                        match u32::from_ne_bytes(b.try_into().expect("4 bytes")) {
+                            DRAIN_NOW => drain.set(true),
+                            tgid => sink.borrow_mut().push(Pid(tgid)),
+                        }
                     }
                     0
                 })
@@ -54,6 +64,7 @@ impl NewProcessRing {
         Ok(Self {
             ring: builder.build().map_err(drain_error)?,
             pids,
+            drain,
         })
     }
 
@@ -61,6 +72,17 @@ impl NewProcessRing {
     pub fn take(&self) -> Result<Vec<Pid>, CollectError> {
         self.ring.consume().map_err(drain_error)?;
         Ok(std::mem::take(&mut *self.pids.borrow_mut()))
+    }
+
+    /// Whether the events programs asked for a drain since the last call
+    /// (their counts buffer is half full); clears the request.
+    pub fn take_drain_request(&self) -> bool {
+        self.drain.replace(false)
+    }
+
+    /// Whether a drain was asked for and not yet taken.
+    pub fn drain_requested(&self) -> bool {
+        self.drain.get()
     }
 
     /// Whether notices are waiting to be taken.

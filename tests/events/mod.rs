@@ -244,3 +244,150 @@ fn daemon_serves_offcpu_and_pagefault() {
     value(r#"emberd_offcpu_sampled_out_total{reason="short_period"}"#);
     value(r#"emberd_samples_dropped_total{event="offcpu",reason="blocked_state_unavailable"}"#);
 }
+
+/// Runs py_pipes.py (32 threads, 8 tokens) for `secs` s under Debian's
+/// python3 and waits for the drain after it. Returns its pid and what it
+/// measured, in us: time off CPU (wall minus CPU time, the most a profiler
+/// may charge) and the part of it spent runnable waiting for a CPU (left
+/// out where the thread had been preempted, not blocked).
+fn run_py_pipes(secs: &str) -> (u32, (u64, u64)) {
+    let out = scratch().join(format!("py_pipes_{secs}.blocked"));
+    let _ = std::fs::remove_file(&out);
+    let mut child = Command::new("/usr/bin/python3")
+        .arg(workload("py_pipes.py"))
+        .args(["32", secs, "8"])
+        .arg(&out)
+        .spawn()
+        .expect("running python3");
+    let pid = child.id();
+    assert!(child.wait().unwrap().success());
+    wait(2500);
+    let text = std::fs::read_to_string(&out).expect("py_pipes wrote its blocked time");
+    let v: Vec<u64> = text
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    (pid, (v[0], v[1]))
+}
+
+/// Whether `charged` us lies within what py_pipes measured, give or take
+/// 3% for the sampling of short periods.
+fn within_measured(charged: u64, (off, runnable): (u64, u64)) -> bool {
+    let (lo, hi) = ((off - runnable) as f64 * 0.97, off as f64 * 1.03);
+    (lo..=hi).contains(&(charged as f64))
+}
+
+/// A busy thread pool: 32 threads of Debian's python3 pass 8 tokens round a
+/// ring of pipes for 8 s, blocking thousands of times a second at random
+/// depths up to 80 (tests/workloads/py_pipes.py), far more distinct stacks a
+/// second than a counts buffer holds. The programs wake the agent to drain a
+/// buffer once it is half full, so none is dropped (below 0.1% of the
+/// periods walked), and the threads' off-CPU time lies within what each
+/// thread measured (wall minus CPU time at most; less the time it waited
+/// runnable for a CPU at least), give or take 3%. The store
+/// budget is raised: at the default 12 MiB the off-CPU store keeps only the
+/// last few seconds of so many stacks (slots dropped for budget, counted).
+#[test]
+fn busy_thread_pool_loses_no_offcpu_time() {
+    require_root();
+    let d = Daemon::start(&["--memory-budget-mib", "128"], &[]);
+    wait(1000);
+    let before = d.get("/metrics").text();
+    let (pid, measured) = run_py_pipes("8");
+    let after = d.get("/metrics").text();
+    let delta = |name: &str| metric(&after, name) - metric(&before, name);
+    let dropped =
+        delta("emberd_samples_dropped_total{event=\"offcpu\",reason=\"counts_map_full\"}");
+    let walked: f64 = [
+        "complete",
+        "truncated",
+        "no_unwind_info",
+        "tables_not_ready",
+        "read_failed",
+        "pc_not_covered",
+        "unsupported_rule",
+        "bad_cfa",
+        "pc_not_mapped",
+    ]
+    .iter()
+    .map(|end| {
+        delta(&format!(
+            "emberd_user_stacks_total{{event=\"offcpu\",end=\"{end}\"}}"
+        ))
+    })
+    .sum();
+    let r = d.get(&format!(
+        "/folded?seconds=30&event=offcpu&pid={pid}&group=thread"
+    ));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let p = parse_folded(&r.text());
+    let main_thread = format!("python3-{pid}/{pid}");
+    let workers = sum_where(&p, |f| f[0] != main_thread);
+    let shown_dropped = sum_where(&p, |f| f.iter().any(|x| x.starts_with("[dropped")));
+    eprintln!(
+        "py_pipes: {walked} stacks walked, {dropped} periods dropped; workers off CPU {workers} us, \
+         measured {} us off CPU ({:.2}%) of which {} us runnable; {shown_dropped} us shown as dropped",
+        measured.0,
+        100.0 * workers as f64 / measured.0 as f64,
+        measured.1
+    );
+    assert!(walked >= 100_000.0, "only {walked} off-CPU stacks walked");
+    assert!(
+        dropped <= walked * 0.001,
+        "{dropped} of {walked} off-CPU periods dropped, expected below 0.1%"
+    );
+    assert!(
+        within_measured(workers, measured),
+        "the workers' off-CPU time is {workers} us; measured off CPU {measured:?} us \
+         (off, of which runnable):\n{}",
+        top(&p, 5)
+    );
+}
+
+/// What the counts buffers cannot take is kept by thread and shown: with
+/// `--counts-map-entries 64`, 32 threads of py_pipes.py overflow them every
+/// drain; the overflow is counted (`counts_map_full`) and drawn as a
+/// `[dropped: counts map full]` frame under each thread that lost it, with
+/// its time, so the threads' total still matches their blocked time.
+#[test]
+fn offcpu_time_a_full_counts_map_cannot_take_is_shown_as_dropped() {
+    require_root();
+    let d = Daemon::start(
+        &["--counts-map-entries", "64", "--memory-budget-mib", "64"],
+        &[],
+    );
+    wait(1000);
+    let (pid, measured) = run_py_pipes("4");
+    let m = d.get("/metrics").text();
+    let full = metric(
+        &m,
+        "emberd_samples_dropped_total{event=\"offcpu\",reason=\"counts_map_full\"}",
+    );
+    let r = d.get(&format!(
+        "/folded?seconds=30&event=offcpu&pid={pid}&group=thread"
+    ));
+    let p = parse_folded(&r.text());
+    let main_thread = format!("python3-{pid}/{pid}");
+    let workers = sum_where(&p, |f| f[0] != main_thread);
+    let dropped = sum_where(&p, |f| {
+        f[0] != main_thread && f.len() == 2 && f[1] == "[dropped: counts map full]"
+    });
+    eprintln!(
+        "{full} periods over the counts map; workers off CPU {workers} us ({dropped} us dropped), \
+         measured {measured:?} us (off CPU, of which runnable)"
+    );
+    assert!(
+        full > 0.0,
+        "64 entries should overflow (counts_map_full = {full})"
+    );
+    assert!(
+        dropped > 0,
+        "the overflow is drawn under its threads:\n{}",
+        top(&p, 8)
+    );
+    assert!(
+        within_measured(workers, measured),
+        "with the dropped time the workers' off-CPU time ({workers} us) matches what they \
+         measured: {measured:?} us (off CPU, of which runnable)"
+    );
+}
