@@ -35,6 +35,7 @@ enum stack_end {
 	STACK_END_ERR_CFA = 7,       /* the frame address did not move up the stack */
 	STACK_END_ERR_PC = 8,        /* return address in no executable mapping */
 	STACK_END_KERNEL = 9,        /* a kernel stack, as the kernel's unwinder gave it */
+	STACK_END_ERR_NO_FP = 10,    /* anonymous code (JIT) with no frame pointer to follow */
 	STACK_END_MAX,
 };
 

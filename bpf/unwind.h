@@ -637,8 +637,11 @@ pushed:
 	if (fp) {
 		/* Frame pointers: anonymous (JIT) code, files without CFI, and
 		 * processes whose tables are not ready. */
+		/* rbp = 0 is no root in anonymous code: a thread's root is in a
+		 * file with a table (clone3, _start), so a JIT frame without a
+		 * frame pointer ends the walk short of it, and says so. */
 		if (st->bp == 0)
-			return unwind_stop(st, kind == UNWIND_MAP_FP ? STACK_END_ROOT
+			return unwind_stop(st, kind == UNWIND_MAP_FP ? STACK_END_ERR_NO_FP
 								      : fp_failure(kind + 1, STACK_END_ERR_CFA));
 		if (st->bp < st->sp)
 			return unwind_stop(st, fp_failure(kind + 1, STACK_END_ERR_CFA));

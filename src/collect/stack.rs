@@ -41,11 +41,14 @@ pub enum StackEnd {
     BadPc,
     /// A kernel stack, as the kernel's own unwinder gave it.
     Kernel,
+    /// Anonymous code (JIT) with no frame pointer to follow: the walk
+    /// stopped short of the thread's root.
+    NoFramePointer,
 }
 
 impl StackEnd {
     /// Every end, in `enum stack_end` order.
-    pub const ALL: [StackEnd; 10] = [
+    pub const ALL: [StackEnd; 11] = [
         StackEnd::Root,
         StackEnd::Truncated,
         StackEnd::NoUnwindInfo,
@@ -56,6 +59,7 @@ impl StackEnd {
         StackEnd::BadCfa,
         StackEnd::BadPc,
         StackEnd::Kernel,
+        StackEnd::NoFramePointer,
     ];
 
     fn from_raw(v: u32) -> StackEnd {
@@ -78,6 +82,7 @@ impl StackEnd {
             StackEnd::BadCfa => "bad_cfa",
             StackEnd::BadPc => "pc_not_mapped",
             StackEnd::Kernel => "kernel",
+            StackEnd::NoFramePointer => "anon_no_frame_pointer",
         }
     }
 
@@ -91,6 +96,7 @@ impl StackEnd {
             StackEnd::Unsupported => "unsupported CFI rule",
             StackEnd::BadCfa => "frame address did not advance",
             StackEnd::BadPc => "return address not in code",
+            StackEnd::NoFramePointer => "no frame pointer in anonymous code",
             _ => return None,
         })
     }
@@ -211,15 +217,15 @@ pub struct UnwindCounters {
     /// (`enum py_mark`, index 0 unused).
     pub py_marks: [u64; 6],
     /// How user walks ended, in [`StackEnd::ALL`] order.
-    pub ends: [u64; 10],
+    pub ends: [u64; 11],
 }
 
 impl UnwindCounters {
     /// Reads an `unwind_counters` per-CPU array, summed over CPUs.
     pub(crate) fn read(map: &impl MapCore) -> Result<Self, CollectError> {
-        let mut v = [0u64; 6 + 2 + 6 + 10];
+        let mut v = [0u64; 6 + 2 + 6 + 11];
         super::percpu_sums(map, "unwind_counters", &mut v)?;
-        let mut ends = [0u64; 10];
+        let mut ends = [0u64; 11];
         ends.copy_from_slice(&v[14..]);
         let mut py_marks = [0u64; 6];
         py_marks.copy_from_slice(&v[8..14]);

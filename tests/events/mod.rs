@@ -308,6 +308,7 @@ fn busy_thread_pool_loses_no_offcpu_time() {
         "unsupported_rule",
         "bad_cfa",
         "pc_not_mapped",
+        "anon_no_frame_pointer",
     ]
     .iter()
     .map(|end| {

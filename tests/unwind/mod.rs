@@ -535,3 +535,30 @@ fn new_processes_are_unwound_from_their_first_block() {
         );
     }
 }
+
+/// A thread spinning in anonymous executable code (a JIT's, without frame
+/// pointers: rbp cleared) cannot be walked past that frame: its stacks
+/// start with `[unwind error: no frame pointer in anonymous code]` instead
+/// of passing for complete one-frame stacks.
+#[test]
+fn anonymous_code_without_frame_pointers_is_marked() {
+    require_root();
+    let bin = build_c("anon_spin");
+    let w = Workload::spawn(Command::new(&bin).arg("10"));
+    wait(500);
+    let p = record_cpu(&w, "anon_spin.folded", "3");
+    let all = sum_where(&p, |f| f[0] == "anon_spin");
+    let marked = sum_where(&p, |f| {
+        f[0] == "anon_spin"
+            && f.get(1) == Some(&"[unwind error: no frame pointer in anonymous code]")
+    });
+    let unmarked_short = sum_where(&p, |f| {
+        f[0] == "anon_spin" && !f.get(1).is_some_and(|x| is_marker(x)) && !reaches_root(f)
+    });
+    assert!(
+        all >= 100 && marked * 100 >= all * 95 && unmarked_short == 0,
+        "{marked} of {all} samples carry the marker, {unmarked_short} neither reach the root nor \
+         carry a marker:\n{}",
+        top(&p, 5)
+    );
+}

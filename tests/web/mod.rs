@@ -415,19 +415,22 @@ fn flamegraph_svg_zooms_and_searches_in_a_browser() {
     let _w = Workload::spawn(Command::new(&bin).arg("30"));
     // The last 5 s hold the workload's samples once the daemon has drained
     // them: a fixed wait failed once in a CI run (no frames at all) when the
-    // daemon's first drains were slow.
+    // daemon's first drains were slow. 300 of the 495 a 99 Hz clock could
+    // give: this VM's cpu-clock delivers 80% of its ticks when the host is
+    // busy (394 in two full-suite runs), and this test is about the page,
+    // not the rate (the cpu tests compare the rate with perf).
     let t0 = Instant::now();
     loop {
         wait(1_000);
         let r = d.get("/folded?seconds=5&comm=%5Ecpu_70_30%24");
         let samples = sum_where(&parse_folded(&r.text()), |_| true);
-        if t0.elapsed() >= Duration::from_secs(6) && samples >= 400 {
+        if t0.elapsed() >= Duration::from_secs(6) && samples >= 300 {
             break;
         }
         assert!(
             t0.elapsed() < Duration::from_secs(25),
             "the daemon holds {samples} samples of cpu_70_30 in the last 5 s after {:?}, \
-             expected >= 400 (99 Hz on one CPU): {}",
+             expected >= 300 (99 Hz on one CPU, less the VM's missed ticks): {}",
             t0.elapsed(),
             r.text()
         );
