@@ -1156,7 +1156,7 @@ impl EventSampler {
 }
 
 /// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns.
-fn ktime_ns() -> u64 {
+pub(crate) fn ktime_ns() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map(|t| Duration::from(t).as_nanos() as u64)
         .unwrap_or(0)

@@ -458,7 +458,7 @@ impl Unwinder {
         let Ok(process) = Process::new(pid.0 as i32) else {
             return;
         };
-        let read_ns = monotonic_ns();
+        let read_ns = crate::collect::events::ktime_ns();
         let Some(uid) = real_uid(pid) else {
             return; // gone
         };
@@ -1269,13 +1269,6 @@ impl Unwinder {
             }
         }
     }
-}
-
-/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns.
-fn monotonic_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| Duration::from(t).as_nanos() as u64)
-        .unwrap_or(0)
 }
 
 /// A process's real user id (from `/proc/PID/status`, not the owner of
