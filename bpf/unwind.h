@@ -47,6 +47,7 @@ struct thread_struct___emberd {
 
 struct task_struct___emberd {
 	unsigned int flags;
+	void *mm;
 	struct thread_struct___emberd thread;
 } __attribute__((preserve_access_index));
 
@@ -730,7 +731,7 @@ static __always_inline __u64 store_stack(void *map, struct stored_stack *s, __u6
 /*
  * Walks the user stack of `task` (current, or a task switching out on this
  * CPU) into the scratch stack. Returns the scratch stack, or 0 when the task
- * has no user stack (kernel thread).
+ * has no user stack (kernel thread, or a process past exit_mm).
  */
 static __always_inline struct stored_stack *unwind_user(struct task_struct___emberd *task,
 							__u32 tgid)
@@ -743,6 +744,11 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 	if (!st || !s || tgid == 0)
 		return 0;
 	if (BPF_CORE_READ(task, flags) & EMBERD_PF_KTHREAD)
+		return 0;
+	/* A process past exit_mm (exiting, waking its parent) has no user
+	 * stack left: its kernel stack (do_exit) is the whole truth, not a
+	 * `stack not readable` marker under it. */
+	if (!BPF_CORE_READ(task, mm))
 		return 0;
 	regs = (struct pt_regs___emberd *)bpf_task_pt_regs((struct task_struct *)task);
 	if (!regs)

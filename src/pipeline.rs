@@ -38,6 +38,12 @@ const MIN_EARLY_DRAIN: Duration = Duration::from_millis(100);
 /// [`Unwinder::poll`]).
 const UNWIND_TABLE_WAIT: Duration = Duration::from_millis(50);
 
+/// At start, how long sampling waits for the running processes' unwind
+/// tables (each file's is built once, on one thread: beside 50 processes
+/// of 10 programs, 20 ms; a host's few hundred distinct files take about a
+/// second). Tables still building then are published as they come.
+const STARTUP_TABLE_WAIT: Duration = Duration::from_secs(3);
+
 /// One drain's output.
 #[derive(Debug, Default)]
 pub struct Batch {
@@ -89,7 +95,17 @@ impl Pipeline {
         // sample's tick maps to a time after its origin.
         crate::clock::now();
         let symbolizer = Symbolizer::new(symbolizer);
-        let sampler = CpuSampler::start(options)?;
+        let mut sampler = CpuSampler::load(options)?;
+        // The running processes' tables are built before anything samples:
+        // loading the events programs takes a second or more, and CPU
+        // samples taken meanwhile would all be walked without tables (a
+        // third of a start-up's first 5 s beside 50 processes).
+        let mut unwinder = Unwinder::new(sampler.unwind_maps()?);
+        unwinder.set_python(sampler.options().python);
+        if sampler.options().unwind_tables && sampler.options().pid.is_none() {
+            unwinder.note_all();
+            unwinder.poll(STARTUP_TABLE_WAIT);
+        }
         // A kernel without what the events need (BTF tracepoints, task
         // storage) still gets CPU profiles: the events are switched off,
         // and the log says why.
@@ -110,6 +126,7 @@ impl Pipeline {
         if let Some(e) = &events {
             tracing::info!("event hooks: {:?}", e.hooks());
         }
+        sampler.attach()?;
         let mut rings = vec![sampler.new_tgids()?];
         if let Some(e) = &events {
             rings.push(e.new_tgids()?);
@@ -117,11 +134,6 @@ impl Pipeline {
         let new_processes = NewProcessRing::new(rings)?;
         let mut symbolizer = symbolizer;
         symbolizer.set_python_codes(sampler.unwind_maps()?.py_codes);
-        let mut unwinder = Unwinder::new(sampler.unwind_maps()?);
-        unwinder.set_python(sampler.options().python);
-        if sampler.options().unwind_tables && sampler.options().pid.is_none() {
-            unwinder.note_all();
-        }
         let mut pipeline = Self {
             sampler,
             events,

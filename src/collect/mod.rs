@@ -298,6 +298,16 @@ impl CpuSampler {
     /// Loads the BPF program and attaches it to a cpu-clock event on every
     /// online CPU.
     pub fn start(options: SamplerOptions) -> Result<Self, CollectError> {
+        let mut sampler = Self::load(options)?;
+        sampler.attach()?;
+        Ok(sampler)
+    }
+
+    /// Loads the BPF program and attaches its exec and exit hooks, but
+    /// samples nothing until [`CpuSampler::attach`]: the daemon builds the
+    /// running processes' unwind tables in between, so its first samples
+    /// are unwound as well as its later ones.
+    pub fn load(options: SamplerOptions) -> Result<Self, CollectError> {
         options.validate()?;
         // The skeleton borrows its object storage for as long as it lives; the
         // sampler lives for the rest of the run, so a few leaked bytes per
@@ -343,18 +353,7 @@ impl CpuSampler {
         );
 
         let cpus = online_cpus()?;
-        let mut links = Vec::with_capacity(cpus.len());
-        for &cpu in &cpus {
-            let event = PerfEvent::cpu_clock(cpu, options.frequency_hz)?;
-            let link = skel
-                .progs
-                .handle__cpu_clock
-                .attach_perf_event(event.as_raw_fd())
-                .map_err(|source| CollectError::Attach { cpu, source })?;
-            // The link owns the fd from here on and closes it when dropped.
-            event.into_raw_fd();
-            links.push(link);
-        }
+        let mut links = Vec::with_capacity(cpus.len() + 2);
         let exec_link = skel
             .progs
             .handle__sched_process_exec
@@ -373,6 +372,23 @@ impl CpuSampler {
             cpus,
             options,
         })
+    }
+
+    /// Attaches the sampler to a cpu-clock event on every online CPU.
+    pub fn attach(&mut self) -> Result<(), CollectError> {
+        for &cpu in &self.cpus {
+            let event = PerfEvent::cpu_clock(cpu, self.options.frequency_hz)?;
+            let link = self
+                .skel
+                .progs
+                .handle__cpu_clock
+                .attach_perf_event(event.as_raw_fd())
+                .map_err(|source| CollectError::Attach { cpu, source })?;
+            // The link owns the fd from here on and closes it when dropped.
+            event.into_raw_fd();
+            self._links.push(link);
+        }
+        Ok(())
     }
 
     /// New handles on the unwinder's maps, for `src/unwind` and the events
