@@ -18,7 +18,6 @@ unsafe impl plain::Plain for types::sample_key {}
 // Pin the shared layouts: a change to emberd.h must be mirrored here.
 const _: () = assert!(std::mem::size_of::<types::sample_key>() == 48);
 const _: () = assert!(std::mem::size_of::<types::stored_stack>() == 32 + 128 * 8);
-const _: () = assert!(crate::collect::stack::MAX_STACK_DEPTH + 1 == 128);
 
 /// The skeleton of `bpf/events.bpf.c`.
 pub mod events {

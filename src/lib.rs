@@ -2,24 +2,22 @@
 #![deny(missing_docs)]
 
 pub mod bpf;
-pub mod check;
-pub mod clock;
+pub mod cli;
 pub mod collect;
-pub mod compare;
-pub mod config;
 pub mod daemon;
-pub mod footprint;
-pub mod metrics;
-pub mod pipeline;
-pub mod profile;
 pub mod query;
-pub mod record;
 pub mod render;
 pub mod serve;
+pub mod shared;
 pub mod store;
 pub mod symbolize;
 pub mod unwind;
-pub mod view;
+
+// Paths the tests and fuzz targets use, from before these modules moved
+// into their stages.
+pub use query::columns as compare;
+pub use query::profile;
+pub use render::view;
 
 /// Entry points for the fuzz targets under `fuzz/` into readers whose parts
 /// are private, and a small ELF writer for them and for tests. Not an

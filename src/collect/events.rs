@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::fmt;
 use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
-use std::time::Duration;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags};
@@ -116,27 +115,10 @@ pub mod defaults {
     /// tracepoints and 0.41 with the raw ones, a C build at 0.94-0.95.
     /// Not negligible for an always-on default.
     pub const SYSCALL_EVENTS: bool = false;
-    /// Processes malloc's uprobes are attached to at most: each costs ten
-    /// uprobes.
-    pub const MALLOC_MAX_PROCESSES: usize = 64;
+    pub use crate::collect::malloc::MALLOC_MAX_PROCESSES;
 }
 
-/// Which processes malloc's uprobes trap in: none unless named, because a
-/// uprobe costs a trap on every call.
-#[derive(Debug, Clone, Default)]
-pub struct MallocTargets {
-    /// Processes by id.
-    pub pids: Vec<Pid>,
-    /// Processes by name (`/proc/PID/comm`, exact), now and as they start.
-    pub comms: Vec<String>,
-}
-
-impl MallocTargets {
-    /// Whether any process is named.
-    pub fn any(&self) -> bool {
-        !self.pids.is_empty() || !self.comms.is_empty()
-    }
-}
+pub use super::malloc::MallocTargets;
 
 /// What to record. Every field documents its default.
 #[derive(Debug, Clone)]
@@ -1074,7 +1056,7 @@ impl EventSampler {
         } else {
             self.options.max_block_ns + 2_000_000_000
         };
-        let horizon = ktime_ns().saturating_sub(keep);
+        let horizon = crate::shared::clock::ktime_ns().saturating_sub(keep);
         // Requests in flight hold their stacks until they complete, however
         // long that takes.
         let in_flight = &self.skel.maps.io_in_flight;
@@ -1153,11 +1135,4 @@ impl EventSampler {
             let _ = map.update(&uid.to_ne_bytes(), &n.to_ne_bytes(), MapFlags::ANY);
         }
     }
-}
-
-/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns.
-pub(crate) fn ktime_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| Duration::from(t).as_nanos() as u64)
-        .unwrap_or(0)
 }

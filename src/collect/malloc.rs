@@ -7,9 +7,29 @@ use std::rc::Rc;
 
 use libbpf_rs::{Link, MapHandle, ProgramMut, RingBuffer, RingBufferBuilder, UprobeOpts};
 
-use super::events::{MallocTargets, defaults};
 use super::{CollectError, Pid};
 use crate::bpf::events::types;
+
+/// Processes malloc's uprobes are attached to at most: each costs ten
+/// uprobes.
+pub const MALLOC_MAX_PROCESSES: usize = 64;
+
+/// Which processes malloc's uprobes trap in: none unless named, because a
+/// uprobe costs a trap on every call.
+#[derive(Debug, Clone, Default)]
+pub struct MallocTargets {
+    /// Processes by id.
+    pub pids: Vec<Pid>,
+    /// Processes by name (`/proc/PID/comm`, exact), now and as they start.
+    pub comms: Vec<String>,
+}
+
+impl MallocTargets {
+    /// Whether any process is named.
+    pub fn any(&self) -> bool {
+        !self.pids.is_empty() || !self.comms.is_empty()
+    }
+}
 
 /// The three malloc programs of `bpf/memory.h`.
 #[derive(Debug, Clone, Copy)]
@@ -29,7 +49,7 @@ pub struct Refusals {
     pub no_libc: u64,
     /// Attaching a uprobe failed.
     pub attach_failed: u64,
-    /// More processes than [`defaults::MALLOC_MAX_PROCESSES`].
+    /// More processes than [`MALLOC_MAX_PROCESSES`].
     pub too_many: u64,
 }
 
@@ -72,11 +92,11 @@ impl MallocProbes {
         if self.attached.contains_key(&pid) {
             return;
         }
-        if self.attached.len() >= defaults::MALLOC_MAX_PROCESSES {
+        if self.attached.len() >= MALLOC_MAX_PROCESSES {
             self.refusals.too_many += 1;
             tracing::warn!(
                 "malloc: not tracing process {pid}: already {} processes",
-                defaults::MALLOC_MAX_PROCESSES
+                MALLOC_MAX_PROCESSES
             );
             return;
         }

@@ -11,6 +11,7 @@ pub mod events;
 pub mod malloc;
 pub mod new_process;
 mod perf_event;
+pub mod privileges;
 pub mod stack;
 
 use std::collections::HashMap;
@@ -32,6 +33,22 @@ use crate::bpf::types;
 
 /// Defaults of [`SamplerOptions`].
 pub mod defaults {
+    /// Bytes of unwind rows (8 bytes each) the BPF row array holds.
+    /// Measured here (`scripts/bench unwind`): libc 0.2 MiB, python3.11
+    /// 0.5 MiB, libjvm 1.5 MiB, node 2.8 MiB; a host running python3, node
+    /// and a JVM at once held 6.4 MiB (20 files). 16 MiB leaves 2.5 times
+    /// that; hosts running several large C++ binaries (browsers, LLVM) need
+    /// more (`budget_refused` in /metrics says so). Kernel memory,
+    /// allocated at load.
+    pub const TABLE_BUDGET_BYTES: u64 = 16 << 20;
+    /// Processes whose mappings the BPF unwinder holds (about 5 KiB of
+    /// kernel memory each, allocated as processes appear).
+    pub const MAX_PROCESSES: u32 = 8192;
+    /// Code objects whose names the Python walker keeps in BPF (`py_codes`,
+    /// 504 bytes each: 2 MiB of kernel memory allocated at load). Each
+    /// sampled code object is held from the sample to the next drain (1 s);
+    /// one that is evicted before is shown as `[python: code evicted]`.
+    pub const PYTHON_CODE_ENTRIES: u32 = 4096;
     /// Samples per second per CPU. 99, not 100, so sampling does not run in
     /// lock-step with work that is itself timed in round milliseconds.
     pub const FREQUENCY_HZ: u64 = 99;
@@ -68,35 +85,7 @@ pub mod defaults {
     }
 }
 
-/// A process id (the kernel's tgid).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Pid(pub u32);
-
-/// A thread id (the kernel's pid).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Tid(pub u32);
-
-impl Pid {
-    /// The pid (and tid) of history whose process had exited when its
-    /// slot was merged: the store keeps such samples by name and stack
-    /// only (see `store`). Shown as `exited`.
-    pub const EXITED: Pid = Pid(u32::MAX);
-}
-
-impl fmt::Display for Pid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if *self == Pid::EXITED {
-            return f.write_str("exited");
-        }
-        self.0.fmt(f)
-    }
-}
-
-impl fmt::Display for Tid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        Pid(self.0).fmt(f)
-    }
-}
+pub use crate::shared::{Pid, Tid};
 
 /// One side (kernel or user) of a sampled stack, as the kernel gave it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -194,17 +183,17 @@ pub struct SamplerOptions {
     /// Entries of each counts map (default [`defaults::COUNTS_MAP_ENTRIES`]).
     pub counts_map_entries: u32,
     /// Rows of the shared unwind-table array: the table budget in bytes / 8
-    /// (default [`crate::unwind::defaults::TABLE_BUDGET_BYTES`] / 8).
+    /// (default [`defaults::TABLE_BUDGET_BYTES`] / 8).
     pub unwind_rows: u32,
     /// Processes whose mappings the unwinder can hold (default
-    /// [`crate::unwind::defaults::MAX_PROCESSES`]).
+    /// [`defaults::MAX_PROCESSES`]).
     pub unwind_processes: u32,
     /// Unwind user stacks with tables (default true); false leaves every
     /// process on frame pointers, for comparison.
     pub unwind_tables: bool,
     /// Code objects whose names the Python walker keeps (`py_codes`, an
     /// LRU map of ~500 bytes an entry, kernel memory allocated at load;
-    /// default [`crate::unwind::defaults::PYTHON_CODE_ENTRIES`]).
+    /// default [`defaults::PYTHON_CODE_ENTRIES`]).
     pub python_code_entries: u32,
     /// Read Python frames (default true); false leaves interpreters native.
     pub python: bool,
@@ -218,10 +207,10 @@ impl Default for SamplerOptions {
             include_idle: false,
             stack_map_entries: defaults::stack_map_entries(),
             counts_map_entries: defaults::counts_map_entries(),
-            unwind_rows: (crate::unwind::defaults::TABLE_BUDGET_BYTES / 8) as u32,
-            unwind_processes: crate::unwind::defaults::MAX_PROCESSES,
+            unwind_rows: (defaults::TABLE_BUDGET_BYTES / 8) as u32,
+            unwind_processes: defaults::MAX_PROCESSES,
             unwind_tables: true,
-            python_code_entries: crate::unwind::defaults::PYTHON_CODE_ENTRIES,
+            python_code_entries: defaults::PYTHON_CODE_ENTRIES,
             python: true,
         }
     }
@@ -544,7 +533,7 @@ fn drain_buffer(counts: &MapMut<'_>, stacks: &MapMut<'_>) -> Result<Drain, Colle
             kernel,
             user,
             count,
-            at_ms: Some(crate::clock::tick_to_store_ms(key.tick)),
+            at_ms: Some(crate::shared::clock::tick_to_store_ms(key.tick)),
         });
     }
     Ok(drain)
@@ -805,7 +794,7 @@ pub(crate) fn drain_tgids(map: &impl MapCore) -> Vec<Pid> {
 fn comm_name(comm: &[i8]) -> Arc<str> {
     use std::cell::RefCell;
     thread_local! {
-        static NAMES: RefCell<crate::store::FastMap<[u8; 16], Arc<str>>> =
+        static NAMES: RefCell<crate::shared::FastMap<[u8; 16], Arc<str>>> =
             RefCell::default();
     }
     let mut raw = [0u8; 16];

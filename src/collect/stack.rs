@@ -15,8 +15,10 @@ pub const STACK_LOST: u64 = 1;
 
 /// Frames the BPF walkers keep per stack (`EMBERD_MAX_STACK_DEPTH`); a
 /// deeper stack ends in `[truncated]`. Pinned to the skeleton's frame array
-/// (`EMBERD_STACK_SLOTS`, one more) in `bpf.rs`.
+/// (`EMBERD_STACK_SLOTS`, one more) below.
 pub const MAX_STACK_DEPTH: usize = 127;
+const _: () =
+    assert!(MAX_STACK_DEPTH + 1 == std::mem::size_of::<crate::bpf::types::stored_stack>() / 8 - 4);
 
 /// How a stack's walk ended (`enum stack_end` in `bpf/emberd.h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

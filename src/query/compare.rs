@@ -7,7 +7,7 @@ use super::{
     DEFAULT_SECONDS, MAX_UNIX_SECONDS, Query, QueryError, bad, format_rfc3339, parse_bool,
     parse_time, parse_u64, window_end,
 };
-use crate::compare::Rewrite;
+use crate::query::columns::Rewrite;
 
 /// Most phases an animation may have.
 pub const MAX_PHASES: usize = 60;

@@ -6,10 +6,11 @@
 use std::fmt::Write;
 
 use super::Query;
-use crate::collect::Pid;
-use crate::profile::{FoldedStack, Grouping, Profile};
-use crate::render::calltree::{CallTree, NodeId, TextId};
-use crate::store::{FastMap, FrameId, QueryResult, StackId};
+use crate::query::calltree::{CallTree, NodeId, TextId};
+use crate::query::profile::{FoldedStack, Grouping, Profile};
+use crate::shared::FastMap;
+use crate::shared::Pid;
+use crate::store::{FrameId, QueryResult, StackId};
 
 /// The grouping frame of a folded line, by value: rows that share it and a
 /// stack fold into one line.
@@ -131,7 +132,7 @@ impl Query {
     /// as text ids once and walked from its grouping frame's node. The
     /// line filters (`include`, `exclude`) need the line's text: with
     /// either set, fold into a profile and build the tree from it
-    /// ([`crate::view::call_tree`] does).
+    /// ([`crate::render::view::call_tree`] does).
     pub(crate) fn fold_tree(
         &self,
         tree: &mut CallTree,

@@ -9,13 +9,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use regex::{Regex, RegexBuilder};
 
-use crate::collect::Pid;
-use crate::profile::Grouping;
-use crate::render::palette::Palette;
+use crate::query::profile::Grouping;
+use crate::shared::Pid;
 use crate::store::Selection;
+use palette::Palette;
 
+pub mod calltree;
+pub mod columns;
 pub mod compare;
 mod fold;
+pub mod palette;
+pub mod profile;
 
 /// Longest regex accepted, in bytes.
 pub const MAX_REGEX_LEN: usize = 1024;
@@ -193,25 +197,6 @@ impl Event {
             Event::MallocObjects => "malloc() objects Flame Graph (allocated, sampled)",
             Event::MallocInUse => "Memory Leak Flame Graph (bytes in use, sampled)",
             Event::MallocInUseObjects => "Memory Leak Flame Graph (objects in use, sampled)",
-        }
-    }
-
-    /// The default palette, after flamegraph.pl's habits.
-    pub fn palette(self) -> Palette {
-        match self {
-            Event::Cpu | Event::HotCold => Palette::Java,
-            Event::OffCpu => Palette::Io,
-            Event::Wakeup => Palette::Wakeup,
-            Event::OffWake => Palette::Aqua,
-            Event::PageFault
-            | Event::Brk
-            | Event::Mmap
-            | Event::Munmap
-            | Event::Malloc
-            | Event::MallocObjects
-            | Event::MallocInUse
-            | Event::MallocInUseObjects => Palette::Mem,
-            Event::BlockIo => Palette::Io,
         }
     }
 }

@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use super::tree::{FRAME_H, FrameTree, PAD, escape, fit_label, hot_color};
-use crate::compare::Series;
+use crate::query::columns::Series;
 
 /// What an animation says and how it is drawn.
 #[derive(Debug, Clone)]
@@ -412,8 +412,8 @@ g.f text {{ pointer-events: none; }}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare::Rewrite;
-    use crate::profile::{FoldedStack, test_profile as profile};
+    use crate::query::columns::Rewrite;
+    use crate::query::profile::{FoldedStack, test_profile as profile};
 
     #[test]
     fn frames_carry_every_phase_and_thin_ones_go() {

@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use super::tree::{FRAME_H, FrameTree, PAD, escape, fit_label};
-use crate::compare::Diff;
+use crate::query::columns::Diff;
 
 /// What a differential SVG says and how it is drawn.
 #[derive(Debug, Clone)]
@@ -328,8 +328,8 @@ delta: {sign}{dv} {u} ({sign}{share:.2}% of the total)</title><rect class="b" x=
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare::Rewrite;
-    use crate::profile::{Profile, test_profile as profile};
+    use crate::query::columns::Rewrite;
+    use crate::query::profile::{Profile, test_profile as profile};
 
     fn svg_of(before: &Profile, after: &Profile, normalize: bool) -> String {
         let d = Diff::new(before, after, Rewrite::default(), Some(normalize), false);

@@ -14,10 +14,10 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use super::calltree::{CallTree, Placed};
 use super::palette::{Palette, Rgb};
 use super::tree::{FRAME_H, PAD, escape_into, label_cut};
-use crate::profile::Profile;
+use crate::query::calltree::{CallTree, Placed};
+use crate::query::profile::Profile;
 
 /// What the SVG says about itself.
 #[derive(Debug, Clone)]
@@ -439,7 +439,7 @@ const SCRIPT: &str = r#"(function () {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::test_profile as profile;
+    use crate::query::profile::test_profile as profile;
 
     fn svg(p: &Profile, opts: &SvgOptions) -> String {
         let mut out = Vec::new();

@@ -4,11 +4,9 @@
 use std::collections::HashMap;
 use std::io::{self, BufRead, Write};
 
-use crate::profile::{FoldedStack, Profile};
+use crate::query::profile::{FoldedStack, Profile};
 
-/// How an empty stack (no grouping frame and no frames) is written: a line
-/// with nothing before the value would not read back.
-pub const EMPTY_STACK: &str = "[empty]";
+pub use crate::query::profile::EMPTY_STACK;
 
 /// Writes `profile` as folded text, sorted by stack.
 pub fn write<W: Write>(profile: &Profile, mut w: W) -> io::Result<()> {
@@ -190,7 +188,10 @@ pub fn read_bounded<R: BufRead>(
             // Checked with blanks as they will be written (a line break in
             // a name becomes a space: `name\r3` is two columns), before a
             // count-like tail of a name is joined with `_`.
-            let blanks: String = stack.chars().map(crate::profile::folded_char).collect();
+            let blanks: String = stack
+                .chars()
+                .map(crate::query::profile::folded_char)
+                .collect();
             match two_columns(&blanks) {
                 true => Err(TWO_COLUMNS),
                 false => Ok((stack, value)),

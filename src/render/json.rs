@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::profile::Profile;
+use crate::query::profile::Profile;
 use crate::store::TimeSlot;
 
 /// A profile as a tree, flat and in pre-order, so a browser can draw and
@@ -162,7 +162,7 @@ impl Heatmap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::test_profile;
+    use crate::query::profile::test_profile;
 
     #[test]
     fn tree_is_pre_order_heaviest_first_with_self_values() {

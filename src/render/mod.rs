@@ -2,7 +2,6 @@
 //! flame graphs and animations, pprof, and JSON for the web page.
 
 pub mod animation;
-pub mod calltree;
 pub mod diff;
 pub mod flamegraph;
 pub mod folded;
@@ -10,3 +9,4 @@ pub mod json;
 pub mod palette;
 pub mod pprof;
 pub mod tree;
+pub mod view;

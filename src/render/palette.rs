@@ -8,7 +8,8 @@
 //! comes from a hash of the name.
 
 use std::fmt;
-use std::str::FromStr;
+
+pub use crate::query::palette::Palette;
 
 /// A colour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,55 +43,7 @@ enum Hue {
     Orange,
 }
 
-/// A palette: one hue for every frame, or a hue chosen per frame by the
-/// kind of code its name shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Palette {
-    /// Warm reds and yellows (CPU).
-    Hot,
-    /// Greens and blues (memory).
-    Mem,
-    /// Blues (I/O, off-CPU).
-    Io,
-    /// Aqua (wakeups).
-    Wakeup,
-    /// Reds.
-    Red,
-    /// Greens.
-    Green,
-    /// Blues.
-    Blue,
-    /// Aqua.
-    Aqua,
-    /// Yellows.
-    Yellow,
-    /// Purples.
-    Purple,
-    /// Oranges.
-    Orange,
-    /// Kernel orange, JIT green, inlined aqua, C++/Rust yellow, Java-like
-    /// names green, the rest red.
-    Java,
-    /// As `java`, with JavaScript's `file.js:line` names in green and
-    /// `node_modules` in purple.
-    Js,
-    /// Kernel orange, Perl green, `::` yellow, the rest red.
-    Perl,
-    /// Third-party (`site-packages`) aqua, the standard library yellow, the
-    /// rest red.
-    Python,
-    /// Rust's `core`/`std`/`alloc` orange, other `::` paths aqua, the rest
-    /// (C, the kernel) yellow.
-    Rust,
-}
-
 impl Palette {
-    /// Every palette name, for error messages.
-    pub const NAMES: &'static [&'static str] = &[
-        "hot", "mem", "io", "wakeup", "red", "green", "blue", "aqua", "yellow", "purple", "orange",
-        "java", "js", "perl", "python", "rust",
-    ];
-
     /// The colour of a frame named `name`. With `by_prefix`, similar names
     /// get similar shades (flamegraph.pl's `--hash`: the first characters
     /// weigh most); otherwise the shade is a hash of the whole name.
@@ -252,37 +205,6 @@ fn prefix_weight(bytes: impl Iterator<Item = u8>) -> f32 {
         weight /= 10.0;
     }
     if max == 0.0 { 0.0 } else { v / max }
-}
-
-impl FromStr for Palette {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(match s {
-            "hot" => Palette::Hot,
-            "mem" => Palette::Mem,
-            "io" => Palette::Io,
-            "wakeup" => Palette::Wakeup,
-            "red" => Palette::Red,
-            "green" => Palette::Green,
-            "blue" => Palette::Blue,
-            "aqua" => Palette::Aqua,
-            "yellow" => Palette::Yellow,
-            "purple" => Palette::Purple,
-            "orange" => Palette::Orange,
-            "java" => Palette::Java,
-            "js" => Palette::Js,
-            "perl" => Palette::Perl,
-            "python" => Palette::Python,
-            "rust" => Palette::Rust,
-            other => {
-                return Err(format!(
-                    "unknown palette {other:?}; use one of {}",
-                    Palette::NAMES.join(", ")
-                ));
-            }
-        })
-    }
 }
 
 #[cfg(test)]

@@ -4,15 +4,15 @@
 //! The messages are declared here with prost's derive (no protoc at build
 //! time), field numbers as in perftools' `profile.proto`.
 
-use crate::store::FastMap;
+use crate::shared::FastMap;
 use std::io::Write;
 
 use prost::Message;
 
-use crate::profile::Grouping;
 use crate::query::Query;
+use crate::query::profile::Grouping;
+use crate::shared::{Frame, FrameKind};
 use crate::store::{QueryResult, StackId};
-use crate::symbolize::{Frame, FrameKind};
 
 #[allow(missing_docs)]
 pub mod proto {
@@ -366,7 +366,7 @@ fn fill_samples(
             &row.process_comm
         };
         // Samples of exited processes in merged history have no pid.
-        let exited = row.pid == crate::collect::Pid::EXITED;
+        let exited = row.pid == crate::shared::Pid::EXITED;
         let mut label = Vec::with_capacity(3);
         if !exited {
             label.push(proto::Label {

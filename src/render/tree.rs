@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use crate::compare::Series;
+use crate::query::columns::Series;
 
 /// Frame height in pixels, as flamegraph.pl draws them.
 pub const FRAME_H: f64 = 16.0;
@@ -372,8 +372,8 @@ pub fn hot_color(name: &str) -> (u8, u8, u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare::Rewrite;
-    use crate::profile::{FoldedStack, Profile, test_profile as profile};
+    use crate::query::columns::Rewrite;
+    use crate::query::profile::{FoldedStack, Profile, test_profile as profile};
 
     #[test]
     fn totals_starts_and_order() {

@@ -8,12 +8,12 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
 use super::{AppError, AppState, Rendered, cached, folded_profile, render_now};
-use crate::compare::{Diff, Series};
-use crate::profile::Profile;
 use crate::query::QueryError;
+use crate::query::columns::{Diff, Series};
 use crate::query::compare::{CompareKind, CompareQuery, Window};
+use crate::query::profile::Profile;
 use crate::render;
-use crate::view;
+use crate::render::view;
 
 /// Largest baseline profile a `POST /diff.*` may send.
 pub const MAX_BASELINE_BYTES: usize = 16 << 20;
@@ -84,7 +84,12 @@ fn parse(raw: &str, st: &AppState, kind: CompareKind) -> Result<CompareQuery, Qu
     let params: Vec<(String, String)> = form_urlencoded::parse(raw.as_bytes())
         .into_owned()
         .collect();
-    CompareQuery::parse(&params, crate::clock::wall_now(), st.retention_secs, kind)
+    CompareQuery::parse(
+        &params,
+        crate::shared::clock::wall_now(),
+        st.retention_secs,
+        kind,
+    )
 }
 
 /// The folded profile of `base`'s filters over one window (wall time,
@@ -95,8 +100,8 @@ fn window_profile(
     w: Window,
 ) -> Result<Profile, AppError> {
     let mut q = base.clone();
-    q.selection.from = crate::clock::to_store(w.from);
-    q.selection.to = crate::clock::to_store(w.to);
+    q.selection.from = crate::shared::clock::to_store(w.from);
+    q.selection.to = crate::shared::clock::to_store(w.to);
     q.seconds = w.seconds();
     folded_profile(st, &q)
 }
@@ -104,7 +109,10 @@ fn window_profile(
 fn span(cq: &CompareQuery) -> (u64, u64) {
     let from = cq.windows.iter().map(|w| w.from).min().unwrap_or(0);
     let to = cq.windows.iter().map(|w| w.to).max().unwrap_or(0);
-    (crate::clock::to_store(from), crate::clock::to_store(to))
+    (
+        crate::shared::clock::to_store(from),
+        crate::shared::clock::to_store(to),
+    )
 }
 
 fn body_of(fmt: Format, body: Vec<u8>, notes: &[String], cuts: Cuts) -> Rendered {

@@ -9,12 +9,13 @@ pub mod auth;
 mod compare;
 pub mod conn;
 pub mod csp;
+pub mod metrics;
 pub mod origin;
 mod web;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use axum::Router;
@@ -26,11 +27,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::collect::events::EventKind;
-use crate::metrics::Metrics;
 use crate::query::{Event, Query, QueryError};
 use crate::render;
-use crate::store::Store;
-use crate::view::{self, Sources};
+use crate::render::view::{self, Sources};
+use crate::serve::metrics::Metrics;
+use crate::store::History;
 
 /// Rendered answers of the current store generation. The store changes once
 /// a second, so clients polling the same view (dashboards, several scrapers)
@@ -225,12 +226,8 @@ pub struct AppState {
     /// Bounds posted bodies being read or parsed at once to
     /// [`MAX_CONCURRENT_RENDERS`]: each can be 16 MiB.
     pub posts: Arc<tokio::sync::Semaphore>,
-    /// The CPU sample store.
-    pub store: Arc<RwLock<Store>>,
-    /// The stores of the other events that are switched on.
-    pub events: Arc<HashMap<EventKind, Arc<RwLock<Store>>>>,
-    /// Sampled allocations (malloc's in-use views), when malloc is on.
-    pub heap: Option<Arc<RwLock<crate::store::heap::LiveHeap>>>,
+    /// Every store: CPU samples, the events switched on, the live heap.
+    pub history: Arc<History>,
     /// Mean bytes between malloc samples.
     pub malloc_sample_bytes: u64,
     /// emberd's metrics.
@@ -568,9 +565,9 @@ fn parse_query(raw: &str, st: &AppState) -> Result<Query, QueryError> {
         .into_owned()
         .collect();
     // Windows are parsed in wall time and mapped onto the store's clock
-    // (see crate::clock), so a stepped wall clock moves no window.
-    let mut q = Query::parse(&params, crate::clock::wall_now(), st.retention_secs)?;
-    let from = crate::clock::to_store(q.selection.from);
+    // (see crate::shared::clock), so a stepped wall clock moves no window.
+    let mut q = Query::parse(&params, crate::shared::clock::wall_now(), st.retention_secs)?;
+    let from = crate::shared::clock::to_store(q.selection.from);
     // One offset for every bound, so the window keeps its length.
     let shift = |t: u64| (t as i128 + from as i128 - q.selection.from as i128).max(0) as u64;
     q.selection.to = shift(q.selection.to);
@@ -591,22 +588,21 @@ fn with_sources<R>(
     q: &Query,
     f: impl FnOnce(Sources<'_>) -> R,
 ) -> Result<R, AppError> {
-    let event = q.event.kind().and_then(|k| st.events.get(&k));
+    let h = &st.history;
+    let event = q.event.kind().and_then(|k| h.events.get(&k));
     let offcpu = (q.event == Event::HotCold)
-        .then(|| st.events.get(&EventKind::OffCpu))
+        .then(|| h.events.get(&EventKind::OffCpu))
         .flatten();
     // The heap profile of every malloc view reads allocated bytes and
     // objects beside the live heap.
-    let malloc_bytes = st.events.get(&EventKind::Malloc);
-    let objects = st.events.get(&EventKind::MallocObjects);
     Ok(f(Sources {
-        heap: st.heap.as_deref(),
-        malloc_bytes: malloc_bytes.map(|s| &**s),
-        objects: objects.map(|s| &**s),
+        heap: h.heap.as_ref(),
+        malloc_bytes: h.events.get(&EventKind::Malloc),
+        objects: h.events.get(&EventKind::MallocObjects),
         malloc_sample_bytes: st.malloc_sample_bytes,
-        cpu: Some(&st.store),
-        event: event.map(|s| &**s),
-        offcpu: offcpu.map(|s| &**s),
+        cpu: Some(&h.cpu),
+        event,
+        offcpu,
         cpu_period_ns: 1_000_000_000 / st.frequency_hz.max(1),
     }))
 }
@@ -634,7 +630,7 @@ fn switched_off(e: Event) -> AppError {
 }
 
 /// Selects (under short read locks) and folds.
-fn folded_profile(st: &AppState, q: &Query) -> Result<crate::profile::Profile, AppError> {
+fn folded_profile(st: &AppState, q: &Query) -> Result<crate::query::profile::Profile, AppError> {
     with_sources(st, q, |src| view::fold(q, src))?.map_err(switched_off)
 }
 
@@ -764,15 +760,7 @@ async fn pprof_event(
 
 async fn metrics(State(st): State<AppState>) -> Response {
     // Gauges over every store, read now.
-    let mut totals = crate::store::StoreStats::default();
-    for store in std::iter::once(&st.store).chain(st.events.values()) {
-        if let Ok(store) = store.read() {
-            let s = store.stats();
-            totals.bytes += s.bytes;
-            totals.slots += s.slots;
-        }
-    }
-    st.metrics.observe_store_gauges(&totals);
+    st.metrics.observe_store_gauges(&st.history.totals());
     (
         [(
             header::CONTENT_TYPE,

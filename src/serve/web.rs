@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use super::{AppError, AppState, Rendered, answer, folded_profile, with_sources};
 use crate::query::{Event, Query, QueryError};
 use crate::render::json::{Heatmap, Tree};
-use crate::view;
+use crate::render::view;
 
 const INDEX_HTML: &str = include_str!("web/index.html");
 const APP_JS: &str = include_str!("web/app.js");
@@ -95,8 +95,8 @@ fn render_heatmap(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
         })
     })?;
     let window = (
-        crate::clock::to_wall(q.selection.from),
-        crate::clock::to_wall(q.selection.to),
+        crate::shared::clock::to_wall(q.selection.from),
+        crate::shared::clock::to_wall(q.selection.to),
     );
     // Only CPU samples carry their tick; the event stores' slots have none
     // (an empty one would show as a blank column).
@@ -104,7 +104,7 @@ fn render_heatmap(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
     let slots: Vec<crate::store::TimeSlot> = slots
         .into_iter()
         .map(|s| crate::store::TimeSlot {
-            start: crate::clock::to_wall(s.start),
+            start: crate::shared::clock::to_wall(s.start),
             ticks: if cpu { s.ticks } else { Vec::new() },
             ..s
         })
@@ -120,8 +120,8 @@ fn render_heatmap(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
 fn render_profile(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
     let profile = folded_profile(st, q)?;
     let window = (
-        crate::clock::to_wall(q.selection.from),
-        crate::clock::to_wall(q.selection.to),
+        crate::shared::clock::to_wall(q.selection.from),
+        crate::shared::clock::to_wall(q.selection.to),
     );
     let tree = Tree::build(
         &profile,

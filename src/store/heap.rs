@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{QueryResult, Selection, Store, StoreOptions};
-use crate::collect::Pid;
-use crate::symbolize::{Frame, SymbolizedSample};
+use crate::shared::Frame;
+use crate::shared::Pid;
+use crate::symbolize::SymbolizedSample;
 
 /// One change to the sampled heap, named.
 #[derive(Debug, Clone)]
@@ -42,7 +43,7 @@ pub enum Change {
 #[derive(Debug, Clone)]
 pub struct Record {
     pid: Pid,
-    tid: crate::collect::Tid,
+    tid: crate::shared::Tid,
     thread_comm: Arc<str>,
     process_comm: Arc<str>,
     /// Shared with every record of the same stack.
@@ -263,8 +264,8 @@ pub fn in_use(records: &[Record], sel: &Selection) -> (QueryResult, QueryResult)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::Tid;
-    use crate::symbolize::FrameKind;
+    use crate::shared::FrameKind;
+    use crate::shared::Tid;
 
     fn alloc(pid: u32, addr: u64, bytes: u64, func: &str) -> Change {
         Change::Alloc {

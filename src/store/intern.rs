@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use crate::symbolize::{Frame, FrameKind, Module};
+use crate::shared::{Frame, FrameKind, Module};
 
 /// Index of an interned frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -49,12 +49,7 @@ pub struct ThreadKey {
     pub process_comm: NameId,
 }
 
-/// Hash maps of the store: ahash (randomly keyed, so crafted symbol names
-/// cannot flood a bucket) instead of SipHash, which took a quarter of the
-/// collector's time interning every frame of every drained sample.
-pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
-/// Hash sets of the same kind as [`FastMap`].
-pub(crate) type FastSet<T> = std::collections::HashSet<T, ahash::RandomState>;
+use crate::shared::FastMap;
 
 /// "No string" or "no module" in a [`StoredFrame`].
 const NONE: u32 = u32::MAX;
@@ -397,7 +392,7 @@ impl<'a> Copier<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::symbolize::FrameKind;
+    use crate::shared::FrameKind;
 
     #[test]
     fn a_stored_frame_is_20_bytes() {

@@ -13,24 +13,27 @@
 //! As time resolution, so identity: when slots merge, samples of processes
 //! that have exited (not in the [`LivePids`] the daemon last read) are kept
 //! by process and thread name and stack, with pid and tid
-//! [`Pid::EXITED`](crate::collect::Pid::EXITED). On a host with process
+//! [`Pid::EXITED`](crate::shared::Pid::EXITED). On a host with process
 //! churn every short-lived process otherwise kept its own thread and
 //! entries for the hour: hundreds of entries a second in the page-fault
 //! store alone, which no budget of a few MiB can hold. Processes that still
 //! run keep their pids, so `?pid=` over the hour sees all of a service.
 
 pub mod heap;
+pub mod history;
 mod intern;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use intern::{FastMap, FastSet};
+use crate::shared::FastMap;
+pub use history::{History, HistoryOptions};
 pub use intern::{FrameId, Interner, NameId, StackId, ThreadId, ThreadKey};
 
-use crate::collect::{Pid, Tid};
-use crate::symbolize::{Frame, SymbolizedSample};
+use crate::shared::Frame;
+use crate::shared::{Pid, Tid};
+use crate::symbolize::SymbolizedSample;
 
 /// Defaults of [`StoreOptions`].
 pub mod defaults {
@@ -41,7 +44,7 @@ pub mod defaults {
     /// On the soak's busy host (`scripts/soak`) the stores held 8.9 MiB
     /// after an hour, CPU samples and off-CPU time for the whole hour; the
     /// event stores that process churn fills (page faults, wakeups) held
-    /// about two minutes (the README's Benchmark section has the figures).
+    /// about two minutes (docs/BENCHMARKS.md has the figures).
     pub const MEMORY_BUDGET: usize = 12 << 20;
 }
 
@@ -118,7 +121,7 @@ const SEALED_ENTRY_BYTES: usize = std::mem::size_of::<(EntryKey, u64)>();
 const SEAL_AFTER: u64 = 5;
 
 /// Sub-second resolution of the 1 s slots: the BPF sampler's tick.
-pub const TICK_MS: u64 = crate::clock::TICK_MS;
+pub const TICK_MS: u64 = crate::shared::clock::TICK_MS;
 /// Ticks in a second.
 pub const TICKS: usize = (1000 / TICK_MS) as usize;
 
@@ -627,7 +630,7 @@ impl Store {
 
     /// The thread an entry of a merged slot is kept under: itself while
     /// its process runs, else its names with pid and tid
-    /// [`Pid::EXITED`](crate::collect::Pid::EXITED).
+    /// [`Pid::EXITED`](crate::shared::Pid::EXITED).
     fn fold_exited(&mut self, id: ThreadId, memo: &mut FastMap<ThreadId, ThreadId>) -> ThreadId {
         let Some(live) = &self.live else {
             return id;
@@ -636,7 +639,7 @@ impl Store {
             return to;
         }
         let t = self.interner.get_thread(id);
-        let exited = crate::collect::Pid::EXITED.0;
+        let exited = crate::shared::Pid::EXITED.0;
         let to = if t.pid == 0 || t.pid == exited || live.contains(t.pid) {
             id
         } else {
@@ -866,7 +869,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::symbolize::FrameKind;
+    use crate::shared::FrameKind;
 
     fn sample(pid: u32, frames: &[&str], count: u64) -> SymbolizedSample {
         SymbolizedSample {
@@ -948,7 +951,7 @@ mod tests {
         assert_eq!(service, 120, "the running process keeps its pid");
         let exited: Vec<_> = rows.iter().filter(|r| r.pid != Pid(1)).collect();
         assert_eq!(exited.len(), 1, "60 exited processes, one row: {rows:?}");
-        assert_eq!(exited[0].pid, crate::collect::Pid::EXITED);
+        assert_eq!(exited[0].pid, crate::shared::Pid::EXITED);
         assert_eq!(&*exited[0].process_comm, "p2");
         assert_eq!(exited[0].value, 60);
         // The last 5 minutes are not merged: every process keeps its pid.
@@ -961,7 +964,7 @@ mod tests {
             st.query(&recent)
                 .rows
                 .iter()
-                .all(|r| r.pid != crate::collect::Pid::EXITED)
+                .all(|r| r.pid != crate::shared::Pid::EXITED)
         );
         // A filter by pid finds the service in the merged part.
         let by_pid = Selection {
@@ -1014,7 +1017,7 @@ mod tests {
             })
             .rows;
         assert_eq!(rows.len(), 1, "{rows:?}");
-        assert_eq!(rows[0].pid, crate::collect::Pid::EXITED);
+        assert_eq!(rows[0].pid, crate::shared::Pid::EXITED);
     }
 
     #[test]

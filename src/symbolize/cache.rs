@@ -11,7 +11,7 @@
 
 use std::hash::Hash;
 
-use crate::store::FastMap;
+use crate::shared::FastMap;
 
 /// What a cached value costs in bytes, about: the byte bound of a
 /// [`GenerationalCache`] counts it, so that entries with long names (a

@@ -29,7 +29,7 @@ use super::procmaps::{FileId, Mapping, MappingKind, elf_path};
 use super::symscan::Scanner;
 use super::symtab::{self, ElfSymbols};
 use super::{Frame, Module, frames_of_sym, symbol_frames};
-use crate::collect::Pid;
+use crate::shared::Pid;
 
 /// How long the collector waits for one file's symbols.
 pub const FILE_DEADLINE: Duration = Duration::from_secs(1);

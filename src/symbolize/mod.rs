@@ -34,8 +34,9 @@ use cache::GenerationalCache;
 use elf_worker::Reply;
 use kallsyms::KernelSymbols;
 
-use crate::collect::{Pid, RawSample, RawStack, StackEnd, Tid};
-use crate::store::{FastMap, FastSet};
+use crate::collect::{RawSample, RawStack, StackEnd};
+use crate::shared::{FastMap, FastSet};
+use crate::shared::{Pid, Tid};
 use perfmap::PerfMap;
 use procmaps::{FileId, MappingKind, ProcessMaps};
 
@@ -76,73 +77,7 @@ const IDLE_EVICT: Duration = Duration::from_secs(120);
 /// shows up.
 const ELF_IDLE_EVICT: Duration = Duration::from_secs(10);
 
-/// What kind of code a frame is; decides its folded suffix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FrameKind {
-    /// Native user-space code.
-    User,
-    /// A function inlined into its caller (`_[i]`).
-    Inlined,
-    /// JIT-compiled code named by a perf map (`_[j]`).
-    Jit,
-    /// Kernel code (`_[k]`).
-    Kernel,
-    /// A frame emberd adds to show data quality (`[lost]`, `[truncated]`)
-    /// or structure (the `--` between blocked and waker stacks).
-    Marker,
-    /// A frame of the waker's stack in an off-wake chain (`_[w]`).
-    Waker,
-    /// An interpreted Python frame, `qualname (file.py)` (see [`python`]).
-    Python,
-}
-
-/// The ELF file a frame's code lives in (pprof's mapping).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Module {
-    /// Path of the file as the process mapped it.
-    pub path: Arc<str>,
-    /// GNU build id, hex, when the file has one.
-    pub build_id: Option<Arc<str>>,
-}
-
-/// One named frame.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Frame {
-    /// Function name (demangled), or `module+0xoffset`.
-    pub name: Arc<str>,
-    /// What kind of code it is.
-    pub kind: FrameKind,
-    /// Source file, where DWARF gives it.
-    pub file: Option<Arc<str>>,
-    /// Source line, where DWARF gives it.
-    pub line: Option<u32>,
-    /// The file the code is in, for user frames.
-    pub module: Option<Arc<Module>>,
-}
-
-impl Frame {
-    /// A frame with only a name.
-    pub fn new(name: impl Into<Arc<str>>, kind: FrameKind) -> Self {
-        Self {
-            name: name.into(),
-            kind,
-            file: None,
-            line: None,
-            module: None,
-        }
-    }
-
-    /// The folded-stack suffix of this kind of frame.
-    pub fn suffix(&self) -> &'static str {
-        match self.kind {
-            FrameKind::User | FrameKind::Marker | FrameKind::Python => "",
-            FrameKind::Inlined => "_[i]",
-            FrameKind::Jit => "_[j]",
-            FrameKind::Kernel => "_[k]",
-            FrameKind::Waker => "_[w]",
-        }
-    }
-}
+pub use crate::shared::{Frame, FrameKind, Module};
 
 impl fmt::Display for Frame {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -1417,7 +1352,7 @@ mod tests {
         let mut s = Symbolizer::new(SymbolizerOptions::default());
         let sample = |n: usize| SymbolizedSample {
             pid: Pid(1),
-            tid: crate::collect::Tid(1),
+            tid: crate::shared::Tid(1),
             thread_comm: "t".into(),
             process_comm: "p".into(),
             frames: Vec::with_capacity(n),

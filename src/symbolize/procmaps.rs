@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use procfs::process::{MMPermissions, MMapPath, Process};
 
-use crate::collect::Pid;
+use crate::shared::Pid;
 
 /// Identity of a mapped file: what a cached name depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use super::{Frame, FrameKind};
-use crate::collect::Pid;
-use crate::store::FastMap;
+use crate::shared::FastMap;
+use crate::shared::Pid;
 
 /// Tag of a Python frame slot (`EMBERD_PY_FRAME`).
 pub const PY_FRAME: u64 = 0xec00_0000_0000_0000;

@@ -14,7 +14,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use crate::collect::Pid;
+use crate::shared::Pid;
 
 /// Why a perf map was not read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

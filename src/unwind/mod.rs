@@ -28,24 +28,15 @@ use std::time::{Duration, Instant};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use procfs::process::{MMapPath, Process};
 
-use crate::collect::{Pid, UnwindMaps};
+use crate::collect::UnwindMaps;
+use crate::shared::Pid;
 use table::{ElfInfo, TableSource, UnwindRow};
 
 /// Defaults and fixed bounds of the unwind stage.
 pub mod defaults {
     use std::time::Duration;
 
-    /// Bytes of unwind rows (8 bytes each) the BPF row array holds.
-    /// Measured here (`scripts/bench unwind`): libc 0.2 MiB, python3.11
-    /// 0.5 MiB, libjvm 1.5 MiB, node 2.8 MiB; a host running python3, node
-    /// and a JVM at once held 6.4 MiB (20 files). 16 MiB leaves 2.5 times
-    /// that; hosts running several large C++ binaries (browsers, LLVM) need
-    /// more (`budget_refused` in /metrics says so). Kernel memory,
-    /// allocated at load.
-    pub const TABLE_BUDGET_BYTES: u64 = 16 << 20;
-    /// Processes whose mappings the BPF unwinder holds (about 5 KiB of
-    /// kernel memory each, allocated as processes appear).
-    pub const MAX_PROCESSES: u32 = 8192;
+    pub use crate::collect::defaults::{MAX_PROCESSES, PYTHON_CODE_ENTRIES, TABLE_BUDGET_BYTES};
     /// Files larger than this are not read for unwind tables.
     pub const MAX_FILE_BYTES: u64 = 1 << 30;
     /// The most of one file's sections (CFI, notes, section names) read
@@ -70,11 +61,6 @@ pub mod defaults {
     pub const YOUNG_REFRESH_INTERVAL: Duration = Duration::from_millis(50);
     /// How often exited processes are looked for.
     pub const EXIT_SCAN: Duration = Duration::from_secs(5);
-    /// Code objects whose names the Python walker keeps in BPF (`py_codes`,
-    /// 504 bytes each: 2 MiB of kernel memory allocated at load). Each
-    /// sampled code object is held from the sample to the next drain (1 s);
-    /// one that is evicted before is shown as `[python: code evicted]`.
-    pub const PYTHON_CODE_ENTRIES: u32 = 4096;
 }
 
 /// Mapping kinds of `enum unwind_map_kind` in `bpf/emberd.h`.
@@ -458,7 +444,7 @@ impl Unwinder {
         let Ok(process) = Process::new(pid.0 as i32) else {
             return;
         };
-        let read_ns = crate::collect::events::ktime_ns();
+        let read_ns = crate::shared::clock::ktime_ns();
         let Some(uid) = real_uid(pid) else {
             return; // gone
         };

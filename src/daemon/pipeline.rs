@@ -93,7 +93,7 @@ impl Pipeline {
     ) -> Result<Self, CollectError> {
         // Start the store clock before the first sample, so that every
         // sample's tick maps to a time after its origin.
-        crate::clock::now();
+        crate::shared::clock::now();
         let symbolizer = Symbolizer::new(symbolizer);
         let mut sampler = CpuSampler::load(options)?;
         // The running processes' tables are built before anything samples:
@@ -155,7 +155,7 @@ impl Pipeline {
 
     /// Reads a process's mappings and builds its unwind tables now, before
     /// it is first sampled (`emberd record -p`).
-    pub fn note_process(&mut self, pid: crate::collect::Pid) {
+    pub fn note_process(&mut self, pid: crate::shared::Pid) {
         self.symbolizer.note_process(pid);
         if self.sampler.options().unwind_tables {
             self.unwinder.note_process(pid);
@@ -312,7 +312,7 @@ impl Pipeline {
         };
         for entry in dir.flatten() {
             if let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) {
-                e.watch_process(crate::collect::Pid(pid));
+                e.watch_process(crate::shared::Pid(pid));
             }
         }
     }

@@ -13,7 +13,7 @@ pub const TICK_MS: u64 = 20;
 const TICK_NS: u64 = TICK_MS * 1_000_000;
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
-fn mono_ns() -> u64 {
+pub fn ktime_ns() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
         t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
     })
@@ -35,7 +35,7 @@ struct Origin {
 fn origin() -> &'static Origin {
     static ORIGIN: OnceLock<Origin> = OnceLock::new();
     ORIGIN.get_or_init(|| {
-        let mono = mono_ns();
+        let mono = ktime_ns();
         let wall_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -61,7 +61,7 @@ pub fn now() -> u64 {
 pub fn now_ms() -> u64 {
     let o = origin();
     o.wall_ms
-        .saturating_add(mono_ns().saturating_sub(o.mono_ns) / 1_000_000)
+        .saturating_add(ktime_ns().saturating_sub(o.mono_ns) / 1_000_000)
 }
 
 /// The store time (ms) at which a BPF sample tick (`key.tick`: the low 32
@@ -71,7 +71,7 @@ pub fn now_ms() -> u64 {
 /// started map to its start.
 pub fn tick_to_store_ms(tick: u32) -> u64 {
     let o = origin();
-    let now_tick = mono_ns() / TICK_NS;
+    let now_tick = ktime_ns() / TICK_NS;
     let back = u64::from((now_tick as u32).wrapping_sub(tick));
     let tick_ns = now_tick.saturating_sub(back) * TICK_NS;
     o.wall_ms
@@ -89,7 +89,7 @@ fn wall_now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
     match o.step {
-        Some((by, after)) if mono_ns().saturating_sub(o.mono_ns) / 1_000_000_000 >= after => {
+        Some((by, after)) if ktime_ns().saturating_sub(o.mono_ns) / 1_000_000_000 >= after => {
             wall.saturating_add_signed(by.saturating_mul(1000))
         }
         _ => wall,

@@ -5,91 +5,7 @@
 use std::fmt;
 use std::path::Path;
 
-/// Linux capability numbers emberd cares about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cap {
-    /// CAP_SYS_ADMIN (21): covers BPF and perf on kernels without the newer caps.
-    SysAdmin = 21,
-    /// CAP_SYS_PTRACE (19): read other users' /proc/PID/maps and map_files.
-    SysPtrace = 19,
-    /// CAP_SYSLOG (34): real addresses in /proc/kallsyms.
-    Syslog = 34,
-    /// CAP_PERFMON (38): perf events on every CPU and process.
-    Perfmon = 38,
-    /// CAP_BPF (39): load BPF programs and create maps.
-    Bpf = 39,
-}
-
-impl Cap {
-    fn name(self) -> &'static str {
-        match self {
-            Cap::SysAdmin => "CAP_SYS_ADMIN",
-            Cap::SysPtrace => "CAP_SYS_PTRACE",
-            Cap::Syslog => "CAP_SYSLOG",
-            Cap::Perfmon => "CAP_PERFMON",
-            Cap::Bpf => "CAP_BPF",
-        }
-    }
-}
-
-/// The effective capability set of this process.
-pub fn effective_caps() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .unwrap_or(0)
-}
-
-/// Whether this process has `cap` in its effective set.
-pub fn has_cap(cap: Cap) -> bool {
-    effective_caps() & (1 << cap as u64) != 0
-}
-
-/// Why sampling cannot start, found before touching the kernel.
-#[derive(Debug, thiserror::Error)]
-pub enum PrivilegeError {
-    /// Neither root nor the capabilities.
-    #[error(
-        "emberd needs privileges to load BPF programs and open perf events on every CPU: missing {missing}\n\
-         hint: run as root (sudo emberd ...), or grant CAP_BPF, CAP_PERFMON (and CAP_SYSLOG, CAP_SYS_PTRACE for names)"
-    )]
-    MissingCaps {
-        /// The capabilities that are missing, comma-separated.
-        missing: String,
-    },
-    /// No BTF.
-    #[error(
-        "this kernel exposes no BTF at /sys/kernel/btf/vmlinux: emberd's BPF programs need it (CONFIG_DEBUG_INFO_BTF=y, Linux 5.8 or later)"
-    )]
-    NoBtf,
-}
-
-/// Checks what loading the sampler needs, with an error naming what is
-/// missing and what to do.
-pub fn require_sampling_privileges() -> Result<(), PrivilegeError> {
-    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Err(PrivilegeError::NoBtf);
-    }
-    if has_cap(Cap::SysAdmin) {
-        return Ok(());
-    }
-    let missing: Vec<&str> = [Cap::Bpf, Cap::Perfmon]
-        .into_iter()
-        .filter(|&c| !has_cap(c))
-        .map(Cap::name)
-        .collect();
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(PrivilegeError::MissingCaps {
-            missing: missing.join(", "),
-        })
-    }
-}
+pub use crate::collect::privileges::{Cap, effective_caps, has_cap};
 
 /// The state of one checked item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,11 +124,11 @@ pub fn run() -> Vec<Item> {
     options
         .malloc
         .pids
-        .push(crate::collect::Pid(std::process::id()));
+        .push(crate::shared::Pid(std::process::id()));
     let events = sampler.as_ref().ok().map(|s| {
         s.unwind_maps().and_then(|maps| {
             let mut e = crate::collect::events::EventSampler::start(options.clone(), &maps)?;
-            e.watch_process(crate::collect::Pid(std::process::id()));
+            e.watch_process(crate::shared::Pid(std::process::id()));
             Ok(e)
         })
     });
@@ -343,7 +259,7 @@ fn memory_items(e: &crate::collect::events::EventSampler) -> Vec<Item> {
     ];
     let traced = e
         .malloc_processes()
-        .contains(&crate::collect::Pid(std::process::id()));
+        .contains(&crate::shared::Pid(std::process::id()));
     items.push(Item {
         what: "malloc uprobes",
         status: if traced { Status::Ok } else { Status::Degraded },
@@ -439,13 +355,13 @@ fn unwind_item() -> Item {
 /// Who may read the profiles a daemon with these settings serves: every
 /// local user (no token, TCP), or those who can read the token file or the
 /// Unix socket.
-pub fn access(raw: &crate::config::RawConfig) -> Item {
+pub fn access(raw: &crate::daemon::config::RawConfig) -> Item {
     use std::os::unix::fs::MetadataExt;
     let what = "who reads profiles";
     let listen = raw
         .listen
         .as_deref()
-        .unwrap_or(crate::config::defaults::LISTEN);
+        .unwrap_or(crate::daemon::config::defaults::LISTEN);
     if let Some(sock) = &raw.unix_socket {
         return Item {
             what,
@@ -505,5 +421,31 @@ pub fn access(raw: &crate::config::RawConfig) -> Item {
                 ),
             }
         }
+    }
+}
+
+/// Prints every item of `emberd check`; fails when sampling cannot work.
+pub fn command(config: Option<&std::path::Path>) -> anyhow::Result<std::process::ExitCode> {
+    use crate::daemon::config::RawConfig;
+    use std::process::ExitCode;
+    let mut items = run();
+    items.push(match RawConfig::load(config) {
+        Ok(raw) => access(&raw),
+        Err(e) => Item {
+            what: "who reads profiles",
+            status: Status::Degraded,
+            detail: format!("{e:#}"),
+        },
+    });
+    for item in &items {
+        println!("{item}");
+    }
+    let fatal = items.iter().filter(|i| i.status == Status::Fatal).count();
+    if fatal > 0 {
+        println!("\nemberd cannot sample here: fix the MISSING items above.");
+        Ok(ExitCode::FAILURE)
+    } else {
+        println!("\nemberd can sample here.");
+        Ok(ExitCode::SUCCESS)
     }
 }

@@ -45,8 +45,8 @@ impl Grouping {
         self,
         process_comm: &str,
         thread_comm: &str,
-        pid: crate::collect::Pid,
-        tid: crate::collect::Tid,
+        pid: crate::shared::Pid,
+        tid: crate::shared::Tid,
     ) -> Option<String> {
         match self {
             Grouping::Host => None,
@@ -100,6 +100,10 @@ fn push_name(text: &mut String, frame: &str) {
         }
     }
 }
+
+/// How an empty stack (no grouping frame and no frames) is written in
+/// folded text: a line with nothing before the value would not read back.
+pub const EMPTY_STACK: &str = "[empty]";
 
 /// One folded stack: frames root first joined by `;`, without the count.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

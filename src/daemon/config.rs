@@ -320,7 +320,7 @@ impl Config {
                     .clone()
                     .unwrap_or_default()
                     .into_iter()
-                    .map(crate::collect::Pid)
+                    .map(crate::shared::Pid)
                     .collect(),
                 comms: raw.malloc_comms.clone().unwrap_or_default(),
             },

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use crate::profile::{FoldedStack, Profile};
+use crate::query::profile::{FoldedStack, Profile};
 
 /// How frame names are rewritten before profiles are matched.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -175,7 +175,7 @@ impl Series {
     pub fn write_folded<W: Write>(&self, mut w: W) -> io::Result<()> {
         for (stack, Row { values, .. }) in &self.rows {
             let stack = match stack.as_str() {
-                "" => crate::render::folded::EMPTY_STACK,
+                "" => crate::query::profile::EMPTY_STACK,
                 s => s,
             };
             write!(w, "{stack}")?;
@@ -275,7 +275,7 @@ impl Diff {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::test_profile as profile;
+    use crate::query::profile::test_profile as profile;
 
     #[test]
     fn columns_line_up_and_absent_is_zero() {

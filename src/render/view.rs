@@ -2,9 +2,9 @@
 //! daemon's routes and `emberd record` both go through here, so a folded file,
 //! an SVG and a pprof of the same window always agree.
 
-use crate::profile::Profile;
+use crate::query::calltree::CallTree;
+use crate::query::profile::Profile;
 use crate::query::{Event, Query};
-use crate::render::calltree::CallTree;
 use crate::render::flamegraph::SvgOptions;
 use crate::render::pprof;
 use crate::store::heap::LiveHeap;
@@ -253,10 +253,11 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::collect::{Pid, Tid};
     use crate::render::flamegraph;
+    use crate::shared::{Frame, FrameKind};
+    use crate::shared::{Pid, Tid};
     use crate::store::StoreOptions;
-    use crate::symbolize::{Frame, FrameKind, SymbolizedSample};
+    use crate::symbolize::SymbolizedSample;
 
     const T0: u64 = 1_000_000;
 

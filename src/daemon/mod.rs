@@ -6,22 +6,26 @@
 //! detaches and unloads the BPF programs), let in-flight requests finish,
 //! exit 0.
 
+pub mod config;
+pub mod footprint;
+pub mod pipeline;
+
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use std::collections::HashMap;
+use std::path::Path;
 
 use crate::collect::SamplerOptions;
 use crate::collect::events::{EventKind, EventOptions};
-use crate::config::Config;
-use crate::metrics::Metrics;
-use crate::pipeline::{DRAIN_INTERVAL, Pipeline};
+use crate::daemon::config::Config;
+use crate::daemon::pipeline::{DRAIN_INTERVAL, Pipeline};
+use crate::serve::metrics::Metrics;
 use crate::serve::{self, AppState};
-use crate::store::heap::LiveHeap;
-use crate::store::{Store, StoreOptions, StoreStats};
+use crate::store::history::Inserted;
+use crate::store::{History, HistoryOptions, LivePids};
 
 /// Sends a state line to systemd's notification socket, if `NOTIFY_SOCKET`
 /// names one (the sd_notify protocol: one datagram, `KEY=VALUE` lines).
@@ -49,7 +53,7 @@ pub fn sd_notify(state: &str) {
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn run(config: Config) -> anyhow::Result<()> {
-    crate::check::require_sampling_privileges()?;
+    crate::collect::privileges::require_sampling_privileges()?;
     // glibc gives each thread that allocates its own arena; with a thread pool
     // that renders SVGs, a table builder and an ELF worker that multiplies
     // resident memory for nothing (each arena keeps its own peak; one arena
@@ -119,38 +123,74 @@ async fn bind(config: &Config) -> anyhow::Result<Listener> {
     Ok(Listener::Unix(l))
 }
 
+/// What the collector thread and the HTTP side share.
+#[derive(Clone)]
+struct Shared {
+    history: Arc<History>,
+    metrics: Arc<Metrics>,
+    liveness: Arc<serve::Liveness>,
+    cache: Arc<std::sync::Mutex<serve::ResponseCache>>,
+    /// Set at SIGTERM/SIGINT: the collector stops at its next step.
+    stop: Arc<AtomicBool>,
+}
+
+impl Shared {
+    fn new(config: &Config) -> Self {
+        let history = History::new(&HistoryOptions {
+            retention: config.retention,
+            memory_budget: config.memory_budget,
+            events: EventKind::ALL
+                .into_iter()
+                .filter(|k| config.events.records(*k))
+                .collect(),
+            heap_entries: config
+                .events
+                .malloc
+                .any()
+                .then_some(config.events.malloc_live_entries as usize),
+        });
+        Self {
+            history: Arc::new(history),
+            metrics: Arc::new(Metrics::new(config.memory_budget)),
+            liveness: Arc::new(serve::Liveness::default()),
+            cache: Default::default(),
+            stop: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
 async fn run_async(config: Config) -> anyhow::Result<()> {
     let listener = bind(&config).await?;
-    // One budget for all stores: split evenly between CPU and the events on.
-    let kinds_on: Vec<EventKind> = EventKind::ALL
-        .into_iter()
-        .filter(|k| config.events.records(*k))
-        .collect();
-    let events_on = kinds_on.len();
-    // CPU samples get half the budget, the events share the other half:
-    // CPU is the profile most asked for, and an event such as page faults
-    // on a host of JIT processes can fill any budget with distinct stacks.
-    let cpu_budget = if events_on == 0 {
-        config.memory_budget
-    } else {
-        config.memory_budget / 2
-    };
-    let store_options = StoreOptions {
-        retention: config.retention,
-        memory_budget: cpu_budget,
-        ..Default::default()
-    };
-    let event_options = StoreOptions {
-        memory_budget: (config.memory_budget - cpu_budget) / events_on.max(1),
-        ..store_options.clone()
-    };
-    let store = Arc::new(RwLock::new(Store::new(store_options)));
-    let metrics = Arc::new(Metrics::new(config.memory_budget));
-    let liveness = Arc::new(serve::Liveness::default());
-    let cache: Arc<std::sync::Mutex<serve::ResponseCache>> = Default::default();
-    let stop = Arc::new(AtomicBool::new(false));
+    let shared = Shared::new(&config);
+    let collector = start_collector(&config, shared.clone())?;
+    shared.liveness.drained();
+    shared.liveness.attached.store(true, Ordering::SeqCst);
+    sd_notify("READY=1\nSTATUS=sampling");
+    release_load_only_pages();
+    let state = app_state(&config, &shared);
+    serve_until_stopped(listener, state, &shared).await?;
+    // Shutdown takes at most SHUTDOWN_GRACE for requests in flight, and as
+    // long again for the collector, whatever either is doing.
+    shared.stop.store(true, Ordering::SeqCst);
+    match tokio::time::timeout(
+        SHUTDOWN_GRACE,
+        tokio::task::spawn_blocking(move || collector.join()),
+    )
+    .await
+    {
+        Ok(joined) => {
+            joined.ok().and_then(Result::ok).transpose()?;
+        }
+        Err(_) => {
+            tracing::warn!("the collector did not stop within {SHUTDOWN_GRACE:?}; exiting anyway")
+        }
+    }
+    Ok(())
+}
 
-    let sampler = SamplerOptions {
+/// What the CPU sampler is asked for.
+fn sampler_options(config: &Config) -> SamplerOptions {
+    SamplerOptions {
         frequency_hz: config.frequency_hz,
         stack_map_entries: config.stack_map_entries,
         counts_map_entries: config.counts_map_entries,
@@ -162,91 +202,76 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         // unless `idle=1` asks for them.
         include_idle: true,
         ..Default::default()
+    }
+}
+
+type CollectorThread = std::thread::JoinHandle<anyhow::Result<()>>;
+
+/// Starts the collector thread and waits until it samples (or failed to
+/// load), then says so in the log.
+fn start_collector(config: &Config, shared: Shared) -> anyhow::Result<CollectorThread> {
+    let setup = Setup {
+        sampler: sampler_options(config),
+        events: config.events.clone(),
+        symbolizer: config.symbolizer.clone(),
     };
-    let events_opts = config.events.clone();
-    let symbolizer = config.symbolizer.clone();
-    let event_stores: Arc<HashMap<EventKind, Arc<RwLock<Store>>>> = Arc::new(
-        kinds_on
-            .iter()
-            .map(|k| (*k, Arc::new(RwLock::new(Store::new(event_options.clone())))))
-            .collect(),
-    );
-    let heap = events_opts.malloc.any().then(|| {
-        Arc::new(RwLock::new(LiveHeap::new(
-            events_opts.malloc_live_entries as usize,
-            config.retention,
-        )))
-    });
     let (started_tx, started_rx) = std::sync::mpsc::channel();
-    let collector = {
-        let (store, metrics, stop) = (store.clone(), metrics.clone(), stop.clone());
-        let (event_stores, liveness) = (event_stores.clone(), liveness.clone());
-        let (heap, cache) = (heap.clone(), cache.clone());
-        std::thread::Builder::new()
-            .name("emberd-collect".into())
-            .spawn(move || {
-                let stop2 = stop.clone();
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    collect_loop(
-                        Setup {
-                            sampler,
-                            events: events_opts,
-                            symbolizer,
-                        },
-                        store,
-                        event_stores,
-                        heap,
-                        metrics,
-                        stop,
-                        liveness,
-                        cache,
-                        started_tx,
-                    )
-                }));
-                // A collector that dies leaves a daemon that answers but
-                // samples nothing: end the process, and let systemd
-                // (Restart=on-failure) start a fresh one.
-                match result {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(e)) if stop2.load(Ordering::SeqCst) => Err(e),
-                    Ok(Err(e)) => {
-                        tracing::error!("the collector failed: {e:#}; exiting");
-                        std::process::exit(1);
-                    }
-                    Err(_) => {
-                        tracing::error!("the collector panicked; exiting");
-                        std::process::exit(70);
-                    }
+    let collector = std::thread::Builder::new()
+        .name("emberd-collect".into())
+        .spawn(move || {
+            let stop = shared.stop.clone();
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                collect_loop(setup, shared, started_tx)
+            }));
+            // A collector that dies leaves a daemon that answers but
+            // samples nothing: end the process, and let systemd
+            // (Restart=on-failure) start a fresh one.
+            match result {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) if stop.load(Ordering::SeqCst) => Err(e),
+                Ok(Err(e)) => {
+                    tracing::error!("the collector failed: {e:#}; exiting");
+                    std::process::exit(1);
                 }
-            })
-            .context("starting the collector thread")?
-    };
-    match started_rx.recv() {
-        Ok(Ok(cpus)) => tracing::info!(
-            "sampling cpu-clock at {} Hz on CPUs {cpus:?}; serving {}; {}",
-            config.frequency_hz,
-            match &config.unix_socket {
-                Some(p) => format!("on the Unix socket {}", p.display()),
-                None => format!("http://{}", config.listen),
-            },
-            match (&config.unix_socket, &config.auth_token) {
-                (Some(_), _) => "profiles for emberd's user and group (socket mode 0660)",
-                (None, Some(_)) =>
-                    "profiles need the token (auth_token_file) or a login (emberd login)",
-                (None, None) => "no auth_token_file: every local user can read profiles",
+                Err(_) => {
+                    tracing::error!("the collector panicked; exiting");
+                    std::process::exit(70);
+                }
             }
-        ),
+        })
+        .context("starting the collector thread")?;
+    match started_rx.recv() {
+        Ok(Ok(cpus)) => announce(config, &cpus),
         Ok(Err(e)) => {
             let _ = collector.join();
             return Err(e);
         }
         Err(_) => anyhow::bail!("the collector thread ended before starting"),
     }
-    liveness.drained();
-    liveness.attached.store(true, Ordering::SeqCst);
-    sd_notify("READY=1\nSTATUS=sampling");
-    // Loaded and attached: the binary's load-only pages can go.
-    match crate::footprint::release_load_only_pages() {
+    Ok(collector)
+}
+
+/// The log line that says the daemon runs: where, and who may read.
+fn announce(config: &Config, cpus: &[u32]) {
+    tracing::info!(
+        "sampling cpu-clock at {} Hz on CPUs {cpus:?}; serving {}; {}",
+        config.frequency_hz,
+        match &config.unix_socket {
+            Some(p) => format!("on the Unix socket {}", p.display()),
+            None => format!("http://{}", config.listen),
+        },
+        match (&config.unix_socket, &config.auth_token) {
+            (Some(_), _) => "profiles for emberd's user and group (socket mode 0660)",
+            (None, Some(_)) =>
+                "profiles need the token (auth_token_file) or a login (emberd login)",
+            (None, None) => "no auth_token_file: every local user can read profiles",
+        }
+    );
+}
+
+/// Loaded and attached: the binary's load-only pages can go.
+fn release_load_only_pages() {
+    match crate::daemon::footprint::release_load_only_pages() {
         Ok(r) => tracing::debug!(
             "released the binary's load-only pages: {} KiB, {} KiB of them resident",
             r.bytes >> 10,
@@ -257,17 +282,18 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
              (about 1 MiB of RSS), nothing else changes"
         ),
     }
+}
 
-    let state = AppState {
-        cache,
+/// What every HTTP handler reads.
+fn app_state(config: &Config, shared: &Shared) -> AppState {
+    AppState {
+        cache: shared.cache.clone(),
         renders: Arc::new(tokio::sync::Semaphore::new(serve::MAX_CONCURRENT_RENDERS)),
         posts: Arc::new(tokio::sync::Semaphore::new(serve::MAX_CONCURRENT_RENDERS)),
-        events: event_stores,
-        heap,
+        history: shared.history.clone(),
         malloc_sample_bytes: config.events.malloc_sample_bytes,
-        store,
-        metrics,
-        liveness: liveness.clone(),
+        metrics: shared.metrics.clone(),
+        liveness: shared.liveness.clone(),
         in_flight: Arc::new(tokio::sync::Semaphore::new(serve::MAX_IN_FLIGHT)),
         access: Arc::new(serve::Access {
             allowed_hosts: config.allowed_hosts.clone(),
@@ -279,10 +305,23 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         host: nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "localhost".into()),
-    };
+    }
+}
+
+/// Serves HTTP until SIGTERM/SIGINT, then at most SHUTDOWN_GRACE longer
+/// for the requests in flight.
+async fn serve_until_stopped(
+    listener: Listener,
+    state: AppState,
+    shared: &Shared,
+) -> anyhow::Result<()> {
     let signaled = Arc::new(tokio::sync::Notify::new());
     let shutdown = {
-        let (liveness, stop, signaled) = (liveness.clone(), stop.clone(), signaled.clone());
+        let (liveness, stop, signaled) = (
+            shared.liveness.clone(),
+            shared.stop.clone(),
+            signaled.clone(),
+        );
         async move {
             wait_for_signal().await;
             tracing::info!("stopping: finishing in-flight requests");
@@ -297,26 +336,10 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         Listener::Tcp(l) => tokio::spawn(serve::conn::serve(l, router, shutdown)),
         Listener::Unix(l) => tokio::spawn(serve::conn::serve(l, router, shutdown)),
     };
-    // Shutdown takes at most SHUTDOWN_GRACE for requests in flight, and as
-    // long again for the collector, whatever either is doing.
     tokio::select! {
         r = server => r.context("the HTTP server task")?,
         _ = async { signaled.notified().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
             tracing::warn!("requests still in flight after {SHUTDOWN_GRACE:?}: closing them");
-        }
-    }
-    stop.store(true, Ordering::SeqCst);
-    match tokio::time::timeout(
-        SHUTDOWN_GRACE,
-        tokio::task::spawn_blocking(move || collector.join()),
-    )
-    .await
-    {
-        Ok(joined) => {
-            joined.ok().and_then(Result::ok).transpose()?;
-        }
-        Err(_) => {
-            tracing::warn!("the collector did not stop within {SHUTDOWN_GRACE:?}; exiting anyway")
         }
     }
     Ok(())
@@ -348,7 +371,7 @@ fn test_fault() -> Option<(String, u64)> {
     Some((what, after))
 }
 
-/// Drains between listings of `/proc` (see `collect_loop`).
+/// Drains between listings of `/proc` (see [`Collector::step`]).
 const LIVE_PIDS_EVERY: u64 = 2;
 
 /// What the collector starts with.
@@ -359,22 +382,13 @@ struct Setup {
 }
 
 /// The collector thread: drain, name, store, once a second, until `stop`.
-#[allow(clippy::too_many_arguments)]
 fn collect_loop(
     setup: Setup,
-    store: Arc<RwLock<Store>>,
-    event_stores: Arc<HashMap<EventKind, Arc<RwLock<Store>>>>,
-    heap: Option<Arc<RwLock<LiveHeap>>>,
-    metrics: Arc<Metrics>,
-    stop: Arc<AtomicBool>,
-    liveness: Arc<serve::Liveness>,
-    cache: Arc<std::sync::Mutex<serve::ResponseCache>>,
+    shared: Shared,
     started: std::sync::mpsc::Sender<anyhow::Result<Vec<u32>>>,
 ) -> anyhow::Result<()> {
-    let fault = test_fault();
-    let mut drains = 0u64;
-    let options = setup.sampler.clone();
-    let mut pipeline = match Pipeline::start_with(setup.sampler, setup.events, setup.symbolizer) {
+    let counts_entries = setup.sampler.counts_map_entries;
+    let pipeline = match Pipeline::start_with(setup.sampler, setup.events, setup.symbolizer) {
         Ok(p) => {
             let _ = started.send(Ok(p.sampler().cpus().to_vec()));
             p
@@ -384,10 +398,42 @@ fn collect_loop(
             return Ok(());
         }
     };
-    let mut missing_total = 0u64;
-    let mut kept_total = 0u64;
-    let mut next = Instant::now() + DRAIN_INTERVAL;
-    while !stop.load(Ordering::SeqCst) {
+    let mut c = Collector {
+        pipeline,
+        shared,
+        fault: test_fault(),
+        drains: 0,
+        next: Instant::now() + DRAIN_INTERVAL,
+        missing_total: 0,
+        kept_total: 0,
+        counts_entries,
+    };
+    while !c.shared.stop.load(Ordering::SeqCst) {
+        c.step();
+    }
+    // Dropping the pipeline detaches and unloads the BPF programs.
+    drop(c);
+    tracing::info!("sampler detached");
+    Ok(())
+}
+
+/// The collector's state between drains.
+struct Collector {
+    pipeline: Pipeline,
+    shared: Shared,
+    fault: Option<(String, u64)>,
+    drains: u64,
+    /// When the next drain is due.
+    next: Instant,
+    missing_total: u64,
+    kept_total: u64,
+    counts_entries: u32,
+}
+
+impl Collector {
+    /// One drain: which processes run, the drain itself, storing it, and
+    /// the metrics of it.
+    fn step(&mut self) {
         // Which processes run, read before the drain reads the kernel's
         // maps: a process missing from it has every sample in this drain.
         // The stores fold exited processes by it (at merges, and on sealed
@@ -396,31 +442,52 @@ fn collect_loop(
         // of /proc's directory every 2 s (a few hundred entries), not a
         // stat per pid.
         let listed = Instant::now();
-        let live = drains
+        let live = self
+            .drains
             .is_multiple_of(LIVE_PIDS_EVERY)
-            .then(|| live_pids(crate::clock::now()))
+            .then(|| live_pids(crate::shared::clock::now()))
             .flatten()
             .map(Arc::new);
-        let events_failures = pipeline.events_drain_failures();
-        let batch = match pipeline.step(next, &stop) {
+        let events_failures = self.pipeline.events_drain_failures();
+        let batch = match self.pipeline.step(self.next, &self.shared.stop) {
             Ok(b) => b,
             Err(e) => {
                 tracing::error!("drain failed: {e}");
                 std::thread::sleep(Duration::from_millis(100));
-                continue;
+                return;
             }
         };
-        if !batch.early {
-            next += DRAIN_INTERVAL;
+        self.schedule(batch.early);
+        self.drains += 1;
+        self.test_fault();
+        // A failed events drain left its aggregates in the kernel for the
+        // next one: the exited processes among them still need their
+        // mappings and names then.
+        if let Some(live) = &live
+            && self.pipeline.events_drain_failures() == events_failures
+        {
+            self.pipeline.forget_exited(live, listed);
+        }
+        self.store(batch, live.as_ref());
+    }
+
+    /// The next drain's time: a second after this one's, unless it was an
+    /// early drain (the events' buffer was half full).
+    fn schedule(&mut self, early: bool) {
+        if !early {
+            self.next += DRAIN_INTERVAL;
         }
         let now = Instant::now();
-        if next < now {
+        if self.next < now {
             // Fell behind (a slow symbolization): skip ahead, don't burst.
-            next = now + DRAIN_INTERVAL;
+            self.next = now + DRAIN_INTERVAL;
         }
-        drains += 1;
-        if let Some((what, after)) = &fault
-            && drains > *after
+    }
+
+    /// `EMBERD_TEST_COLLECTOR`: panics or hangs (see [`test_fault`]).
+    fn test_fault(&self) {
+        if let Some((what, after)) = &self.fault
+            && self.drains > *after
         {
             match what.as_str() {
                 "panic" => panic!("EMBERD_TEST_COLLECTOR=panic"),
@@ -429,113 +496,73 @@ fn collect_loop(
                 },
             }
         }
-        missing_total += batch.missing_stacks;
-        kept_total += batch.samples.iter().map(|s| s.count).sum::<u64>();
-        let now_unix = crate::clock::now();
-        let mut totals = StoreStats::default();
-        let mut dropped_before = 0;
-        // A failed events drain left its aggregates in the kernel for the
-        // next one: the exited processes among them still need their
-        // mappings and names then.
-        if let Some(live) = &live
-            && pipeline.events_drain_failures() == events_failures
-        {
-            pipeline.forget_exited(live, listed);
+    }
+
+    /// Stores a drain in the history and reports on it.
+    fn store(&mut self, batch: crate::daemon::pipeline::Batch, live: Option<&Arc<LivePids>>) {
+        self.missing_total += batch.missing_stacks;
+        self.kept_total += batch.samples.iter().map(|s| s.count).sum::<u64>();
+        let now_unix = crate::shared::clock::now();
+        let h = &self.shared.history;
+        let (inserted, used) = h.insert(now_unix, live, batch.samples, batch.events);
+        self.pipeline.recycle(used);
+        if self.drains.is_multiple_of(60) && tracing::enabled!(tracing::Level::DEBUG) {
+            h.log_stats();
         }
-        let mut add = |st: &mut Store, samples: &[crate::symbolize::SymbolizedSample]| {
-            if let Some(live) = &live {
-                st.set_live_pids(live.clone());
-            }
-            dropped_before += st.stats().dropped_for_budget;
-            st.insert(now_unix, samples);
-            let s = st.stats();
-            totals.bytes += s.bytes;
-            totals.tick_bytes += s.tick_bytes;
-            totals.slots += s.slots;
-            totals.stacks += s.stacks;
-            totals.dropped_for_budget += s.dropped_for_budget;
-        };
-        add(
-            &mut store.write().unwrap_or_else(|e| e.into_inner()),
-            &batch.samples,
-        );
-        let mut by_kind: HashMap<EventKind, Vec<crate::symbolize::SymbolizedSample>> =
-            HashMap::new();
-        for (kind, s) in batch.events {
-            by_kind.entry(kind).or_default().push(s);
+        let alive = |pid: crate::shared::Pid| Path::new(&format!("/proc/{pid}")).exists();
+        if let Some(stats) = h.apply_heap(now_unix, batch.heap, alive) {
+            self.shared.metrics.observe_heap(&stats);
         }
-        let mut stored = Vec::new();
-        for (kind, st) in event_stores.iter() {
-            let samples = by_kind.remove(kind).unwrap_or_default();
-            add(&mut st.write().unwrap_or_else(|e| e.into_inner()), &samples);
-            stored.push(samples);
-        }
-        pipeline.recycle(
-            batch
-                .samples
-                .into_iter()
-                .chain(stored.into_iter().flatten()),
-        );
-        if drains.is_multiple_of(60) && tracing::enabled!(tracing::Level::DEBUG) {
-            let show = |name: &str, st: &RwLock<Store>| {
-                let s = st.read().unwrap_or_else(|e| e.into_inner()).stats();
-                tracing::debug!(
-                    "store {name}: {} bytes ({} of ticks; frames, nodes, names, threads {:?}), \
-                     {} slots, {} stack nodes",
-                    s.bytes,
-                    s.tick_bytes,
-                    s.interner_bytes,
-                    s.slots,
-                    s.stacks
-                );
-            };
-            show("cpu", &store);
-            for (kind, st) in event_stores.iter() {
-                show(&format!("{kind:?}"), st);
-            }
-        }
-        if let Some(heap) = &heap {
-            let mut heap = heap.write().unwrap_or_else(|e| e.into_inner());
-            heap.apply(now_unix, batch.heap);
-            heap.forget_processes(now_unix, |pid| {
-                std::path::Path::new(&format!("/proc/{pid}")).exists()
-            });
-            metrics.observe_heap(&heap.stats());
-        }
-        metrics.observe_store(&totals, dropped_before);
+        let metrics = &self.shared.metrics;
+        metrics.observe_store(&inserted.totals, inserted.dropped_before);
         if let Some(t) = batch.started {
             metrics.observe_drain_time(t.elapsed());
         }
         // This drain makes every kept answer stale: free them now rather
         // than at the next request.
-        let cached_bytes = cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        // Large renderings free big buffers; hand the memory back to the
-        // system instead of keeping the peak resident. Only after one (or
-        // once a minute, for the store's own collections): a trim walks
-        // the whole heap, which was a few percent of the collector's time
-        // when done every drain.
+        let cached_bytes = self
+            .shared
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.trim_memory();
+        self.observe(&inserted, cached_bytes, batch.keys);
+        self.shared.liveness.drained();
+    }
+
+    /// Hands freed memory back to the system instead of keeping the peak
+    /// resident: after a rendering freed big buffers, or once a minute
+    /// (for the store's own collections). A trim walks the whole heap,
+    /// which was a few percent of the collector's time every drain.
+    fn trim_memory(&self) {
         #[cfg(target_env = "gnu")]
-        if crate::serve::take_rendered() || drains.is_multiple_of(60) {
+        if crate::serve::take_rendered() || self.drains.is_multiple_of(60) {
             // SAFETY: malloc_trim only releases free heap memory.
             unsafe {
                 libc::malloc_trim(0);
             }
         }
-        let event_counters = pipeline.event_counters().and_then(Result::ok);
+    }
+
+    /// The pipeline's counters and memory, into the metrics.
+    fn observe(&self, inserted: &Inserted, cached_bytes: usize, keys: usize) {
+        let (p, metrics) = (&self.pipeline, &self.shared.metrics);
+        let event_counters = p.event_counters().and_then(Result::ok);
         if let Some(counters) = &event_counters {
             metrics.observe_events(counters);
         }
-        if let Ok(counters) = pipeline.counters() {
+        if let Ok(counters) = p.counters() {
             metrics.observe_faults(
                 counters.get(crate::collect::Counter::NewProcessDropped),
                 event_counters.map_or(0, |c| c.new_process_dropped),
-                pipeline.events_drain_failures(),
+                p.events_drain_failures(),
             );
         }
-        let caches = pipeline.cache_bytes();
+        let caches = p.cache_bytes();
         metrics.observe_memory(&[
-            ("store", totals.bytes),
-            ("store_ticks", totals.tick_bytes),
+            ("store", inserted.totals.bytes),
+            ("store_ticks", inserted.totals.tick_bytes),
             ("perf_maps", caches.perf_maps),
             ("symbol_caches", caches.symbols),
             ("process_snapshots", caches.snapshots),
@@ -543,33 +570,28 @@ fn collect_loop(
             ("elf_symbols", caches.elf_symbols),
             ("kernel_symbols", caches.kernel_symbols),
             ("python_codes", caches.python_codes),
-            ("unwind_rows", pipeline.unwind_stats().bytes as usize),
+            ("unwind_rows", p.unwind_stats().bytes as usize),
             ("response_cache", cached_bytes),
         ]);
-        if let Ok((cpu, events)) = pipeline.unwind_counters() {
-            metrics.observe_unwind(&cpu, events.as_ref(), &pipeline.unwind_stats());
+        if let Ok((cpu, events)) = p.unwind_counters() {
+            metrics.observe_unwind(&cpu, events.as_ref(), &p.unwind_stats());
             metrics.observe_python(
                 &cpu,
                 events.as_ref(),
-                &pipeline.python_names(),
-                &pipeline.python_processes(),
+                &p.python_names(),
+                &p.python_processes(),
             );
         }
-        liveness.drained();
-        if let Ok(counters) = pipeline.counters() {
+        if let Ok(counters) = p.counters() {
             metrics.observe_drain(
                 &counters,
-                &pipeline.misses(),
-                missing_total,
-                kept_total,
-                batch.keys as f64 / options.counts_map_entries as f64,
+                &p.misses(),
+                self.missing_total,
+                self.kept_total,
+                keys as f64 / f64::from(self.counts_entries),
             );
         }
     }
-    // Dropping the pipeline detaches and unloads the BPF programs.
-    drop(pipeline);
-    tracing::info!("sampler detached");
-    Ok(())
 }
 
 /// The pids of the processes running now: the numeric entries of `/proc`

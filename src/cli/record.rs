@@ -10,18 +10,19 @@ use anyhow::{Context, bail};
 
 use std::collections::HashMap;
 
-use crate::clock::now as unix_now;
 use crate::collect::events::{EventKind, EventOptions};
-use crate::collect::{Counter, Counters, Pid, SamplerOptions};
-use crate::pipeline::{DRAIN_INTERVAL, Pipeline};
-use crate::profile::{Grouping, Profile};
+use crate::collect::{Counter, Counters, SamplerOptions};
+use crate::daemon::pipeline::{DRAIN_INTERVAL, Pipeline};
+use crate::query::profile::{Grouping, Profile};
 use crate::query::{Event, Query};
 use crate::render;
+use crate::render::view::{self, Sources};
+use crate::shared::Pid;
+use crate::shared::clock::now as unix_now;
 use crate::store::heap::LiveHeap;
 use crate::store::{Store, StoreOptions};
 use crate::symbolize::Misses;
 use crate::symbolize::SymbolizedSample;
-use crate::view::{self, Sources};
 
 /// The output formats `record` writes, chosen by file extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,7 +163,7 @@ pub fn event_options(event: Event, pid: Option<Pid>, knobs: &EventOptions) -> Ev
 /// Samples for `options.duration` (or until Ctrl-C, or until the profiled
 /// process exits) and returns the profile, without writing it.
 pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
-    crate::check::require_sampling_privileges()?;
+    crate::collect::privileges::require_sampling_privileges()?;
     if let Some(pid) = options.sampler.pid
         && !process_alive(pid)
     {
@@ -424,4 +425,108 @@ impl RecordSummary {
         ) + &events
             + &self.unwind_report()
     }
+}
+
+/// `emberd record`'s flags.
+#[derive(Debug, clap::Args)]
+pub struct RecordArgs {
+    /// How long to sample, in seconds. Ctrl-C stops early and still writes.
+    #[arg(long, short = 's', default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub seconds: u64,
+    /// Only this process (stops when it exits).
+    #[arg(long, short = 'p')]
+    pub pid: Option<u32>,
+    /// Samples per second per CPU; 99 avoids lock-step with timed work.
+    #[arg(long, short = 'F', default_value_t = crate::collect::defaults::FREQUENCY_HZ)]
+    pub frequency: u64,
+    /// Output file: *.folded for folded stacks, *.svg for a flame graph.
+    #[arg(long, short = 'o')]
+    pub output: PathBuf,
+    /// First frame of each stack: process (comm), pid (comm-PID) or thread (comm-PID/TID).
+    #[arg(long, default_value_t = Grouping::Process)]
+    pub group: Grouping,
+    /// Keep samples of the idle task.
+    #[arg(long)]
+    pub idle: bool,
+    /// What to record: cpu, offcpu, wakeup, offwake, pagefault or hotcold.
+    #[arg(long, short = 'e', default_value = "cpu", value_parser = parse_event)]
+    pub event: Event,
+    /// Page faults per page-fault sample (values are scaled back to faults).
+    #[arg(long, default_value_t = crate::collect::events::defaults::PAGEFAULT_PERIOD)]
+    pub pagefault_period: u64,
+    /// Record one in N off-CPU periods (values scaled by N).
+    #[arg(long, default_value_t = 1)]
+    pub offcpu_sample_one_in: u32,
+    /// Off-CPU periods shorter than this many us are sampled (probability
+    /// length/this, charged this); 0 records every period.
+    #[arg(long, default_value_t = crate::collect::events::defaults::SAMPLE_BELOW_NS / 1000)]
+    pub offcpu_sample_below_us: u64,
+    /// Mean KiB between malloc samples (-e malloc*); 0 records every allocation.
+    #[arg(long, default_value_t = crate::collect::events::defaults::MALLOC_SAMPLE_BYTES / 1024)]
+    pub malloc_sample_kib: u64,
+    /// Entries of each BPF stack map (two are kept, about 1 KiB kernel memory each).
+    #[arg(long, default_value_t = crate::collect::defaults::stack_map_entries())]
+    pub stack_map_entries: u32,
+    /// Entries of each BPF counts map (distinct threads and stacks a second).
+    #[arg(long, default_value_t = crate::collect::defaults::counts_map_entries())]
+    pub counts_map_entries: u32,
+    /// Bytes of unwind tables (.eh_frame rows) the BPF unwinder holds, MiB.
+    #[arg(long, default_value_t = crate::unwind::defaults::TABLE_BUDGET_BYTES >> 20)]
+    pub unwind_table_budget_mib: u64,
+    /// Unwind user stacks with .eh_frame tables (false: frame pointers only,
+    /// to compare).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub unwind_tables: bool,
+    /// Show CPython 3.11-3.13 frames in place of the interpreter's eval loop
+    /// (false: interpreters' stacks stay native).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub python: bool,
+    /// Python frames as `function (file.py:LINE)`, one frame per line run
+    /// (py-spy's default; without it, py-spy's `--nolineno` form).
+    #[arg(long)]
+    pub lines: bool,
+}
+
+fn parse_event(s: &str) -> Result<Event, String> {
+    Event::from_name(s).ok_or_else(|| {
+        format!(
+            "unknown event {s:?}: use {}",
+            Event::ALL.map(Event::name).join(", ")
+        )
+    })
+}
+
+/// Records and writes the profile, with its summary on stderr.
+pub fn run(args: RecordArgs) -> anyhow::Result<std::process::ExitCode> {
+    use std::process::ExitCode;
+    let sampler = SamplerOptions {
+        frequency_hz: args.frequency,
+        pid: args.pid.map(Pid),
+        include_idle: args.idle,
+        stack_map_entries: args.stack_map_entries,
+        counts_map_entries: args.counts_map_entries,
+        unwind_rows: crate::daemon::config::unwind_rows(Some(args.unwind_table_budget_mib))?,
+        unwind_tables: args.unwind_tables,
+        python: args.python,
+        ..Default::default()
+    };
+    let options = RecordOptions {
+        duration: Duration::from_secs(args.seconds),
+        sampler,
+        grouping: args.group,
+        output: args.output,
+        event: args.event,
+        event_knobs: crate::collect::events::EventOptions {
+            pagefault_period: args.pagefault_period,
+            sample_one_in: args.offcpu_sample_one_in,
+            sample_below_ns: args.offcpu_sample_below_us.saturating_mul(1000),
+            malloc_sample_bytes: args.malloc_sample_kib.saturating_mul(1024),
+            ..Default::default()
+        },
+        lines: args.lines,
+    };
+    let summary = record(&options)?;
+    eprintln!("{}", summary.report());
+    eprintln!("[ wrote {} ]", options.output.display());
+    Ok(ExitCode::SUCCESS)
 }

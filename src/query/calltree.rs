@@ -11,8 +11,8 @@
 
 use hashbrown::HashTable;
 
-use crate::profile::{FoldedStack, Profile};
-use crate::store::FastMap;
+use crate::query::profile::{FoldedStack, Profile};
+use crate::shared::FastMap;
 
 /// A frame's text in a [`CallTree`], stored once however many nodes show it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -89,7 +89,7 @@ impl CallTree {
     }
 
     /// The id of a frame's text, made safe for the folded format as
-    /// [`crate::profile::FoldedStack::push_frame`] does (`;` and line
+    /// [`crate::query::profile::FoldedStack::push_frame`] does (`;` and line
     /// breaks replaced), so a tree and the folded text of the same stacks
     /// name frames alike.
     pub fn intern(&mut self, name: &str) -> TextId {
@@ -246,7 +246,7 @@ impl CallTree {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::test_profile as profile;
+    use crate::query::profile::test_profile as profile;
 
     fn names(t: &CallTree) -> Vec<(String, u32, u64, u64, u32)> {
         t.layout()

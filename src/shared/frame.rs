@@ -1,0 +1,72 @@
+//! Named frames: what symbolization makes of an address, and what the
+//! store, queries and renderers keep and draw.
+
+use std::sync::Arc;
+
+/// What kind of code a frame is; decides its folded suffix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FrameKind {
+    /// Native user-space code.
+    User,
+    /// A function inlined into its caller (`_[i]`).
+    Inlined,
+    /// JIT-compiled code named by a perf map (`_[j]`).
+    Jit,
+    /// Kernel code (`_[k]`).
+    Kernel,
+    /// A frame emberd adds to show data quality (`[lost]`, `[truncated]`)
+    /// or structure (the `--` between blocked and waker stacks).
+    Marker,
+    /// A frame of the waker's stack in an off-wake chain (`_[w]`).
+    Waker,
+    /// An interpreted Python frame, `qualname (file.py)` (see [`crate::symbolize::python`]).
+    Python,
+}
+
+/// The ELF file a frame's code lives in (pprof's mapping).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Module {
+    /// Path of the file as the process mapped it.
+    pub path: Arc<str>,
+    /// GNU build id, hex, when the file has one.
+    pub build_id: Option<Arc<str>>,
+}
+
+/// One named frame.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Frame {
+    /// Function name (demangled), or `module+0xoffset`.
+    pub name: Arc<str>,
+    /// What kind of code it is.
+    pub kind: FrameKind,
+    /// Source file, where DWARF gives it.
+    pub file: Option<Arc<str>>,
+    /// Source line, where DWARF gives it.
+    pub line: Option<u32>,
+    /// The file the code is in, for user frames.
+    pub module: Option<Arc<Module>>,
+}
+
+impl Frame {
+    /// A frame with only a name.
+    pub fn new(name: impl Into<Arc<str>>, kind: FrameKind) -> Self {
+        Self {
+            name: name.into(),
+            kind,
+            file: None,
+            line: None,
+            module: None,
+        }
+    }
+
+    /// The folded-stack suffix of this kind of frame.
+    pub fn suffix(&self) -> &'static str {
+        match self.kind {
+            FrameKind::User | FrameKind::Marker | FrameKind::Python => "",
+            FrameKind::Inlined => "_[i]",
+            FrameKind::Jit => "_[j]",
+            FrameKind::Kernel => "_[k]",
+            FrameKind::Waker => "_[w]",
+        }
+    }
+}

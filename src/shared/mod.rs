@@ -1,0 +1,11 @@
+//! The words every stage shares: process and thread ids, named frames, the
+//! hash maps, the clock. It imports no stage; every stage may import it.
+
+pub mod clock;
+pub mod frame;
+pub mod hash;
+pub mod ids;
+
+pub use frame::{Frame, FrameKind, Module};
+pub(crate) use hash::{FastMap, FastSet};
+pub use ids::{Pid, Tid};
