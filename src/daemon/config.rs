@@ -253,16 +253,7 @@ impl Config {
 
     /// Checks raw settings.
     pub fn from_raw(raw: RawConfig) -> anyhow::Result<Config> {
-        let listen_s = raw.listen.as_deref().unwrap_or(defaults::LISTEN);
-        let listen: SocketAddr = listen_s.parse().with_context(|| {
-            format!("listen = {listen_s:?} is not an address like 127.0.0.1:7099")
-        })?;
-        if !listen.ip().is_loopback() && !raw.allow_remote.unwrap_or(false) {
-            bail!(
-                "listen = {listen} would serve profiles that name every process on this host to the network; \
-                 set allow_remote = true (or pass --allow-remote) to do that on purpose"
-            );
-        }
+        let listen = listen_of(&raw)?;
         let retention = raw.retention_seconds.unwrap_or(defaults::RETENTION_SECONDS);
         if !(60..=7 * 86400).contains(&retention) {
             bail!("retention_seconds = {retention} is out of range: use 60..=604800");
@@ -271,104 +262,8 @@ impl Config {
         if !(4..=65536).contains(&budget) {
             bail!("memory_budget_mib = {budget} is out of range: use 4..=65536");
         }
-        use crate::collect::events::{EventOptions, defaults as ev};
-        let min_us = raw.offcpu_min_us.unwrap_or(ev::MIN_BLOCK_NS / 1000);
-        let max_ms = raw.offcpu_max_ms.unwrap_or(ev::MAX_BLOCK_NS / 1_000_000);
-        if min_us.saturating_mul(1000) > max_ms.saturating_mul(1_000_000)
-            || max_ms == 0
-            || max_ms > 3_600_000
-        {
-            bail!(
-                "offcpu_min_us = {min_us} / offcpu_max_ms = {max_ms}: need min <= max and 1 <= max_ms <= 3600000"
-            );
-        }
-        let sample_one_in = raw.offcpu_sample_one_in.unwrap_or(1);
-        let pagefault_period = raw.pagefault_period.unwrap_or(ev::PAGEFAULT_PERIOD);
-        if sample_one_in == 0 || pagefault_period == 0 {
-            bail!("offcpu_sample_one_in and pagefault_period must be at least 1");
-        }
-        let below_us = raw
-            .offcpu_sample_below_us
-            .unwrap_or(ev::SAMPLE_BELOW_NS / 1000);
-        if below_us > 1_000_000 {
-            bail!(
-                "offcpu_sample_below_us = {below_us} is out of range: use 0 (record every wakeup) ..= 1000000"
-            );
-        }
-        let events = EventOptions {
-            offcpu: raw.offcpu.unwrap_or(true),
-            wakeup: raw.wakeup.unwrap_or(true),
-            offwake: raw.offwake.unwrap_or(true),
-            pagefault: raw.pagefault.unwrap_or(true),
-            min_block_ns: min_us * 1000,
-            max_block_ns: max_ms * 1_000_000,
-            state_mask: match &raw.offcpu_states {
-                Some(s) => parse_states(s)?,
-                None => ev::STATE_MASK,
-            },
-            sample_one_in,
-            pagefault_period,
-            sample_below_ns: below_us * 1000,
-            pid: None,
-            brk: raw.brk.unwrap_or(ev::SYSCALL_EVENTS),
-            mmap: raw.mmap.unwrap_or(ev::SYSCALL_EVENTS),
-            munmap: raw.munmap.unwrap_or(ev::SYSCALL_EVENTS),
-            blockio: raw.blockio.unwrap_or(true),
-            malloc: crate::collect::events::MallocTargets {
-                pids: raw
-                    .malloc_pids
-                    .clone()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(crate::shared::Pid)
-                    .collect(),
-                comms: raw.malloc_comms.clone().unwrap_or_default(),
-            },
-            malloc_sample_bytes: match raw.malloc_sample_kib {
-                None => ev::MALLOC_SAMPLE_BYTES,
-                Some(k) if k <= 1 << 20 => k << 10,
-                Some(k) => bail!(
-                    "malloc_sample_kib = {k} is out of range: use 0 (every allocation) ..= 1048576"
-                ),
-            },
-            counts_entries: raw.counts_map_entries.unwrap_or_else(|| {
-                ev::COUNTS_MAP_ENTRIES.max(crate::collect::defaults::counts_map_entries())
-            }),
-            stack_entries: raw.stack_map_entries.unwrap_or_else(|| {
-                ev::STACK_MAP_ENTRIES.max(crate::collect::defaults::stack_map_entries())
-            }),
-            malloc_live_entries: match raw.malloc_live_entries {
-                None => ev::MALLOC_LIVE_ENTRIES,
-                Some(n) if (1..=1 << 22).contains(&n) => n,
-                Some(n) => bail!("malloc_live_entries = {n} is out of range: use 1 ..= 4194304"),
-            },
-        };
-        if let Some(c) = events
-            .malloc
-            .comms
-            .iter()
-            .find(|c| c.is_empty() || c.len() > 15)
-        {
-            bail!(
-                "malloc_comms: {c:?} cannot be a process name: names are 1 to 15 bytes (/proc/PID/comm)"
-            );
-        }
-        let auth_token = match &raw.auth_token_file {
-            None => None,
-            Some(path) => {
-                let text = std::fs::read_to_string(path).with_context(|| {
-                    format!("auth_token_file = {}: cannot read it", path.display())
-                })?;
-                let token = text.lines().next().unwrap_or("").trim().to_owned();
-                if token.len() < 16 {
-                    bail!(
-                        "auth_token_file = {}: the token must be at least 16 characters",
-                        path.display()
-                    );
-                }
-                Some(token)
-            }
-        };
+        let events = events_of(&raw)?;
+        let auth_token = auth_token_of(&raw)?;
         Ok(Config {
             events,
             listen,
@@ -404,28 +299,152 @@ impl Config {
                 Some(n @ 64..=1_048_576) => n,
                 Some(n) => anyhow::bail!("python_code_entries = {n}: use 64 to 1048576"),
             },
-            symbolizer: {
-                let mut o = crate::symbolize::SymbolizerOptions::default();
-                if let Some(m) = raw.perf_map_max_mib {
-                    o.perf_map_max_file_bytes = m.clamp(1, 4096) << 20;
-                }
-                if let Some(m) = raw.perf_map_budget_mib {
-                    o.perf_map_budget_bytes = (m.clamp(1, 65536) << 20) as usize;
-                }
-                if let Some(m) = raw.symbol_cache_mib {
-                    o.symbol_cache_bytes = (m.clamp(1, 65536) << 20) as usize;
-                }
-                if let Some(m) = raw.process_snapshot_mib {
-                    o.snapshot_budget_bytes = (m.clamp(1, 65536) << 20) as usize;
-                }
-                if let Some(m) = raw.dwarf_budget_mib {
-                    // 0 is allowed: symbol tables only, for every file.
-                    o.dwarf_budget_bytes = (m.min(65536) << 20) as usize;
-                }
-                o
-            },
+            symbolizer: symbolizer_of(&raw),
         })
     }
+}
+
+/// `listen`, refused off loopback unless `allow_remote` says so.
+fn listen_of(raw: &RawConfig) -> anyhow::Result<SocketAddr> {
+    let listen_s = raw.listen.as_deref().unwrap_or(defaults::LISTEN);
+    let listen: SocketAddr = listen_s
+        .parse()
+        .with_context(|| format!("listen = {listen_s:?} is not an address like 127.0.0.1:7099"))?;
+    if !listen.ip().is_loopback() && !raw.allow_remote.unwrap_or(false) {
+        bail!(
+            "listen = {listen} would serve profiles that name every process on this host to the network; \
+             set allow_remote = true (or pass --allow-remote) to do that on purpose"
+        );
+    }
+    Ok(listen)
+}
+
+/// The events' options, each key checked.
+fn events_of(raw: &RawConfig) -> anyhow::Result<crate::collect::events::EventOptions> {
+    use crate::collect::events::{EventOptions, defaults as ev};
+    let min_us = raw.offcpu_min_us.unwrap_or(ev::MIN_BLOCK_NS / 1000);
+    let max_ms = raw.offcpu_max_ms.unwrap_or(ev::MAX_BLOCK_NS / 1_000_000);
+    if min_us.saturating_mul(1000) > max_ms.saturating_mul(1_000_000)
+        || max_ms == 0
+        || max_ms > 3_600_000
+    {
+        bail!(
+            "offcpu_min_us = {min_us} / offcpu_max_ms = {max_ms}: need min <= max and 1 <= max_ms <= 3600000"
+        );
+    }
+    let sample_one_in = raw.offcpu_sample_one_in.unwrap_or(1);
+    let pagefault_period = raw.pagefault_period.unwrap_or(ev::PAGEFAULT_PERIOD);
+    if sample_one_in == 0 || pagefault_period == 0 {
+        bail!("offcpu_sample_one_in and pagefault_period must be at least 1");
+    }
+    let below_us = raw
+        .offcpu_sample_below_us
+        .unwrap_or(ev::SAMPLE_BELOW_NS / 1000);
+    if below_us > 1_000_000 {
+        bail!(
+            "offcpu_sample_below_us = {below_us} is out of range: use 0 (record every wakeup) ..= 1000000"
+        );
+    }
+    let events = EventOptions {
+        offcpu: raw.offcpu.unwrap_or(true),
+        wakeup: raw.wakeup.unwrap_or(true),
+        offwake: raw.offwake.unwrap_or(true),
+        pagefault: raw.pagefault.unwrap_or(true),
+        min_block_ns: min_us * 1000,
+        max_block_ns: max_ms * 1_000_000,
+        state_mask: match &raw.offcpu_states {
+            Some(s) => parse_states(s)?,
+            None => ev::STATE_MASK,
+        },
+        sample_one_in,
+        pagefault_period,
+        sample_below_ns: below_us * 1000,
+        pid: None,
+        brk: raw.brk.unwrap_or(ev::SYSCALL_EVENTS),
+        mmap: raw.mmap.unwrap_or(ev::SYSCALL_EVENTS),
+        munmap: raw.munmap.unwrap_or(ev::SYSCALL_EVENTS),
+        blockio: raw.blockio.unwrap_or(true),
+        malloc: crate::collect::events::MallocTargets {
+            pids: raw
+                .malloc_pids
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .map(crate::shared::Pid)
+                .collect(),
+            comms: raw.malloc_comms.clone().unwrap_or_default(),
+        },
+        malloc_sample_bytes: match raw.malloc_sample_kib {
+            None => ev::MALLOC_SAMPLE_BYTES,
+            Some(k) if k <= 1 << 20 => k << 10,
+            Some(k) => bail!(
+                "malloc_sample_kib = {k} is out of range: use 0 (every allocation) ..= 1048576"
+            ),
+        },
+        counts_entries: raw.counts_map_entries.unwrap_or_else(|| {
+            ev::COUNTS_MAP_ENTRIES.max(crate::collect::defaults::counts_map_entries())
+        }),
+        stack_entries: raw.stack_map_entries.unwrap_or_else(|| {
+            ev::STACK_MAP_ENTRIES.max(crate::collect::defaults::stack_map_entries())
+        }),
+        malloc_live_entries: match raw.malloc_live_entries {
+            None => ev::MALLOC_LIVE_ENTRIES,
+            Some(n) if (1..=1 << 22).contains(&n) => n,
+            Some(n) => bail!("malloc_live_entries = {n} is out of range: use 1 ..= 4194304"),
+        },
+    };
+    if let Some(c) = events
+        .malloc
+        .comms
+        .iter()
+        .find(|c| c.is_empty() || c.len() > 15)
+    {
+        bail!(
+            "malloc_comms: {c:?} cannot be a process name: names are 1 to 15 bytes (/proc/PID/comm)"
+        );
+    }
+    Ok(events)
+}
+
+/// The first line of `auth_token_file`, at least 16 characters.
+fn auth_token_of(raw: &RawConfig) -> anyhow::Result<Option<String>> {
+    Ok(match &raw.auth_token_file {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("auth_token_file = {}: cannot read it", path.display()))?;
+            let token = text.lines().next().unwrap_or("").trim().to_owned();
+            if token.len() < 16 {
+                bail!(
+                    "auth_token_file = {}: the token must be at least 16 characters",
+                    path.display()
+                );
+            }
+            Some(token)
+        }
+    })
+}
+
+/// The symbolizer's budgets.
+fn symbolizer_of(raw: &RawConfig) -> crate::symbolize::SymbolizerOptions {
+    let mut o = crate::symbolize::SymbolizerOptions::default();
+    if let Some(m) = raw.perf_map_max_mib {
+        o.perf_map_max_file_bytes = m.clamp(1, 4096) << 20;
+    }
+    if let Some(m) = raw.perf_map_budget_mib {
+        o.perf_map_budget_bytes = (m.clamp(1, 65536) << 20) as usize;
+    }
+    if let Some(m) = raw.symbol_cache_mib {
+        o.symbol_cache_bytes = (m.clamp(1, 65536) << 20) as usize;
+    }
+    if let Some(m) = raw.process_snapshot_mib {
+        o.snapshot_budget_bytes = (m.clamp(1, 65536) << 20) as usize;
+    }
+    if let Some(m) = raw.dwarf_budget_mib {
+        // 0 is allowed: symbol tables only, for every file.
+        o.dwarf_budget_bytes = (m.min(65536) << 20) as usize;
+    }
+    o
 }
 
 fn read_file(path: &Path) -> anyhow::Result<RawConfig> {

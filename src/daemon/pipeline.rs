@@ -96,16 +96,18 @@ impl Pipeline {
         crate::shared::clock::now();
         let symbolizer = Symbolizer::new(symbolizer);
         let mut sampler = CpuSampler::load(options)?;
-        // The running processes' tables are built before anything samples:
-        // loading the events programs takes a second or more, and CPU
-        // samples taken meanwhile would all be walked without tables (a
-        // third of a start-up's first 5 s beside 50 processes).
+        // The running processes' tables are built before anything samples
+        // (CPU sampling used to start first and run through the events
+        // programs' load, a second or more, walking every stack without
+        // tables: a third of a start-up's first 5 s beside 50 processes).
+        // CPU sampling then starts at once; the events follow as they load.
         let mut unwinder = Unwinder::new(sampler.unwind_maps()?);
         unwinder.set_python(sampler.options().python);
         if sampler.options().unwind_tables && sampler.options().pid.is_none() {
             unwinder.note_all();
             unwinder.poll(STARTUP_TABLE_WAIT);
         }
+        sampler.attach()?;
         // A kernel without what the events need (BTF tracepoints, task
         // storage) still gets CPU profiles: the events are switched off,
         // and the log says why.
@@ -126,7 +128,6 @@ impl Pipeline {
         if let Some(e) = &events {
             tracing::info!("event hooks: {:?}", e.hooks());
         }
-        sampler.attach()?;
         let mut rings = vec![sampler.new_tgids()?];
         if let Some(e) = &events {
             rings.push(e.new_tgids()?);
