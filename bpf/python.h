@@ -92,6 +92,22 @@ static __always_inline int py_str_data(struct py_layout *l, __u8 *hdr, __u64 obj
 	return kind;
 }
 
+/*
+ * `n` at most `max`, in a way every verifier follows: the comparison and
+ * the clamp are on the register the caller then passes as a size. Clang
+ * otherwise folds `n && n <= max` into `n - 1 < max` on a copy, whose bound
+ * verifiers before 6.8 do not carry back to `n` (Debian 12's 6.1 refused
+ * the program: "R2 min value is negative").
+ */
+#define PY_CLAMP(n, max)                                                  \
+	({                                                                \
+		__u64 __n = (n);                                          \
+		asm volatile("if %[v] <= %[m] goto +1; %[v] = %[m]"       \
+			     : [v] "+r"(__n)                              \
+			     : [m] "i"(max));                             \
+		__n;                                                      \
+	})
+
 /* Copies what the agent needs to name a code object into py_codes. */
 static __always_inline void py_remember(struct py_scratch *sc, struct py_layout *l,
 					struct py_code_key *key, __u64 qualname, __u64 filename,
@@ -111,9 +127,7 @@ static __always_inline void py_remember(struct py_scratch *sc, struct py_layout 
 	kind = py_str_data(l, sc->qualname, qualname, &data);
 	len = PY_FIELD(sc->qualname, l->str_length, __u64);
 	if (kind >= 0 && len < (1 << 20)) {
-		n = len * (kind ? kind : 1);
-		if (n > EMBERD_PY_QUALNAME_LEN)
-			n = EMBERD_PY_QUALNAME_LEN;
+		n = PY_CLAMP(len * (kind ? kind : 1), EMBERD_PY_QUALNAME_LEN);
 		if (n && bpf_probe_read_user(rec->qualname, n, (void *)data) == 0) {
 			rec->qualname_len = len;
 			rec->qualname_kind = kind;
@@ -134,8 +148,8 @@ static __always_inline void py_remember(struct py_scratch *sc, struct py_layout 
 			n = EMBERD_PY_FILENAME_LEN / w * w;
 			data += bytes - n;
 		}
-		if (n <= EMBERD_PY_FILENAME_LEN && n &&
-		    bpf_probe_read_user(rec->filename, n, (void *)data) == 0) {
+		n = PY_CLAMP(n, EMBERD_PY_FILENAME_LEN);
+		if (n && bpf_probe_read_user(rec->filename, n, (void *)data) == 0) {
 			rec->filename_len = len;
 			rec->filename_kind = kind;
 		}
@@ -145,7 +159,7 @@ static __always_inline void py_remember(struct py_scratch *sc, struct py_layout 
 
 		if (bpf_probe_read_user(&size, sizeof(size), (void *)(linetable + PY_BYTES_SIZE)) == 0 &&
 		    size < (1 << 16)) {
-			n = size > EMBERD_PY_LINETABLE_LEN ? EMBERD_PY_LINETABLE_LEN : size;
+			n = PY_CLAMP(size, EMBERD_PY_LINETABLE_LEN);
 			if (n == 0 || bpf_probe_read_user(rec->linetable, n,
 							  (void *)(linetable + PY_BYTES_DATA)) == 0)
 				rec->linetable_len = size;

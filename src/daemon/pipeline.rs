@@ -103,8 +103,13 @@ impl Pipeline {
         // CPU sampling then starts at once; the events follow as they load.
         let mut unwinder = Unwinder::new(sampler.unwind_maps()?);
         unwinder.set_python(sampler.options().python);
-        if sampler.options().unwind_tables && sampler.options().pid.is_none() {
-            unwinder.note_all();
+        if sampler.options().unwind_tables {
+            // `record -p`: only its process (its first block after attach
+            // was walked without tables before).
+            match sampler.options().pid {
+                None => unwinder.note_all(),
+                Some(pid) => unwinder.note_process(pid),
+            }
             unwinder.poll(STARTUP_TABLE_WAIT);
         }
         sampler.attach()?;
