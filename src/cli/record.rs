@@ -179,11 +179,6 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
         options.sampler.clone(),
         event_options(options.event, options.sampler.pid, &options.event_knobs),
     )?;
-    // The process is known before its first sample: its tables are built
-    // now rather than after its first samples are taken.
-    if let Some(pid) = options.sampler.pid {
-        pipeline.note_process(pid);
-    }
     catch_interrupt();
     let store_options = StoreOptions {
         retention: options.duration + Duration::from_secs(3600),

@@ -94,8 +94,13 @@ impl Pipeline {
         // Start the store clock before the first sample, so that every
         // sample's tick maps to a time after its origin.
         crate::shared::clock::now();
-        let symbolizer = Symbolizer::new(symbolizer);
+        let mut symbolizer = Symbolizer::new(symbolizer);
         let mut sampler = CpuSampler::load(options)?;
+        // `record -p`: the process is known before its first sample, so
+        // its mappings are read now.
+        if let Some(pid) = sampler.options().pid {
+            symbolizer.note_process(pid);
+        }
         // The running processes' tables are built before anything samples
         // (CPU sampling used to start first and run through the events
         // programs' load, a second or more, walking every stack without
@@ -138,7 +143,6 @@ impl Pipeline {
             rings.push(e.new_tgids()?);
         }
         let new_processes = NewProcessRing::new(rings)?;
-        let mut symbolizer = symbolizer;
         symbolizer.set_python_codes(sampler.unwind_maps()?.py_codes);
         let mut pipeline = Self {
             sampler,
@@ -157,16 +161,6 @@ impl Pipeline {
     /// Cumulative counters of the events programs, if loaded.
     pub fn event_counters(&self) -> Option<Result<EventCounters, CollectError>> {
         self.events.as_ref().map(EventSampler::counters)
-    }
-
-    /// Reads a process's mappings and builds its unwind tables now, before
-    /// it is first sampled (`emberd record -p`).
-    pub fn note_process(&mut self, pid: crate::shared::Pid) {
-        self.symbolizer.note_process(pid);
-        if self.sampler.options().unwind_tables {
-            self.unwinder.note_process(pid);
-            self.unwinder.poll(Duration::from_millis(500));
-        }
     }
 
     /// Forgets the processes missing from `live`, a listing of `/proc` made
