@@ -41,6 +41,20 @@ struct request___emberd {
 	struct request_queue___emberd *q;
 } __attribute__((preserve_access_index));
 
+/* Before Linux 5.15 the disk is the request's own (rq_disk, gone in 6.0). */
+struct request___old_disk {
+	struct gendisk___emberd *rq_disk;
+} __attribute__((preserve_access_index));
+
+/* The request argument of block_rq_issue, _requeue and _merge: second
+ * before Linux 5.11, whose tracepoints pass the queue first. */
+static __always_inline struct request___emberd *rq_arg(__u64 *ctx)
+{
+	if (config.rq_after_queue)
+		return (void *)ctx[1];
+	return (void *)ctx[0];
+}
+
 /* A thread's requests in flight, and its shared clock (see above). */
 struct io_thread {
 	__u64 clock;           /* ns, advancing at 1/in_flight */
@@ -120,7 +134,7 @@ static __always_inline void io_forget(__u64 key, struct io_start *s, __u64 now)
 	bpf_map_delete_elem(&io_in_flight, &key);
 }
 
-static __always_inline void io_started(void *ctx, struct request___emberd *rq)
+static __always_inline void io_started(void *ctx, struct request___emberd *rq, const int form)
 {
 	__u64 key = (__u64)rq, id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns();
 	struct gendisk___emberd *disk;
@@ -154,13 +168,16 @@ static __always_inline void io_started(void *ctx, struct request___emberd *rq)
 	s->pid = tid;
 	bpf_get_current_comm(&s->comm, sizeof(s->comm));
 	__builtin_memset(s->dev, 0, sizeof(s->dev));
-	disk = BPF_CORE_READ(rq, q, disk);
+	if (bpf_core_field_exists(((struct request_queue___emberd *)0)->disk))
+		disk = BPF_CORE_READ(rq, q, disk);
+	else
+		disk = BPF_CORE_READ((struct request___old_disk *)rq, rq_disk);
 	if (disk)
 		bpf_probe_read_kernel_str(s->dev, sizeof(s->dev), &disk->disk_name);
 	if (s->tgid)
 		note_process_cached(s->tgid);
 	s->kstack = keep_stack(kernel_stack(ctx), now);
-	s->ustack = user_stack(bpf_get_current_task_btf(), s->tgid, now);
+	s->ustack = user_stack(s->tgid, now, form);
 	/* The thread's entry is looked up after the walks: less time for a
 	 * completion elsewhere to race with. */
 	t = bpf_map_lookup_elem(&io_threads, &tid);
@@ -238,7 +255,14 @@ static __always_inline void io_merged(struct request___emberd *rq)
 SEC("tp_btf/block_io_start")
 int BPF_PROG(handle__block_io_start, struct request___emberd *rq)
 {
-	io_started(ctx, rq);
+	io_started(ctx, rq, EMBERD_FORM_LOOP);
+	return 0;
+}
+
+SEC("tp_btf/block_io_start")
+int BPF_PROG(handle__block_io_start_bounded, struct request___emberd *rq)
+{
+	io_started(ctx, rq, EMBERD_FORM_BOUNDED);
 	return 0;
 }
 
@@ -250,9 +274,16 @@ int BPF_PROG(handle__block_io_done, struct request___emberd *rq)
 }
 
 SEC("tp_btf/block_rq_issue")
-int BPF_PROG(handle__block_rq_issue, struct request___emberd *rq)
+int handle__block_rq_issue(__u64 *ctx)
 {
-	io_started(ctx, rq);
+	io_started(ctx, rq_arg(ctx), EMBERD_FORM_LOOP);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_issue")
+int handle__block_rq_issue_bounded(__u64 *ctx)
+{
+	io_started(ctx, rq_arg(ctx), EMBERD_FORM_BOUNDED);
 	return 0;
 }
 
@@ -274,16 +305,16 @@ static __always_inline void io_requeued(struct request___emberd *rq)
 }
 
 SEC("tp_btf/block_rq_requeue")
-int BPF_PROG(handle__block_rq_requeue, struct request___emberd *rq)
+int handle__block_rq_requeue(__u64 *ctx)
 {
-	io_requeued(rq);
+	io_requeued(rq_arg(ctx));
 	return 0;
 }
 
 SEC("tp_btf/block_rq_merge")
-int BPF_PROG(handle__block_rq_merge, struct request___emberd *rq)
+int handle__block_rq_merge(__u64 *ctx)
 {
-	io_merged(rq);
+	io_merged(rq_arg(ctx));
 	return 0;
 }
 

@@ -62,6 +62,28 @@ struct stored_stack {
 
 /* ---- user-stack unwinding (bpf/unwind.h; rows built by src/unwind/) ---- */
 
+/*
+ * Program forms, chosen by the agent at load time (src/collect/forms.rs).
+ * Each program that walks user stacks is built in both:
+ * - the loop form (Linux 5.17+) steps with bpf_loop and finds mappings the
+ *   agent has not listed with bpf_find_vma;
+ * - the bounded form (Linux 5.10+) steps in a bounded loop over a global
+ *   function and leaves unlisted mappings to the agent. Linux before 5.13
+ *   cannot load a program holding a callback at all, reached or not (it
+ *   counts subprograms without them: "number of funcs in func_info doesn't
+ *   match number of subprogs"), so the two cannot be one program.
+ * What else differs (task storage or a hash of thread ids,
+ * bpf_task_pt_regs or the top of the task's stack,
+ * bpf_get_current_task_btf, fetching atomics) follows `config.bounded`:
+ * read-only data the verifier takes as a constant, so the branch a kernel
+ * cannot load is never checked.
+ */
+#define EMBERD_FORM_LOOP 0
+#define EMBERD_FORM_BOUNDED 1
+/* x86_64's THREAD_SIZE without KASAN: a task's user registers are the top
+ * pt_regs of its kernel stack. Checked (the saved cs must be user mode). */
+#define EMBERD_THREAD_SIZE 16384
+
 /* One row of a file's unwind table; keep in step with src/unwind/table.rs. */
 struct unwind_row {
 	__u32 pc;              /* first file virtual address covered (to the next row) */
@@ -288,7 +310,8 @@ enum emberd_counter {
 struct emberd_config {
 	__u32 target_tgid;  /* 0: every process */
 	__u8 include_idle;  /* 1: keep samples of the idle task (pid 0) */
-	__u8 _pad[3];
+	__u8 bounded;       /* the bounded form is loaded (see EMBERD_FORM_LOOP) */
+	__u8 _pad[2];
 };
 
 /* ---- events.bpf.c: off-CPU, wakeup, off-wake chains, page faults ---- */
@@ -409,7 +432,9 @@ struct events_config {
 	__u8 mmap;               /* record mmap() bytes */
 	__u8 munmap;             /* record munmap() bytes */
 	__u8 blockio;            /* record block I/O latency */
-	__u8 _pad2[5];
+	__u8 bounded;            /* the bounded form is loaded (see EMBERD_FORM_LOOP) */
+	__u8 rq_after_queue;     /* block_rq_* pass (queue, request): before Linux 5.11 */
+	__u8 _pad2[3];
 	__u64 malloc_sample_bytes; /* mean bytes between malloc samples (0: every allocation) */
 	__u64 stack_share;       /* stacks one user may hold in event_stacks (0: no limit) */
 	__u64 drain_at;          /* keys in a counts buffer at which the agent is woken to drain */

@@ -160,6 +160,37 @@ struct {
 } blocked_threads SEC(".maps");
 
 /*
+ * The same state by thread id, for the bounded form (task storage in
+ * tracing programs came with Linux 5.11): preallocated, sized by the agent,
+ * an exiting thread's entry deleted at sched_process_exit. Not created
+ * with task storage.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct blocked);
+} blocked_by_tid SEC(".maps");
+
+/* `task`'s off-CPU state (created if `create`), or 0 (counted by the
+ * caller when creating). */
+static __always_inline struct blocked *blocked_of(struct task_struct *task, int create)
+{
+	struct blocked *b, fresh = {};
+	__u32 tid;
+
+	if (!config.bounded)
+		return bpf_task_storage_get(&blocked_threads, task, 0,
+					    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+	tid = BPF_CORE_READ(task, pid);
+	b = bpf_map_lookup_elem(&blocked_by_tid, &tid);
+	if (b || !create)
+		return b;
+	bpf_map_update_elem(&blocked_by_tid, &tid, &fresh, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&blocked_by_tid, &tid);
+}
+
+/*
  * Each thread's predicted chance (see the top of this file), by thread id
  * modulo the size, of EMBERD_P_ONE; 0: no history. Not in task storage:
  * reaching another task's storage reads a line of its task_struct that every
@@ -257,6 +288,14 @@ static __always_inline void on_new_process_dropped(void)
 	ecount(ECOUNTER_NEW_PROCESS_DROPPED);
 }
 
+/* An exiting thread leaves no state behind (task storage goes with the
+ * task; the bounded form's hash does not). */
+static __always_inline void on_thread_exit(__u32 tid)
+{
+	if (config.bounded)
+		bpf_map_delete_elem(&blocked_by_tid, &tid);
+}
+
 /* An exec makes the process new again: forget this CPU's last notice, so
  * its first event after the exec announces it (and its new mappings). */
 static __always_inline void on_exec(void)
@@ -338,10 +377,10 @@ static __always_inline __u64 keep_stack(struct stored_stack *s, __u64 now)
 	return keep_stack_as(s, now, (__u32)bpf_get_current_uid_gid());
 }
 
-/* The user stack of `task`, current on this CPU (or switching out of it). */
-static __always_inline __u64 user_stack(void *task, __u32 tgid, __u64 now)
+/* The user stack of the current task (also the one switching out). */
+static __always_inline __u64 user_stack(__u32 tgid, __u64 now, const int form)
 {
-	return keep_stack(unwind_user(task, tgid), now);
+	return keep_stack(unwind_user(current_task(), tgid, form), now);
 }
 
 /* Wakes the agent to drain now: a notice of tgid EMBERD_DRAIN_NOW on the
@@ -364,7 +403,15 @@ static __always_inline int add_to(void *counts, struct event_key *key, __u64 val
 		return 1;
 	}
 	if (bpf_map_update_elem(counts, key, &value, BPF_NOEXIST) == 0) {
-		if (__sync_fetch_and_add(&inserted[b & 1], 1) + 1 == config.drain_at)
+		__u64 n;
+
+		/* No fetching atomics before Linux 5.12, not even in code never
+		 * run (the verifier reads every instruction first): add, then
+		 * read. Inserts racing in between step over drain_at, so the
+		 * next few inserts notify too; the agent takes notices as one. */
+		__sync_fetch_and_add(&inserted[b & 1], 1);
+		n = inserted[b & 1];
+		if (n >= config.drain_at && n < config.drain_at + 8)
 			notify_drain();
 		return 1;
 	}
@@ -563,7 +610,8 @@ static __always_inline void charge_offcpu(void *ctx, struct task_struct *next,
 }
 
 static __always_inline int on_switch_claimed(void *ctx, struct task_struct *prev,
-				     struct task_struct *next, unsigned int prev_state)
+					     struct task_struct *next, unsigned int prev_state,
+					     const int form)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 id = bpf_get_current_pid_tgid(); /* prev is current here */
@@ -581,8 +629,7 @@ static __always_inline int on_switch_claimed(void *ctx, struct task_struct *prev
 		if (config.sample_one_in > 1 && bpf_get_prandom_u32() % config.sample_one_in) {
 			ecount(ECOUNTER_SAMPLED_OUT);
 		} else {
-			b = bpf_task_storage_get(&blocked_threads, prev, 0,
-						 BPF_LOCAL_STORAGE_GET_F_CREATE);
+			b = blocked_of(prev, 1);
 			if (b) {
 				__u32 u = predicted_for(prev_pid);
 
@@ -594,7 +641,7 @@ static __always_inline int on_switch_claimed(void *ctx, struct task_struct *prev
 				bpf_get_current_comm(&b->comm, sizeof(b->comm));
 				if (u == EMBERD_P_ONE || chance(u, EMBERD_P_ONE)) {
 					b->ustack_p = u;
-					b->ustack = user_stack(prev, prev_tgid, now);
+					b->ustack = user_stack(prev_tgid, now, form);
 				} else {
 					b->ustack_p = 0;
 				}
@@ -605,7 +652,7 @@ static __always_inline int on_switch_claimed(void *ctx, struct task_struct *prev
 	}
 
 	/* The thread coming back: charge its time off CPU. */
-	b = bpf_task_storage_get(&blocked_threads, next, 0, 0);
+	b = blocked_of(next, 0);
 	if (b && b->ts) {
 		__u64 delta = now - b->ts;
 		__u32 pred = predict(delta, config.sample_below_ns);
@@ -631,9 +678,10 @@ static __always_inline int on_switch_claimed(void *ctx, struct task_struct *prev
 }
 
 static __always_inline int on_switch(void *ctx, struct task_struct *prev,
-				     struct task_struct *next, unsigned int prev_state)
+				     struct task_struct *next, unsigned int prev_state,
+				     const int form)
 {
-	return WITH_SCRATCH(on_switch_claimed(ctx, prev, next, prev_state));
+	return WITH_SCRATCH(on_switch_claimed(ctx, prev, next, prev_state, form));
 }
 
 /*
@@ -644,7 +692,7 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(handle__sched_switch, _Bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
 {
-	return on_switch(ctx, prev, next, prev_state);
+	return on_switch(ctx, prev, next, prev_state, EMBERD_FORM_LOOP);
 }
 
 /* The task's state field: `__state` since 5.14, `state` before. */
@@ -662,9 +710,7 @@ struct task_struct___state_old {
  * a preempted task counts as running whatever its state says, as the
  * tracepoint's own prev_state argument reports it.
  */
-SEC("tp_btf/sched_switch")
-int BPF_PROG(handle__sched_switch_compat, _Bool preempt, struct task_struct *prev,
-	     struct task_struct *next)
+static __always_inline unsigned int prev_state_of(_Bool preempt, struct task_struct *prev)
 {
 	unsigned int state;
 
@@ -672,7 +718,23 @@ int BPF_PROG(handle__sched_switch_compat, _Bool preempt, struct task_struct *pre
 		state = BPF_CORE_READ((struct task_struct___state_new *)prev, __state);
 	else
 		state = BPF_CORE_READ((struct task_struct___state_old *)prev, state);
-	return on_switch(ctx, prev, next, preempt ? 0 : state);
+	return preempt ? 0 : state;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(handle__sched_switch_compat, _Bool preempt, struct task_struct *prev,
+	     struct task_struct *next)
+{
+	return on_switch(ctx, prev, next, prev_state_of(preempt, prev), EMBERD_FORM_LOOP);
+}
+
+/* The bounded form (see EMBERD_FORM_LOOP), with the pre-5.18 arguments:
+ * reading the state from prev is right on every kernel. */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(handle__sched_switch_bounded, _Bool preempt, struct task_struct *prev,
+	     struct task_struct *next)
+{
+	return on_switch(ctx, prev, next, prev_state_of(preempt, prev), EMBERD_FORM_BOUNDED);
 }
 
 /*
@@ -680,7 +742,7 @@ int BPF_PROG(handle__sched_switch_compat, _Bool preempt, struct task_struct *pre
  * user stack (see the top of this file): a first draw with the wakee's
  * predicted chance, and only then its state and block so far.
  */
-static __always_inline int on_wakeup_claimed(void *ctx, struct task_struct *p)
+static __always_inline int on_wakeup_claimed(void *ctx, struct task_struct *p, const int form)
 {
 	__u64 now, delta, weight, id, t = config.sample_below_ns;
 	struct event_key *k;
@@ -696,7 +758,7 @@ static __always_inline int on_wakeup_claimed(void *ctx, struct task_struct *p)
 		ecount(ECOUNTER_SHORT_WAKEUP_SAMPLED_OUT);
 		return 0;
 	}
-	b = bpf_task_storage_get(&blocked_threads, p, 0, 0);
+	b = blocked_of(p, 0);
 	if (!b || !b->ts || b->has_waker)
 		return 0;
 	now = bpf_ktime_get_ns();
@@ -711,7 +773,7 @@ static __always_inline int on_wakeup_claimed(void *ctx, struct task_struct *p)
 	b->waker_tgid = id >> 32;
 	b->waker_pid = (__u32)id;
 	b->waker_kstack = keep_stack(kernel_stack(ctx), now);
-	b->waker_ustack = user_stack(bpf_get_current_task_btf(), id >> 32, now);
+	b->waker_ustack = user_stack(id >> 32, now, form);
 	bpf_get_current_comm(&b->waker_comm, sizeof(b->waker_comm));
 	b->waker_p = p_rec; /* for off-wake's weight */
 	b->has_waker = 1;
@@ -736,9 +798,9 @@ static __always_inline int on_wakeup_claimed(void *ctx, struct task_struct *p)
 	return 0;
 }
 
-static __always_inline int on_wakeup(void *ctx, struct task_struct *p)
+static __always_inline int on_wakeup(void *ctx, struct task_struct *p, const int form)
 {
-	return WITH_SCRATCH(on_wakeup_claimed(ctx, p));
+	return WITH_SCRATCH(on_wakeup_claimed(ctx, p, form));
 }
 
 /*
@@ -751,25 +813,43 @@ static __always_inline int on_wakeup(void *ctx, struct task_struct *p)
 SEC("tp_btf/sched_waking")
 int BPF_PROG(handle__sched_waking, struct task_struct *p)
 {
-	return on_wakeup(ctx, p);
+	return on_wakeup(ctx, p, EMBERD_FORM_LOOP);
+}
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(handle__sched_waking_bounded, struct task_struct *p)
+{
+	return on_wakeup(ctx, p, EMBERD_FORM_BOUNDED);
 }
 
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(handle__sched_wakeup_new, struct task_struct *p)
 {
-	return on_wakeup(ctx, p);
+	return on_wakeup(ctx, p, EMBERD_FORM_LOOP);
 }
 
-static __always_inline int on_page_fault(struct bpf_perf_event_data *ctx);
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(handle__sched_wakeup_new_bounded, struct task_struct *p)
+{
+	return on_wakeup(ctx, p, EMBERD_FORM_BOUNDED);
+}
+
+static __always_inline int on_page_fault(struct bpf_perf_event_data *ctx, const int form);
 
 /* The page-fault software event, sampled every `pagefault_period` faults. */
 SEC("perf_event")
 int handle__page_fault(struct bpf_perf_event_data *ctx)
 {
-	return WITH_SCRATCH(on_page_fault(ctx));
+	return WITH_SCRATCH(on_page_fault(ctx, EMBERD_FORM_LOOP));
 }
 
-static __always_inline int on_page_fault(struct bpf_perf_event_data *ctx)
+SEC("perf_event")
+int handle__page_fault_bounded(struct bpf_perf_event_data *ctx)
+{
+	return WITH_SCRATCH(on_page_fault(ctx, EMBERD_FORM_BOUNDED));
+}
+
+static __always_inline int on_page_fault(struct bpf_perf_event_data *ctx, const int form)
 {
 	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns();
 	__u32 tgid = id >> 32;
@@ -787,7 +867,7 @@ static __always_inline int on_page_fault(struct bpf_perf_event_data *ctx)
 	k->pid = (__u32)id;
 	/* The event carries user registers: the kernel stack is always absent. */
 	k->kstack = EMBERD_STACK_NONE;
-	k->ustack = user_stack(bpf_get_current_task_btf(), tgid, now);
+	k->ustack = user_stack(tgid, now, form);
 	bpf_get_current_comm(&k->comm, sizeof(k->comm));
 	add(k, config.pagefault_period);
 	return 0;
@@ -819,7 +899,7 @@ int refresh_held_stacks(struct bpf_iter__task *ctx)
 
 	if (!task)
 		return 0;
-	b = bpf_task_storage_get(&blocked_threads, task, 0, 0);
+	b = blocked_of(task, 0);
 	if (!b || !b->ts)
 		return 0;
 	now = bpf_ktime_get_ns();

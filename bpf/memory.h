@@ -103,7 +103,8 @@ static __always_inline void syscall_enter(__u64 nr, __u64 a1, __u64 a3)
 }
 
 /* Charges `value` of `event` to the current thread's user stack. */
-static __always_inline void charge_current(__u32 event, __u64 value, const char *label)
+static __always_inline void charge_current(__u32 event, __u64 value, const char *label,
+					   const int form)
 {
 	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns();
 	__u32 tgid = id >> 32;
@@ -118,21 +119,21 @@ static __always_inline void charge_current(__u32 event, __u64 value, const char 
 	k->pid = (__u32)id;
 	/* At a syscall's exit the kernel stack is the syscall path itself. */
 	k->kstack = EMBERD_STACK_NONE;
-	k->ustack = user_stack(bpf_get_current_task_btf(), tgid, now);
+	k->ustack = user_stack(tgid, now, form);
 	bpf_get_current_comm(&k->comm, sizeof(k->comm));
 	if (label)
 		__builtin_memcpy(k->label, label, 5);
 	add(k, value);
 }
 
-static __always_inline void syscall_exit_claimed(long ret);
+static __always_inline void syscall_exit_claimed(long ret, const int form);
 
-static __always_inline void syscall_exit(long ret)
+static __always_inline void syscall_exit(long ret, const int form)
 {
-	WITH_SCRATCH((syscall_exit_claimed(ret), 0));
+	WITH_SCRATCH((syscall_exit_claimed(ret, form), 0));
 }
 
-static __always_inline void syscall_exit_claimed(long ret)
+static __always_inline void syscall_exit_claimed(long ret, const int form)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct syscall_entry *found = bpf_map_lookup_elem(&syscall_entries, &tid);
@@ -150,7 +151,7 @@ static __always_inline void syscall_exit_claimed(long ret)
 		/* brk returns the new break (the old one when it failed). */
 		if ((__u64)ret > e->old_brk && e->old_brk) {
 			ecount(ECOUNTER_BRK);
-			charge_current(EVENT_BRK, (__u64)ret - e->old_brk, 0);
+			charge_current(EVENT_BRK, (__u64)ret - e->old_brk, 0, form);
 		}
 		return;
 	}
@@ -160,10 +161,10 @@ static __always_inline void syscall_exit_claimed(long ret)
 	if (nr == NR_MMAP) {
 		ecount(ECOUNTER_MMAP);
 		charge_current(EVENT_MMAP, len,
-			       (e->flags & EMBERD_MAP_ANONYMOUS) ? "anon" : "file");
+			       (e->flags & EMBERD_MAP_ANONYMOUS) ? "anon" : "file", form);
 	} else {
 		ecount(ECOUNTER_MUNMAP);
-		charge_current(EVENT_MUNMAP, len, 0);
+		charge_current(EVENT_MUNMAP, len, 0, form);
 	}
 }
 
@@ -184,16 +185,27 @@ int handle__sys_enter_raw(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
-SEC("raw_tp/sys_exit")
-int handle__sys_exit_raw(struct bpf_raw_tracepoint_args *ctx)
+static __always_inline int on_sys_exit_raw(struct bpf_raw_tracepoint_args *ctx, const int form)
 {
 	struct pt_regs___sc *regs = (struct pt_regs___sc *)ctx->args[0];
 	__u64 nr = BPF_CORE_READ(regs, orig_ax);
 
 	if (nr != NR_BRK && nr != NR_MMAP && nr != NR_MUNMAP)
 		return 0;
-	syscall_exit((long)ctx->args[1]);
+	syscall_exit((long)ctx->args[1], form);
 	return 0;
+}
+
+SEC("raw_tp/sys_exit")
+int handle__sys_exit_raw(struct bpf_raw_tracepoint_args *ctx)
+{
+	return on_sys_exit_raw(ctx, EMBERD_FORM_LOOP);
+}
+
+SEC("raw_tp/sys_exit")
+int handle__sys_exit_raw_bounded(struct bpf_raw_tracepoint_args *ctx)
+{
+	return on_sys_exit_raw(ctx, EMBERD_FORM_BOUNDED);
 }
 
 /* The classic tracepoints' records (events/syscalls/sys_{enter,exit}_* /format). */
@@ -236,7 +248,14 @@ int handle__sys_enter_munmap(struct sc_enter_ctx *ctx)
 SEC("tracepoint/syscalls/sys_exit_brk")
 int handle__sys_exit(struct sc_exit_ctx *ctx)
 {
-	syscall_exit(ctx->ret);
+	syscall_exit(ctx->ret, EMBERD_FORM_LOOP);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_brk")
+int handle__sys_exit_bounded(struct sc_exit_ctx *ctx)
+{
+	syscall_exit(ctx->ret, EMBERD_FORM_BOUNDED);
 	return 0;
 }
 
@@ -346,15 +365,21 @@ static __always_inline struct alloc_call *alloc_slot(__u32 tid)
 }
 
 /* Entry of malloc, calloc, realloc, posix_memalign, aligned_alloc (cookie). */
-static __always_inline int on_alloc_enter(struct uprobe_regs *ctx);
+static __always_inline int on_alloc_enter(struct uprobe_regs *ctx, const int form);
 
 SEC("uprobe")
 int handle__alloc_enter(struct uprobe_regs *ctx)
 {
-	return WITH_SCRATCH(on_alloc_enter(ctx));
+	return WITH_SCRATCH(on_alloc_enter(ctx, EMBERD_FORM_LOOP));
 }
 
-static __always_inline int on_alloc_enter(struct uprobe_regs *ctx)
+SEC("uprobe")
+int handle__alloc_enter_bounded(struct uprobe_regs *ctx)
+{
+	return WITH_SCRATCH(on_alloc_enter(ctx, EMBERD_FORM_BOUNDED));
+}
+
+static __always_inline int on_alloc_enter(struct uprobe_regs *ctx, const int form)
 {
 	__u64 fn = bpf_get_attach_cookie(ctx), size, r = config.malloc_sample_bytes;
 	__u64 id = bpf_get_current_pid_tgid(), now;
@@ -408,7 +433,7 @@ static __always_inline int on_alloc_enter(struct uprobe_regs *ctx)
 	ecount(ECOUNTER_MALLOC_SAMPLED);
 	now = bpf_ktime_get_ns();
 	note_process_cached(tgid);
-	c->ustack = user_stack(bpf_get_current_task_btf(), tgid, now);
+	c->ustack = user_stack(tgid, now, form);
 	return 0;
 }
 

@@ -8,7 +8,8 @@
  * map the agent polls: an idle host then wakes the agent once a second,
  * not twenty times, and an empty ring costs nothing to look at (walking an
  * empty hash map visits every bucket). The caller defines
- * `on_new_process_dropped()` to count a full `new_tgids`, and `on_exec()`.
+ * `on_new_process_dropped()` to count a full `new_tgids`, `on_exec()` and
+ * `on_thread_exit()`.
  */
 #ifndef EMBERD_NEW_PROCESS_H
 #define EMBERD_NEW_PROCESS_H
@@ -28,6 +29,8 @@ struct {
 static __always_inline void on_new_process_dropped(void);
 /* Called by the exec handler below, for the includer's own caches. */
 static __always_inline void on_exec(void);
+/* Called by the exit handler below for every exiting thread. */
+static __always_inline void on_thread_exit(__u32 tid);
 
 static __always_inline void note_process(__u32 tgid)
 {
@@ -73,6 +76,7 @@ int handle__sched_process_exit(void *ctx)
 
 	if ((__u32)id == tgid)
 		bpf_map_delete_elem(&seen_tgids, &tgid);
+	on_thread_exit((__u32)id);
 	return 0;
 }
 

@@ -69,6 +69,10 @@ static __always_inline void on_exec(void)
 	bpf_map_update_elem(&exec_at, &tgid, &now, BPF_ANY);
 }
 
+static __always_inline void on_thread_exit(__u32 tid)
+{
+}
+
 static __always_inline void on_new_process_dropped(void)
 {
 	count(COUNTER_NEW_PROCESS_DROPPED);
@@ -91,9 +95,10 @@ static __always_inline __u64 keep_stack(void *stacks, struct stored_stack *s,
 	return key;
 }
 
-static __always_inline void record(void *ctx, void *counts, void *stacks, __u32 tgid, __u32 pid)
+static __always_inline void record(void *ctx, void *counts, void *stacks, __u32 tgid, __u32 pid,
+				   const int form)
 {
-	struct task_struct___emberd *task = (void *)bpf_get_current_task_btf();
+	struct task_struct___emberd *task = current_task();
 	struct sample_key key = {};
 	__u64 one = 1, *val;
 
@@ -102,7 +107,7 @@ static __always_inline void record(void *ctx, void *counts, void *stacks, __u32 
 	key.tick = bpf_ktime_get_ns() / EMBERD_TICK_NS;
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 	key.kstack = keep_stack(stacks, kernel_stack(ctx), COUNTER_KSTACK_COLLISION);
-	key.ustack = keep_stack(stacks, unwind_user(task, tgid), COUNTER_USTACK_COLLISION);
+	key.ustack = keep_stack(stacks, unwind_user(task, tgid, form), COUNTER_USTACK_COLLISION);
 	/* A user task (tgid != 0, not a kernel thread) without user stack. */
 	if (key.ustack == EMBERD_STACK_NONE && key.kstack == EMBERD_STACK_NONE)
 		count(COUNTER_USTACK_MISSING);
@@ -122,8 +127,7 @@ static __always_inline void record(void *ctx, void *counts, void *stacks, __u32 
 		count(COUNTER_COUNTS_FULL);
 }
 
-SEC("perf_event")
-int handle__cpu_clock(struct bpf_perf_event_data *ctx)
+static __always_inline int on_cpu_clock(struct bpf_perf_event_data *ctx, const int form)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, pid = (__u32)id;
@@ -140,9 +144,22 @@ int handle__cpu_clock(struct bpf_perf_event_data *ctx)
 	note_process(tgid);
 	__u32 b = begin_write(&active_buffer, writers);
 	if (b == 0)
-		record(ctx, &counts0, &stacks0, tgid, pid);
+		record(ctx, &counts0, &stacks0, tgid, pid, form);
 	else
-		record(ctx, &counts1, &stacks1, tgid, pid);
+		record(ctx, &counts1, &stacks1, tgid, pid, form);
 	__sync_fetch_and_add(&writers[b], -1);
 	return 0;
+}
+
+/* The two forms of the sampler (see EMBERD_FORM_LOOP in emberd.h). */
+SEC("perf_event")
+int handle__cpu_clock(struct bpf_perf_event_data *ctx)
+{
+	return on_cpu_clock(ctx, EMBERD_FORM_LOOP);
+}
+
+SEC("perf_event")
+int handle__cpu_clock_bounded(struct bpf_perf_event_data *ctx)
+{
+	return on_cpu_clock(ctx, EMBERD_FORM_BOUNDED);
 }

@@ -39,6 +39,7 @@ struct pt_regs___emberd {
 	unsigned long bp;
 	unsigned long sp;
 	unsigned long ip;
+	unsigned long cs;
 } __attribute__((preserve_access_index));
 
 struct thread_struct___emberd {
@@ -47,6 +48,7 @@ struct thread_struct___emberd {
 
 struct task_struct___emberd {
 	unsigned int flags;
+	void *stack;
 	void *mm;
 	struct thread_struct___emberd thread;
 } __attribute__((preserve_access_index));
@@ -310,6 +312,8 @@ __attribute__((noinline)) int find_row(__u32 start, __u32 len, __u32 pc)
 	return (int)lo;
 }
 
+struct vm_area_struct;
+
 /* What bpf_find_vma's callback reads of the mapping holding a pc. */
 struct vma_probe {
 	__u64 start;
@@ -357,7 +361,7 @@ static long vma_probe_cb(struct task_struct *task, struct vm_area_struct *area, 
  * when st->vm is set, 2 when the mappings could not be looked at (the
  * mmap lock was taken): the caller walks on as before.
  */
-static __always_inline int mapping_by_vma(struct unwind_state *st, __u64 pc)
+static __always_inline int mapping_by_vma(struct unwind_state *st, __u64 pc, const int form)
 {
 	struct vma_probe p = {};
 	struct file_key key;
@@ -366,7 +370,8 @@ static __always_inline int mapping_by_vma(struct unwind_state *st, __u64 pc)
 	__u32 slot;
 	long err;
 
-	if (!EMBERD_HAVE_FIND_VMA)
+	/* The bounded form holds no callback (see EMBERD_FORM_LOOP). */
+	if (form != EMBERD_FORM_LOOP || !EMBERD_HAVE_FIND_VMA)
 		return 2;
 	for (int i = 0; i < EMBERD_VMA_CACHE; i++) {
 		c = &st->vms[i & (EMBERD_VMA_CACHE - 1)];
@@ -460,8 +465,8 @@ static __always_inline long unwind_stop(struct unwind_state *st, __u32 end)
 	return 1;
 }
 
-/* One frame: push st->pc, then find its caller. bpf_loop callback. */
-static long unwind_step(__u32 index, void *ctx)
+/* One frame: push st->pc, then find its caller. 0: go on; 1: done. */
+static __always_inline long unwind_step_in(const int form)
 {
 	__u32 zero = 0;
 	struct unwind_state *st = bpf_map_lookup_elem(&unwind_states, &zero);
@@ -519,7 +524,7 @@ static long unwind_step(__u32 index, void *ctx)
 	/* A pc in no mapping the agent listed (a new process, a library just
 	 * mapped): the kernel's own mapping, and its file's table by inode. */
 	if (!m) {
-		int found = mapping_by_vma(st, st->pc);
+		int found = mapping_by_vma(st, st->pc, form);
 
 		if (found == 1)
 			m = &st->vm;
@@ -661,6 +666,43 @@ pushed:
 	return 0;
 }
 
+/* The loop form's step: bpf_loop's callback. */
+static long unwind_step(__u32 index, void *ctx)
+{
+	return unwind_step_in(EMBERD_FORM_LOOP);
+}
+
+/* The bounded form's step: a global function, which the verifier checks
+ * once on its own rather than once per iteration of the loop calling it. */
+__attribute__((noinline)) int unwind_step_bounded(__u32 index)
+{
+	return unwind_step_in(EMBERD_FORM_BOUNDED);
+}
+
+/* The current task, as a pointer BPF_CORE_READ reads through. */
+static __always_inline void *current_task(void)
+{
+	if (config.bounded) /* bpf_get_current_task_btf: Linux 5.11 */
+		return (void *)bpf_get_current_task();
+	return bpf_get_current_task_btf();
+}
+
+/* Where `task`'s user registers are saved, or 0. */
+static __always_inline struct pt_regs___emberd *user_regs(struct task_struct___emberd *task)
+{
+	void *stack;
+
+	if (!config.bounded) /* bpf_task_pt_regs: Linux 5.15 */
+		return (void *)bpf_task_pt_regs((struct task_struct *)task);
+	/* What bpf_task_pt_regs computes on x86_64: the pt_regs at the top of
+	 * the task's kernel stack (no padding above them on 64-bit). */
+	stack = BPF_CORE_READ(task, stack);
+	if (!stack)
+		return 0;
+	return (void *)((char *)stack + EMBERD_THREAD_SIZE -
+			bpf_core_type_size(struct pt_regs___emberd));
+}
+
 /* Two independent 64-bit hashes of a stack (its frames and how it ended). */
 static __always_inline void hash_stack(struct stored_stack *s, __u64 *h1, __u64 *h2)
 {
@@ -734,7 +776,7 @@ static __always_inline __u64 store_stack(void *map, struct stored_stack *s, __u6
  * has no user stack (kernel thread, or a process past exit_mm).
  */
 static __always_inline struct stored_stack *unwind_user(struct task_struct___emberd *task,
-							__u32 tgid)
+							__u32 tgid, const int form)
 {
 	__u32 zero = 0;
 	struct unwind_state *st = bpf_map_lookup_elem(&unwind_states, &zero);
@@ -750,12 +792,17 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 	 * `stack not readable` marker under it. */
 	if (!BPF_CORE_READ(task, mm))
 		return 0;
-	regs = (struct pt_regs___emberd *)bpf_task_pt_regs((struct task_struct *)task);
+	regs = user_regs(task);
 	if (!regs)
 		return 0;
 	st->pc = BPF_CORE_READ(regs, ip);
 	st->sp = BPF_CORE_READ(regs, sp);
 	st->bp = BPF_CORE_READ(regs, bp);
+	/* Registers found by address must be a user frame's (a kernel with
+	 * another THREAD_SIZE would give something else): else the walk
+	 * ends at once, marked unreadable, never wrong. */
+	if (config.bounded && (BPF_CORE_READ(regs, cs) & 3) != 3)
+		st->pc = 0;
 	st->tgid = tgid;
 	st->nr = 0;
 	st->end = STACK_END_TRUNCATED;
@@ -790,7 +837,14 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 	}
 	if (!st->have_proc)
 		ucount(UCOUNTER_NOT_READY);
-	bpf_loop(EMBERD_MAX_STACK_DEPTH + 1, unwind_step, 0, 0);
+	if (form == EMBERD_FORM_LOOP) {
+		bpf_loop(EMBERD_MAX_STACK_DEPTH + 1, unwind_step, 0, 0);
+	} else {
+#pragma clang loop unroll(disable)
+		for (__u32 i = 0; i < EMBERD_MAX_STACK_DEPTH + 1; i++)
+			if (unwind_step_bounded(i))
+				break;
+	}
 	/* The native walk reached its root with Python frames left over: some
 	 * eval-loop call was not seen as one (its return address in code
 	 * outside _PyEval_EvalFrameDefault's symbol, such as a .cold part), so

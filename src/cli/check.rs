@@ -102,15 +102,28 @@ pub fn run() -> Vec<Item> {
             crate::collect::stack::MAX_STACK_DEPTH
         ),
     });
+    items.push(kernel_item());
     // Real load and attach: the only honest test of BPF and perf events.
     let sampler = crate::collect::CpuSampler::start(crate::collect::SamplerOptions::default());
+    let choice = crate::collect::forms::chosen();
     match &sampler {
         Ok(s) => items.push(Item {
             what: "BPF + perf events",
             status: Status::Ok,
             detail: format!(
-                "sampler loaded and attached to cpu-clock on CPUs {:?}",
-                s.cpus()
+                "sampler loaded and attached to cpu-clock on CPUs {:?}: {}{}",
+                s.cpus(),
+                choice.describe(),
+                if choice.lazy_maps {
+                    String::new()
+                } else {
+                    format!(
+                        "; maps preallocated (this kernel lacks {} (Linux {})): tables for {} processes at most",
+                        crate::collect::forms::LAZY_MAPS.name,
+                        crate::collect::forms::LAZY_MAPS.since,
+                        crate::collect::forms::PREALLOCATED_PROCESSES
+                    )
+                }
             ),
         }),
         Err(e) => items.push(Item {
@@ -140,11 +153,19 @@ pub fn run() -> Vec<Item> {
             what: "off-CPU events",
             status: Status::Ok,
             detail: format!(
-                "tp_btf sched_switch ({}), sched_waking with task storage and the page-fault perf event loaded and attached",
+                "tp_btf sched_switch ({}), sched_waking and the page-fault perf event loaded and attached, {} form; off-CPU state in {}",
                 if e.sched_switch_compat() {
-                    "pre-5.18 form: state read from the task"
+                    "pre-5.18 arguments: state read from the task"
                 } else {
                     "with prev_state, Linux 5.18+"
+                },
+                e.form(),
+                match e.form() {
+                    crate::collect::forms::ProgramForm::Loop => "task storage".to_string(),
+                    crate::collect::forms::ProgramForm::Bounded => format!(
+                        "a hash of thread ids (no task storage in tracing programs before Linux 5.11): {} threads at most",
+                        crate::collect::events::BLOCKED_THREADS
+                    ),
                 }
             ),
         }),
@@ -221,6 +242,28 @@ pub fn run() -> Vec<Item> {
     items
 }
 
+/// The running kernel's release, and whether emberd was tested on its
+/// series (docs: README's requirements table).
+fn kernel_item() -> Item {
+    let release = read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "?".into());
+    let mut nums = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse::<u32>().ok());
+    let (major, minor) = (nums.next().unwrap_or(0), nums.next().unwrap_or(0));
+    let old = (major, minor) < (5, 10);
+    Item {
+        what: "kernel",
+        status: if old { Status::Fatal } else { Status::Ok },
+        detail: if old {
+            format!(
+                "Linux {release}: emberd needs 5.10 or later (BTF-typed tracepoints, ring buffers, bpf_get_task_stack)"
+            )
+        } else {
+            format!("Linux {release}")
+        },
+    }
+}
+
 /// The memory and I/O events: which hooks this kernel and mount table
 /// give, and their knobs.
 fn memory_items(e: &crate::collect::events::EventSampler) -> Vec<Item> {
@@ -268,6 +311,12 @@ fn memory_items(e: &crate::collect::events::EventSampler) -> Vec<Item> {
                 "uprobes on libc attach (tried on emberd itself); off unless processes are named: malloc_pids, malloc_comms; one sample per {} KiB on average (malloc_sample_kib), {} allocations tracked live (malloc_live_entries)",
                 defaults::MALLOC_SAMPLE_BYTES / 1024,
                 defaults::MALLOC_LIVE_ENTRIES
+            )
+        } else if !crate::collect::forms::chosen().malloc {
+            format!(
+                "off: this kernel lacks {} (Linux {}), which tells the probes on malloc, calloc, realloc and the rest apart",
+                crate::collect::forms::MALLOC_NEEDS.name,
+                crate::collect::forms::MALLOC_NEEDS.since
             )
         } else {
             format!(

@@ -11,6 +11,7 @@ use std::os::fd::AsRawFd;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags};
 
+use super::forms::{self, ProgramForm};
 use super::stack::{self, UnwindCounters, stack_by_key};
 use super::{CollectError, PerfEvent, Pid, RawSample, RawStack, Tid, UnwindMaps, online_cpus};
 use crate::bpf::events::types;
@@ -275,6 +276,9 @@ pub struct Hooks {
     pub block: Option<BlockHooks>,
     /// `block_rq_merge` exists: merged requests leave uncharged.
     pub rq_merge: bool,
+    /// block_rq_issue, _requeue and _merge pass the queue first (before
+    /// Linux 5.11).
+    pub rq_after_queue: bool,
 }
 
 impl Hooks {
@@ -303,8 +307,31 @@ impl Hooks {
                 BlockHooks::RqIssueComplete
             }),
             rq_merge,
+            rq_after_queue: options.blockio && block_rq_after_queue(),
         }
     }
+}
+
+/// Whether the kernel's block_rq_issue passes the request queue before the
+/// request (Linux before 5.11): its BTF prototype has three parameters
+/// (the tracepoint's data, the queue, the request), not two.
+fn block_rq_after_queue() -> bool {
+    let params = tracepoint_params("block_rq_issue");
+    tracing::debug!("block_rq_issue's BTF prototype has {params:?} parameters");
+    params == Some(3)
+}
+
+/// The parameters of BTF tracepoint `name`'s prototype (its data pointer
+/// first), None if the kernel's BTF has no such tracepoint.
+fn tracepoint_params(name: &str) -> Option<usize> {
+    use libbpf_rs::btf::{Btf, BtfType, types::FuncProto};
+    let btf = Btf::from_vmlinux().ok()?;
+    let ty = btf.type_by_name::<BtfType<'_>>(&format!("btf_trace_{name}"))?;
+    // typedef -> pointer -> function prototype
+    let proto = ty.skip_mods_and_typedefs().next_type()?;
+    FuncProto::try_from(proto.skip_mods_and_typedefs())
+        .ok()
+        .map(|p| p.len())
 }
 
 /// Whether tracefs (where libbpf looks: /sys/kernel/tracing, then
@@ -461,6 +488,7 @@ pub struct EventSampler {
     /// See [`EventCounters::missing_at_drain`].
     missing_stacks: u64,
     sched_switch_compat: bool,
+    form: ProgramForm,
     /// The task iterator that stamps held stacks (None where iterators or
     /// task storage in them are not available: collection then waits out
     /// the longest block).
@@ -482,6 +510,13 @@ impl fmt::Debug for EventSampler {
 /// allocations, read every drain): 1 MiB holds about 14,000 records.
 const HEAP_RING_BYTES: u32 = 1 << 20;
 
+/// Threads the bounded form keeps off-CPU state for (`blocked_by_tid`,
+/// about 200 bytes each, preallocated: 6.3 MiB of kernel memory). Linux's
+/// default pid_max is 32768 (4194304 on many distributions, but hosts run
+/// far fewer threads); a thread beyond it is counted
+/// (`ECOUNTER_BLOCKED_FULL`) and its off-CPU time not recorded.
+pub const BLOCKED_THREADS: u32 = 32768;
+
 /// `DROPPED_LABEL` in `bpf/events.bpf.c`: events a full counts buffer could
 /// not take, kept by thread without stacks.
 const DROPPED_LABEL: &str = "!counts_full";
@@ -500,6 +535,7 @@ fn load(
     hooks: Hooks,
     unwind: &UnwindMaps,
     compat: bool,
+    form: ProgramForm,
 ) -> Result<EventsSkel<'static>, CollectError> {
     let storage = Box::leak(Box::new(MaybeUninit::uninit()));
     let mut open = EventsSkelBuilder::default()
@@ -527,6 +563,9 @@ fn load(
     cfg.mmap = u8::from(options.mmap);
     cfg.munmap = u8::from(options.munmap);
     cfg.blockio = u8::from(options.blockio);
+    let bounded = form == ProgramForm::Bounded;
+    cfg.bounded = u8::from(bounded);
+    cfg.rq_after_queue = u8::from(hooks.rq_after_queue);
     cfg.malloc_sample_bytes = options.malloc_sample_bytes;
     cfg.stack_share = u64::from(options.stack_entries.max(64) / 2);
     // Woken to drain early once a buffer is half full: a busy thread pool
@@ -581,20 +620,39 @@ fn load(
         (&mut m.io_in_flight, off(options.blockio)),
         (&mut m.io_threads, off(options.blockio)),
         (&mut m.syscall_entries, off(options.syscalls())),
+        // The bounded form's off-CPU state, by thread id (the loop form's
+        // is task storage, which grows with the threads).
+        (
+            &mut m.blocked_by_tid,
+            Some(if bounded && sched { BLOCKED_THREADS } else { 1 }),
+        ),
     ] {
         if let Some(n) = entries {
             map.set_max_entries(n)
                 .map_err(|source| CollectError::LoadEvents { source })?;
         }
     }
+    // Task storage does not exist before Linux 5.11: not even created.
+    if bounded {
+        m.blocked_threads
+            .set_autocreate(false)
+            .map_err(|source| CollectError::LoadEvents { source })?;
+    }
     let p = &mut open.progs;
+    let (lp, bd) = (!bounded, bounded);
     // Only what is switched on is loaded: an event that is off costs nothing.
-    p.handle__sched_switch.set_autoload(sched && !compat);
-    p.handle__sched_switch_compat.set_autoload(sched && compat);
-    p.handle__sched_waking.set_autoload(sched);
-    p.handle__sched_wakeup_new.set_autoload(sched);
+    p.handle__sched_switch.set_autoload(sched && lp && !compat);
+    p.handle__sched_switch_compat
+        .set_autoload(sched && lp && compat);
+    p.handle__sched_switch_bounded.set_autoload(sched && bd);
+    p.handle__sched_waking.set_autoload(sched && lp);
+    p.handle__sched_waking_bounded.set_autoload(sched && bd);
+    p.handle__sched_wakeup_new.set_autoload(sched && lp);
+    p.handle__sched_wakeup_new_bounded.set_autoload(sched && bd);
     p.refresh_held_stacks.set_autoload(sched);
-    p.handle__page_fault.set_autoload(options.pagefault);
+    p.handle__page_fault.set_autoload(options.pagefault && lp);
+    p.handle__page_fault_bounded
+        .set_autoload(options.pagefault && bd);
     let (tp, raw) = match hooks.syscalls {
         Some(SyscallHooks::Tracepoints) => (true, false),
         Some(SyscallHooks::RawSyscalls) => (false, true),
@@ -603,24 +661,29 @@ fn load(
     p.handle__sys_enter_brk.set_autoload(tp);
     p.handle__sys_enter_mmap.set_autoload(tp);
     p.handle__sys_enter_munmap.set_autoload(tp);
-    p.handle__sys_exit.set_autoload(tp);
+    p.handle__sys_exit.set_autoload(tp && lp);
+    p.handle__sys_exit_bounded.set_autoload(tp && bd);
     p.handle__sys_enter_raw.set_autoload(raw);
-    p.handle__sys_exit_raw.set_autoload(raw);
+    p.handle__sys_exit_raw.set_autoload(raw && lp);
+    p.handle__sys_exit_raw_bounded.set_autoload(raw && bd);
     let (io, rq) = match hooks.block {
         Some(BlockHooks::IoStartDone) => (true, false),
         Some(BlockHooks::RqIssueComplete) => (false, true),
         None => (false, false),
     };
-    p.handle__block_io_start.set_autoload(io);
+    p.handle__block_io_start.set_autoload(io && lp);
+    p.handle__block_io_start_bounded.set_autoload(io && bd);
     p.handle__block_io_done.set_autoload(io);
-    p.handle__block_rq_issue.set_autoload(rq);
+    p.handle__block_rq_issue.set_autoload(rq && lp);
+    p.handle__block_rq_issue_bounded.set_autoload(rq && bd);
     p.handle__block_rq_complete.set_autoload(rq);
     // block_io_start fires once per request; block_rq_issue again after
     // a requeue, which this hook tells from a reused address.
     p.handle__block_rq_requeue.set_autoload(rq);
     p.handle__block_rq_merge
         .set_autoload(hooks.block.is_some() && hooks.rq_merge);
-    p.handle__alloc_enter.set_autoload(malloc);
+    p.handle__alloc_enter.set_autoload(malloc && lp);
+    p.handle__alloc_enter_bounded.set_autoload(malloc && bd);
     p.handle__alloc_exit.set_autoload(malloc);
     p.handle__free.set_autoload(malloc);
     open.load()
@@ -668,6 +731,17 @@ impl EventSampler {
                 "offcpu_min_block must not exceed offcpu_max_block".into(),
             ));
         }
+        let choice = forms::chosen();
+        let form = choice.form;
+        let mut options = options;
+        if options.malloc.any() && !choice.malloc {
+            tracing::error!(
+                "malloc is off: its uprobes need {} ({}), which this kernel lacks; the other events go on",
+                forms::MALLOC_NEEDS.name,
+                forms::MALLOC_NEEDS.since
+            );
+            options.malloc = MallocTargets::default();
+        }
         let sched = options.offcpu || options.wakeup || options.offwake;
         let hooks = Hooks::choose(&options);
         // sched_switch has passed prev_state since Linux 5.18; before, the
@@ -675,20 +749,24 @@ impl EventSampler {
         // state from the task instead. EMBERD_TEST_SCHED_SWITCH_COMPAT=1
         // forces the compat program (tests of the fallback).
         let force_compat = std::env::var_os("EMBERD_TEST_SCHED_SWITCH_COMPAT").is_some();
-        let (skel, compat) = if force_compat {
-            (load(&options, hooks, unwind, true)?, true)
+        // The bounded form has only the pre-5.18 sched_switch program, which
+        // reads the state from the task on every kernel.
+        let (skel, compat) = if force_compat || form == ProgramForm::Bounded {
+            (load(&options, hooks, unwind, true, form)?, true)
         } else {
-            match load(&options, hooks, unwind, false) {
+            match load(&options, hooks, unwind, false, form) {
                 Ok(skel) => (skel, false),
                 Err(e) if sched => {
                     tracing::warn!(
                         "sched_switch with prev_state did not load ({e}); using the pre-5.18 form that reads the task's state"
                     );
-                    (load(&options, hooks, unwind, true)?, true)
+                    (load(&options, hooks, unwind, true, form)?, true)
                 }
                 Err(e) => return Err(e),
             }
         };
+        let bounded = form == ProgramForm::Bounded;
+        let p = &skel.progs;
         assert_eq!(
             skel.maps.event_counts0.key_size() as usize,
             std::mem::size_of::<types::event_key>(),
@@ -705,15 +783,24 @@ impl EventSampler {
                 .map_err(|source| CollectError::LoadEvents { source })?,
         ];
         if sched {
-            for prog in [
-                if compat {
-                    &skel.progs.handle__sched_switch_compat
-                } else {
-                    &skel.progs.handle__sched_switch
-                },
-                &skel.progs.handle__sched_waking,
-                &skel.progs.handle__sched_wakeup_new,
-            ] {
+            let progs = if bounded {
+                [
+                    &p.handle__sched_switch_bounded,
+                    &p.handle__sched_waking_bounded,
+                    &p.handle__sched_wakeup_new_bounded,
+                ]
+            } else {
+                [
+                    if compat {
+                        &p.handle__sched_switch_compat
+                    } else {
+                        &p.handle__sched_switch
+                    },
+                    &p.handle__sched_waking,
+                    &p.handle__sched_wakeup_new,
+                ]
+            };
+            for prog in progs {
                 links.push(
                     prog.attach()
                         .map_err(|source| CollectError::LoadEvents { source })?,
@@ -723,9 +810,12 @@ impl EventSampler {
         if options.pagefault {
             for cpu in online_cpus()? {
                 let event = PerfEvent::page_faults(cpu, options.pagefault_period)?;
-                let link = skel
-                    .progs
-                    .handle__page_fault
+                let prog = if bounded {
+                    &p.handle__page_fault_bounded
+                } else {
+                    &p.handle__page_fault
+                };
+                let link = prog
                     .attach_perf_event(event.as_raw_fd())
                     .map_err(|source| CollectError::Attach { cpu, source })?;
                 event.into_raw_fd();
@@ -737,18 +827,22 @@ impl EventSampler {
         match hooks.syscalls {
             Some(SyscallHooks::Tracepoints) => {
                 use libbpf_rs::TracepointCategory::Syscalls;
-                let p = &skel.progs;
+                let exit = if bounded {
+                    &p.handle__sys_exit_bounded
+                } else {
+                    &p.handle__sys_exit
+                };
                 for (prog, name, on) in [
                     (&p.handle__sys_enter_brk, "sys_enter_brk", options.brk),
-                    (&p.handle__sys_exit, "sys_exit_brk", options.brk),
+                    (exit, "sys_exit_brk", options.brk),
                     (&p.handle__sys_enter_mmap, "sys_enter_mmap", options.mmap),
-                    (&p.handle__sys_exit, "sys_exit_mmap", options.mmap),
+                    (exit, "sys_exit_mmap", options.mmap),
                     (
                         &p.handle__sys_enter_munmap,
                         "sys_enter_munmap",
                         options.munmap,
                     ),
-                    (&p.handle__sys_exit, "sys_exit_munmap", options.munmap),
+                    (exit, "sys_exit_munmap", options.munmap),
                 ] {
                     if on {
                         links.push(attach(prog.attach_tracepoint(Syscalls, name))?);
@@ -756,25 +850,37 @@ impl EventSampler {
                 }
             }
             Some(SyscallHooks::RawSyscalls) => {
-                links.push(attach(skel.progs.handle__sys_enter_raw.attach())?);
-                links.push(attach(skel.progs.handle__sys_exit_raw.attach())?);
+                links.push(attach(p.handle__sys_enter_raw.attach())?);
+                links.push(attach(if bounded {
+                    p.handle__sys_exit_raw_bounded.attach()
+                } else {
+                    p.handle__sys_exit_raw.attach()
+                })?);
             }
             None => {}
         }
         match hooks.block {
             Some(BlockHooks::IoStartDone) => {
-                links.push(attach(skel.progs.handle__block_io_start.attach())?);
-                links.push(attach(skel.progs.handle__block_io_done.attach())?);
+                links.push(attach(if bounded {
+                    p.handle__block_io_start_bounded.attach()
+                } else {
+                    p.handle__block_io_start.attach()
+                })?);
+                links.push(attach(p.handle__block_io_done.attach())?);
             }
             Some(BlockHooks::RqIssueComplete) => {
-                links.push(attach(skel.progs.handle__block_rq_issue.attach())?);
-                links.push(attach(skel.progs.handle__block_rq_complete.attach())?);
-                links.push(attach(skel.progs.handle__block_rq_requeue.attach())?);
+                links.push(attach(if bounded {
+                    p.handle__block_rq_issue_bounded.attach()
+                } else {
+                    p.handle__block_rq_issue.attach()
+                })?);
+                links.push(attach(p.handle__block_rq_complete.attach())?);
+                links.push(attach(p.handle__block_rq_requeue.attach())?);
             }
             None => {}
         }
         if hooks.block.is_some() && hooks.rq_merge {
-            links.push(attach(skel.progs.handle__block_rq_merge.attach())?);
+            links.push(attach(p.handle__block_rq_merge.attach())?);
         }
         let heap_ring = if options.malloc.any() {
             Some(super::malloc::HeapRing::new(&skel.maps.heap_events)?)
@@ -801,6 +907,7 @@ impl EventSampler {
             drains: 0,
             missing_stacks: 0,
             sched_switch_compat: compat,
+            form,
             held_stacks,
             hooks,
             malloc: super::malloc::MallocProbes::default(),
@@ -825,7 +932,10 @@ impl EventSampler {
             pid,
             &self.options.malloc,
             super::malloc::Programs {
-                enter: &p.handle__alloc_enter,
+                enter: match self.form {
+                    ProgramForm::Loop => &p.handle__alloc_enter,
+                    ProgramForm::Bounded => &p.handle__alloc_enter_bounded,
+                },
                 exit: &p.handle__alloc_exit,
                 free: &p.handle__free,
             },
@@ -840,6 +950,11 @@ impl EventSampler {
     /// Processes malloc could not be attached to, by reason (cumulative).
     pub fn malloc_refusals(&self) -> super::malloc::Refusals {
         self.malloc.refusals()
+    }
+
+    /// The form of the programs loaded (see [`forms`]).
+    pub fn form(&self) -> ProgramForm {
+        self.form
     }
 
     /// Whether the pre-5.18 sched_switch program (state read from the
@@ -1134,5 +1249,31 @@ impl EventSampler {
         for (uid, n) in counts {
             let _ = map.update(&uid.to_ne_bytes(), &n.to_ne_bytes(), MapFlags::ANY);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads this machine's BTF: block_rq_issue lost its queue argument in
+    /// Linux 5.11, sched_switch gained prev_state in 5.18.
+    #[test]
+    fn tracepoint_prototypes_are_read_from_the_kernels_btf() {
+        assert!(
+            std::path::Path::new("/sys/kernel/btf/vmlinux").exists(),
+            "this test needs the kernel's BTF at /sys/kernel/btf/vmlinux"
+        );
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut n = release.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        let version = (n.next().unwrap(), n.next().unwrap());
+        assert!(
+            version >= (5, 18),
+            "written for Linux 5.18 or later, not {release}"
+        );
+        assert_eq!(tracepoint_params("block_rq_issue"), Some(2));
+        assert_eq!(tracepoint_params("sched_switch"), Some(5));
+        assert_eq!(tracepoint_params("no_such_tracepoint"), None);
+        assert!(!block_rq_after_queue());
     }
 }

@@ -8,6 +8,7 @@
 
 mod counters;
 pub mod events;
+pub mod forms;
 pub mod malloc;
 pub mod new_process;
 mod perf_event;
@@ -241,6 +242,7 @@ pub struct CpuSampler {
     _links: Vec<Link>,
     cpus: Vec<u32>,
     options: SamplerOptions,
+    form: forms::ProgramForm,
 }
 
 impl fmt::Debug for CpuSampler {
@@ -312,6 +314,11 @@ impl CpuSampler {
             .expect("profile.bpf.c has read-only globals");
         rodata.config.target_tgid = options.pid.map_or(0, |p| p.0);
         rodata.config.include_idle = u8::from(options.include_idle);
+        let form = forms::chosen().form;
+        let bounded = form == forms::ProgramForm::Bounded;
+        rodata.config.bounded = u8::from(bounded);
+        open.progs.handle__cpu_clock.set_autoload(!bounded);
+        open.progs.handle__cpu_clock_bounded.set_autoload(bounded);
         for map in [&mut open.maps.stacks0, &mut open.maps.stacks1] {
             map.set_max_entries(options.stack_map_entries)
                 .map_err(|source| CollectError::Load { source })?;
@@ -324,9 +331,23 @@ impl CpuSampler {
             .unwind_rows
             .set_max_entries(options.unwind_rows.max(1))
             .map_err(|source| CollectError::Load { source })?;
+        let mut processes = options.unwind_processes.max(1);
+        if !forms::chosen().lazy_maps {
+            // Before Linux 6.1 perf_event programs take only preallocated
+            // hash maps (see forms::LAZY_MAPS).
+            processes = processes.min(forms::PREALLOCATED_PROCESSES);
+            for map in [
+                &mut open.maps.proc_unwind,
+                &mut open.maps.py_procs,
+                &mut open.maps.file_tables,
+            ] {
+                map.set_map_flags(0)
+                    .map_err(|source| CollectError::Load { source })?;
+            }
+        }
         open.maps
             .proc_unwind
-            .set_max_entries(options.unwind_processes.max(1))
+            .set_max_entries(processes)
             .map_err(|source| CollectError::Load { source })?;
         open.maps
             .py_codes
@@ -360,17 +381,24 @@ impl CpuSampler {
             _links: links,
             cpus,
             options,
+            form,
         })
+    }
+
+    /// The form of the program loaded (see [`forms`]).
+    pub fn form(&self) -> forms::ProgramForm {
+        self.form
     }
 
     /// Attaches the sampler to a cpu-clock event on every online CPU.
     pub fn attach(&mut self) -> Result<(), CollectError> {
         for &cpu in &self.cpus {
             let event = PerfEvent::cpu_clock(cpu, self.options.frequency_hz)?;
-            let link = self
-                .skel
-                .progs
-                .handle__cpu_clock
+            let prog = match self.form {
+                forms::ProgramForm::Loop => &self.skel.progs.handle__cpu_clock,
+                forms::ProgramForm::Bounded => &self.skel.progs.handle__cpu_clock_bounded,
+            };
+            let link = prog
                 .attach_perf_event(event.as_raw_fd())
                 .map_err(|source| CollectError::Attach { cpu, source })?;
             // The link owns the fd from here on and closes it when dropped.

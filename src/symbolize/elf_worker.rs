@@ -5,10 +5,13 @@
 //! a read, a hung NFS server. A read there cannot be interrupted, so it must
 //! not happen on the collector thread. Requests go to a worker thread; the
 //! collector waits at most [`FILE_DEADLINE`] for each. A file that misses its
-//! deadline is never read again (its frames stay `module+0xoffset`, counted
+//! deadline is not read again (its frames stay `module+0xoffset`, counted
 //! as `elf_timeout`), the stuck worker is abandoned and a fresh one takes
-//! over. At most [`MAX_ABANDONED`] workers are abandoned; past that, ELF
-//! symbolization is off for good (logged), and sampling goes on.
+//! over. A worker that was only slow (a cold cache, a slow disk, an emulated
+//! machine) and answers later is taken back, and its file read again: slow
+//! is not stuck. At most [`MAX_ABANDONED`] workers are abandoned at once;
+//! past that, ELF symbolization is off until one answers (logged), and
+//! sampling goes on.
 //!
 //! The worker also bounds what blazesym holds of parsed DWARF (see
 //! [`DwarfBudget`]): a file's debug sections are decompressed and kept whole
@@ -95,6 +98,8 @@ pub struct ElfWorker {
     worker: Option<Worker>,
     abandoned: usize,
     slow: HashSet<FileId>,
+    /// Abandoned workers and the file each was reading, until they answer.
+    late: Vec<(FileId, Worker)>,
     dwarf_budget: usize,
 }
 
@@ -115,12 +120,39 @@ impl ElfWorker {
             worker: None,
             abandoned: 0,
             slow: HashSet::new(),
+            late: Vec::new(),
             dwarf_budget,
+        }
+    }
+
+    /// Takes back the abandoned workers that have answered since: their
+    /// files were slow, not stuck, and are read again from now on.
+    fn reap_late(&mut self) {
+        let mut i = 0;
+        while i < self.late.len() {
+            match self.late[i].1.replies.try_recv() {
+                Err(mpsc::TryRecvError::Empty) => i += 1,
+                answered => {
+                    let (id, worker) = self.late.swap_remove(i);
+                    self.slow.remove(&id);
+                    self.abandoned -= 1;
+                    tracing::info!(
+                        "a mapped file whose symbols took over {FILE_DEADLINE:?} was read after all: its frames are named again"
+                    );
+                    // Its thread is alive with a warm cache unless it died.
+                    if answered.is_ok() && self.worker.is_none() {
+                        self.worker = Some(worker);
+                    }
+                }
+            }
         }
     }
 
     /// Names `req.offsets` in file `id`, waiting at most [`FILE_DEADLINE`].
     pub fn symbolize(&mut self, id: FileId, req: Request) -> Result<Reply, Failure> {
+        if !self.late.is_empty() {
+            self.reap_late();
+        }
         if self.slow.contains(&id) {
             return Err(Failure::Timeout);
         }
@@ -134,18 +166,20 @@ impl ElfWorker {
             Ok(reply) => Ok(reply),
             Err(RecvTimeoutError::Timeout) => {
                 self.slow.insert(id);
-                self.worker = None;
+                if let Some(w) = self.worker.take() {
+                    self.late.push((id, w));
+                }
                 self.abandoned += 1;
                 if self.abandoned >= MAX_ABANDONED {
                     tracing::error!(
                         "{} ELF reads never returned (files on a stalled filesystem?): \
-                         user frames are no longer named from binaries; restart emberd once the filesystem answers",
+                         user frames are not named from binaries until one of them answers",
                         self.abandoned
                     );
                 } else {
                     tracing::warn!(
                         "reading the symbols of a mapped file took over {FILE_DEADLINE:?}: \
-                         its frames stay module+offset from now on"
+                         its frames stay module+offset until the read returns"
                     );
                 }
                 Err(Failure::Timeout)
@@ -165,6 +199,9 @@ impl ElfWorker {
     }
 
     fn worker(&mut self) -> Result<&Worker, Failure> {
+        if self.abandoned >= MAX_ABANDONED && !self.late.is_empty() {
+            self.reap_late();
+        }
         if self.abandoned >= MAX_ABANDONED {
             return Err(Failure::Off);
         }
@@ -755,6 +792,7 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
         .enable_demangling(true)
         .build();
     let stall = std::env::var("EMBERD_TEST_STALL_ELF").ok();
+    let slow = std::env::var("EMBERD_TEST_SLOW_ELF").ok();
     let mut budget = DwarfBudget::new(dwarf_budget);
     let mut plans: HashMap<PathBuf, Plan> = HashMap::new();
     let mut tables = SymbolTables::new(SYMBOL_TABLE_BUDGET);
@@ -773,6 +811,23 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
                     .is_some_and(|s| !s.is_empty() && req.shown.contains(s))
                 {
                     std::thread::sleep(Duration::from_secs(24 * 3600));
+                }
+                // Test hook: a file whose first read takes 3 s (a cold
+                // network filesystem), then answers as any other.
+                // Once per process, not per worker: the worker that takes
+                // over reads it at once.
+                static SLEPT: std::sync::Mutex<Vec<Arc<str>>> = std::sync::Mutex::new(Vec::new());
+                if slow
+                    .as_deref()
+                    .is_some_and(|s| !s.is_empty() && req.shown.contains(s))
+                    && SLEPT.lock().is_ok_and(|mut slept| {
+                        !slept.contains(&req.shown) && {
+                            slept.push(req.shown.clone());
+                            true
+                        }
+                    })
+                {
+                    std::thread::sleep(Duration::from_secs(3));
                 }
                 // Even a stat can block on such a filesystem: resolve here.
                 let (path, scratch) = elf_path(req.pid, &req.mapping);

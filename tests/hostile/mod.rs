@@ -181,6 +181,56 @@ fn stalled_binary_does_not_stall_the_collector() {
     }
 }
 
+/// A binary whose first read is slow, not stuck (test hook
+/// `EMBERD_TEST_SLOW_ELF`: 3 s, three times the deadline): its frames read
+/// `module+0xoffset` at first, counted as `elf_timeout`, and are named once
+/// the read returns, without a restart.
+#[test]
+fn slow_binary_is_named_once_its_read_returns() {
+    require_root();
+    let bin = build_c_with("cpu_70_30", "slow-fs", DEBIAN_CFLAGS);
+    let d = Daemon::start(&[], &[("EMBERD_TEST_SLOW_ELF", "/slow-fs/")]);
+    let slow = Workload::spawn(Command::new(&bin).arg("20"));
+    let pid = slow.pid().to_string();
+    let of = |p: &emberd::profile::Profile, pred: &dyn Fn(&[&str]) -> bool| {
+        sum_where(p, |f| {
+            f.first().is_some_and(|r| r.ends_with(&format!("-{pid}"))) && pred(f)
+        })
+    };
+    let unnamed =
+        |p: &emberd::profile::Profile| of(p, &|f| f.iter().any(|x| x.starts_with("cpu_70_30+0x")));
+    let t0 = Instant::now();
+    let mut early = parse_folded("");
+    while t0.elapsed() < Duration::from_secs(6) && unnamed(&early) == 0 {
+        wait(500);
+        early = parse_folded(&d.get("/folded?seconds=10&group=pid").text());
+    }
+    assert!(
+        unnamed(&early) > 0,
+        "while its read is slow the binary's frames should read cpu_70_30+0x...:\n{}",
+        top(&early, 8)
+    );
+    wait(7000);
+    let late = parse_folded(&d.get("/folded?seconds=3&group=pid").text());
+    assert!(
+        of(&late, &|f| f.contains(&"hot_a")) > 50,
+        "3 s after its read returned the binary's frames should be named:\n{}",
+        top(&late, 8)
+    );
+    assert_eq!(
+        unnamed(&late),
+        0,
+        "frames still unnamed after the read returned:\n{}",
+        top(&late, 8)
+    );
+    let m = d.get("/metrics").text();
+    assert!(
+        metric(&m, "emberd_symbolize_misses_total{reason=\"elf_timeout\"}") > 0.0,
+        "elf_timeout not counted"
+    );
+    d.terminate();
+}
+
 /// A collector that hangs (test hook): `/readyz` turns 503 within 5 s while
 /// `/healthz` still answers, and SIGTERM still ends the daemon within 5 s.
 #[test]

@@ -1,0 +1,314 @@
+//! Which form of the BPF programs this kernel takes, and why.
+//!
+//! Every program that walks user stacks is built in two forms
+//! (`EMBERD_FORM_LOOP` in `bpf/emberd.h`):
+//! - the loop form, for Linux 5.17 and later: `bpf_loop` steps the
+//!   unwinder and `bpf_find_vma` finds mappings the agent has not listed
+//!   yet; off-CPU state lives in task storage;
+//! - the bounded form, for Linux 5.10 and later: a bounded loop over a
+//!   global function, user registers found at the top of the task's kernel
+//!   stack, off-CPU state in a hash of thread ids. A pc in a mapping the
+//!   agent has not listed is walked by frame pointers and marked
+//!   `[unwind error: tables not ready]` until the agent lists it.
+//!
+//! The form is chosen once per run by asking the kernel for the helpers the
+//! loop form calls (libbpf's helper probes), so a kernel that backports them
+//! (RHEL's 5.14) gets the loop form whatever its version says.
+
+use std::fmt;
+use std::sync::OnceLock;
+
+use libbpf_rs::libbpf_sys;
+
+/// The two forms of the programs that walk user stacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgramForm {
+    /// `bpf_loop`, `bpf_find_vma`, `bpf_task_pt_regs`, task storage: 5.17+.
+    Loop,
+    /// A bounded loop and none of those helpers: 5.10+.
+    Bounded,
+}
+
+impl ProgramForm {
+    /// The name `emberd check` and the log use.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProgramForm::Loop => "bpf_loop",
+            ProgramForm::Bounded => "bounded loop",
+        }
+    }
+}
+
+impl fmt::Display for ProgramForm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A kernel feature a form or an event needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Feature {
+    /// Its name as the kernel's documentation has it.
+    pub name: &'static str,
+    /// The mainline release that brought it.
+    pub since: &'static str,
+}
+
+/// What the loop form needs, each one probed.
+const LOOP_NEEDS: [(Feature, Probe); 5] = [
+    need("bpf_loop", "5.17", Probe::Helper(libbpf_sys::BPF_FUNC_loop)),
+    need(
+        "bpf_find_vma",
+        "5.17",
+        Probe::Helper(libbpf_sys::BPF_FUNC_find_vma),
+    ),
+    need(
+        "bpf_task_pt_regs",
+        "5.15",
+        Probe::Helper(libbpf_sys::BPF_FUNC_task_pt_regs),
+    ),
+    need(
+        "bpf_get_current_task_btf",
+        "5.11",
+        Probe::Helper(libbpf_sys::BPF_FUNC_get_current_task_btf),
+    ),
+    need(
+        "task storage",
+        "5.11",
+        Probe::Map(libbpf_sys::BPF_MAP_TYPE_TASK_STORAGE),
+    ),
+];
+
+const fn need(name: &'static str, since: &'static str, probe: Probe) -> (Feature, Probe) {
+    (Feature { name, since }, probe)
+}
+
+/// What malloc's probes need whatever the form: the cookie that says
+/// which allocation function a uprobe is on.
+pub const MALLOC_NEEDS: Feature = Feature {
+    name: "bpf_get_attach_cookie",
+    since: "5.15",
+};
+
+#[derive(Debug, Clone, Copy)]
+enum Probe {
+    Helper(libbpf_sys::bpf_func_id),
+    Map(libbpf_sys::bpf_map_type),
+}
+
+impl Probe {
+    /// Some(true/false) when the kernel answered; None when it could not be
+    /// asked (not privileged).
+    fn run(self) -> Option<bool> {
+        // SAFETY: libbpf's probes take no pointers but the null options
+        // and load (then close) a tiny program or map.
+        let r = unsafe {
+            match self {
+                Probe::Helper(id) => libbpf_sys::libbpf_probe_bpf_helper(
+                    libbpf_sys::BPF_PROG_TYPE_PERF_EVENT,
+                    id,
+                    std::ptr::null(),
+                ),
+                Probe::Map(t) => libbpf_sys::libbpf_probe_bpf_map_type(t, std::ptr::null()),
+            }
+        };
+        match r {
+            1 => Some(true),
+            0 => Some(false),
+            _ => None,
+        }
+    }
+}
+
+/// What lets perf_event programs use hash maps allocated as they fill.
+pub const LAZY_MAPS: Feature = Feature {
+    name: "non-preallocated hash maps in perf_event programs",
+    since: "6.1",
+};
+
+/// Whether a perf_event program may use a `BPF_F_NO_PREALLOC` hash map
+/// (Linux 6.1+: before, the verifier says "perf_event programs can only
+/// use preallocated hash map"). None when the kernel could not be asked.
+fn probe_lazy_maps() -> Option<bool> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+
+    let opts = libbpf_sys::bpf_map_create_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
+        map_flags: libbpf_sys::BPF_F_NO_PREALLOC,
+        ..Default::default()
+    };
+    // SAFETY: a null-terminated name and options that outlive the call.
+    let map = unsafe {
+        libbpf_sys::bpf_map_create(
+            libbpf_sys::BPF_MAP_TYPE_HASH,
+            c"emberd_probe".as_ptr(),
+            4,
+            8,
+            1,
+            &opts,
+        )
+    };
+    if map < 0 {
+        return None;
+    }
+    // SAFETY: bpf_map_create returned a new descriptor we own.
+    let _map = unsafe { OwnedFd::from_raw_fd(map) };
+    let insn = |code: u8, dst: u8, src: u8, off: i16, imm: i32| {
+        let mut i = libbpf_sys::bpf_insn {
+            code,
+            off,
+            imm,
+            ..Default::default()
+        };
+        i.set_dst_reg(dst);
+        i.set_src_reg(src);
+        i
+    };
+    // *(u32 *)(r10 - 4) = 0; r2 = r10 - 4; r1 = map; call
+    // bpf_map_lookup_elem; r0 = 0; exit
+    let prog = [
+        insn(0x62, 10, 0, -4, 0),
+        insn(0xbf, 2, 10, 0, 0),
+        insn(0x07, 2, 0, 0, -4),
+        insn(0x18, 1, libbpf_sys::BPF_PSEUDO_MAP_FD as u8, 0, map),
+        insn(0, 0, 0, 0, 0),
+        insn(0x85, 0, 0, 0, libbpf_sys::BPF_FUNC_map_lookup_elem as i32),
+        insn(0xb7, 0, 0, 0, 0),
+        insn(0x95, 0, 0, 0, 0),
+    ];
+    // SAFETY: the instructions and strings outlive the call; no options.
+    let fd = unsafe {
+        libbpf_sys::bpf_prog_load(
+            libbpf_sys::BPF_PROG_TYPE_PERF_EVENT,
+            c"emberd_probe".as_ptr(),
+            c"GPL".as_ptr(),
+            prog.as_ptr(),
+            prog.len() as _,
+            std::ptr::null_mut(),
+        )
+    };
+    if fd >= 0 {
+        // SAFETY: a new descriptor we own.
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        return Some(true);
+    }
+    // EINVAL is the verifier's refusal; anything else (EPERM) says nothing.
+    (std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL)).then_some(false)
+}
+
+/// The form chosen for this run and why.
+#[derive(Debug, Clone)]
+pub struct FormChoice {
+    /// The form the programs load in.
+    pub form: ProgramForm,
+    /// What the loop form needs that the kernel lacks (empty when it is
+    /// chosen, or when the kernel could not be asked).
+    pub missing: Vec<Feature>,
+    /// Whether `EMBERD_PROGRAM_FORM` chose it.
+    pub forced: bool,
+    /// Whether malloc's probes can load (see [`MALLOC_NEEDS`]).
+    pub malloc: bool,
+    /// Whether the maps perf_event programs use may be allocated as they
+    /// fill (see [`LAZY_MAPS`]); if not, they are preallocated, and the
+    /// processes the unwinder holds are capped (see
+    /// [`PREALLOCATED_PROCESSES`]).
+    pub lazy_maps: bool,
+}
+
+/// Processes the unwinder holds where its map must be preallocated (before
+/// Linux 6.1): 5 KiB each, 10 MiB in all, where 8192 would be 40 MiB held
+/// from the start. Processes beyond it are walked by frame pointers and
+/// marked `[unwind error: tables not ready]`.
+pub const PREALLOCATED_PROCESSES: u32 = 2048;
+
+impl FormChoice {
+    /// One line for `emberd check` and the log: the form and why.
+    pub fn describe(&self) -> String {
+        let why = if self.forced {
+            "chosen by EMBERD_PROGRAM_FORM".to_string()
+        } else if self.missing.is_empty() {
+            "this kernel has bpf_loop, bpf_find_vma, bpf_task_pt_regs and task storage".to_string()
+        } else {
+            format!("this kernel lacks {}", list(&self.missing))
+        };
+        match self.form {
+            ProgramForm::Loop => format!("{} form ({why})", self.form),
+            ProgramForm::Bounded => format!(
+                "{} form ({why}); a library mapped since the agent last read a process's mappings is unwound once it reads them again (no bpf_find_vma)",
+                self.form
+            ),
+        }
+    }
+}
+
+/// `a (5.17), b (5.15)`.
+pub fn list(features: &[Feature]) -> String {
+    features
+        .iter()
+        .map(|f| format!("{} (Linux {})", f.name, f.since))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The form for this run, probed once. `EMBERD_PROGRAM_FORM=bounded` (or
+/// `loop`) forces one: the tests and `scripts/bench forms` run the bounded
+/// form on a kernel that has the loop form's helpers.
+pub fn chosen() -> &'static FormChoice {
+    static CHOICE: OnceLock<FormChoice> = OnceLock::new();
+    CHOICE.get_or_init(|| {
+        let malloc = Probe::Helper(libbpf_sys::BPF_FUNC_get_attach_cookie)
+            .run()
+            .unwrap_or(true);
+        let forced = match std::env::var("EMBERD_PROGRAM_FORM").as_deref() {
+            Ok("bounded") => Some(ProgramForm::Bounded),
+            Ok("loop") => Some(ProgramForm::Loop),
+            _ => None,
+        };
+        let lazy_maps = probe_lazy_maps().unwrap_or(true);
+        if let Some(form) = forced {
+            return FormChoice {
+                form,
+                missing: Vec::new(),
+                forced: true,
+                malloc,
+                lazy_maps,
+            };
+        }
+        // A probe that could not run (no privileges) counts as present:
+        // loading then fails with the kernel's own error.
+        let missing: Vec<Feature> = LOOP_NEEDS
+            .iter()
+            .filter(|(_, probe)| probe.run() == Some(false))
+            .map(|(f, _)| *f)
+            .collect();
+        FormChoice {
+            form: if missing.is_empty() {
+                ProgramForm::Loop
+            } else {
+                ProgramForm::Bounded
+            },
+            missing,
+            forced: false,
+            malloc,
+            lazy_maps,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn description_names_what_is_missing_and_its_release() {
+        let c = FormChoice {
+            form: ProgramForm::Bounded,
+            missing: vec![LOOP_NEEDS[0].0, LOOP_NEEDS[2].0],
+            forced: false,
+            malloc: false,
+            lazy_maps: false,
+        };
+        let d = c.describe();
+        assert!(d.starts_with("bounded loop form (this kernel lacks bpf_loop (Linux 5.17), bpf_task_pt_regs (Linux 5.15))"), "{d}");
+    }
+}
