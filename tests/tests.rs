@@ -21,6 +21,8 @@ mod cpu;
 mod daemon;
 /// Off-CPU, wakeup, off-wake, page-fault and hot/cold profiles.
 mod events;
+/// The programs' bounded form (Linux 5.10+), forced on this kernel.
+mod forms;
 /// The HTTP side under attack: posted bodies that claim huge trees, pages of
 /// other sites, requests that time out mid-render.
 mod guard;

@@ -175,10 +175,33 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
             options.event.name()
         );
     }
-    let mut pipeline = Pipeline::start(
-        options.sampler.clone(),
-        event_options(options.event, options.sampler.pid, &options.event_knobs),
-    )?;
+    let asked = event_options(options.event, options.sampler.pid, &options.event_knobs);
+    let mut pipeline = Pipeline::start(options.sampler.clone(), asked.clone())?;
+    // The daemon goes on without events its kernel cannot load; a record
+    // of one such event would only write an empty profile.
+    let on = |o: &EventOptions| {
+        [
+            o.offcpu,
+            o.wakeup,
+            o.offwake,
+            o.pagefault,
+            o.brk,
+            o.mmap,
+            o.munmap,
+            o.blockio,
+            o.malloc.any(),
+        ]
+    };
+    if asked.any()
+        && pipeline
+            .events()
+            .is_none_or(|e| on(e.options()) != on(&asked))
+    {
+        bail!(
+            "-e {} cannot be recorded here: its programs did not load (the log above says why; `emberd check` shows what this kernel runs)",
+            options.event.name()
+        );
+    }
     catch_interrupt();
     let store_options = StoreOptions {
         retention: options.duration + Duration::from_secs(3600),

@@ -735,8 +735,8 @@ impl EventSampler {
         let form = choice.form;
         let mut options = options;
         if options.malloc.any() && !choice.malloc {
-            tracing::error!(
-                "malloc is off: its uprobes need {} ({}), which this kernel lacks; the other events go on",
+            tracing::warn!(
+                "malloc is off: its uprobes need {} (Linux {}), which this kernel lacks; the other events go on",
                 forms::MALLOC_NEEDS.name,
                 forms::MALLOC_NEEDS.since
             );

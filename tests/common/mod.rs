@@ -162,8 +162,20 @@ impl Drop for Workload {
 /// Runs `emberd record` with `args` plus `-o <scratch>/<out>` and returns
 /// the folded profile it wrote. Panics with emberd's stderr if it fails.
 pub fn record_folded(out: &str, args: &[&str]) -> Profile {
+    record_folded_env(out, args, &[])
+}
+
+/// As [`record_folded`], with `env` set for emberd.
+pub fn record_folded_env(out: &str, args: &[&str], env: &[(&str, &str)]) -> Profile {
     let path = scratch().join(out);
-    let output = run_record(&path, args);
+    let output = emberd()
+        .envs(env.iter().copied())
+        .arg("record")
+        .args(args)
+        .arg("-o")
+        .arg(&path)
+        .output()
+        .expect("running emberd");
     assert!(
         output.status.success(),
         "emberd record failed: {}",
