@@ -242,21 +242,18 @@ pub fn run() -> Vec<Item> {
     items
 }
 
-/// The running kernel's release, and whether emberd was tested on its
-/// series (docs: README's requirements table).
+/// The running kernel's release, and whether it is one emberd loads on.
 fn kernel_item() -> Item {
-    let release = read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "?".into());
-    let mut nums = release
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|n| n.parse::<u32>().ok());
-    let (major, minor) = (nums.next().unwrap_or(0), nums.next().unwrap_or(0));
-    let old = (major, minor) < (5, 10);
+    use crate::collect::forms::{OLDEST, kernel_version};
+    let (version, release) = kernel_version();
+    let old = version < OLDEST;
     Item {
         what: "kernel",
         status: if old { Status::Fatal } else { Status::Ok },
         detail: if old {
             format!(
-                "Linux {release}: emberd needs 5.10 or later (BTF-typed tracepoints, ring buffers, bpf_get_task_stack)"
+                "Linux {release}: emberd needs {}.{} or later (BTF tracepoints, ring buffers, bpf_get_task_stack)",
+                OLDEST.0, OLDEST.1
             )
         } else {
             format!("Linux {release}")

@@ -201,8 +201,8 @@ fn probe_lazy_maps() -> Option<bool> {
 pub struct FormChoice {
     /// The form the programs load in.
     pub form: ProgramForm,
-    /// What the loop form needs that the kernel lacks (empty when it is
-    /// chosen, or when the kernel could not be asked).
+    /// What the loop form needs that the kernel lacks (empty when it has
+    /// everything, or when the kernel could not be asked).
     pub missing: Vec<Feature>,
     /// Whether `EMBERD_PROGRAM_FORM` chose it.
     pub forced: bool,
@@ -224,8 +224,13 @@ pub const PREALLOCATED_PROCESSES: u32 = 2048;
 impl FormChoice {
     /// One line for `emberd check` and the log: the form and why.
     pub fn describe(&self) -> String {
-        let why = if self.forced {
+        let why = if self.forced && self.missing.is_empty() {
             "chosen by EMBERD_PROGRAM_FORM".to_string()
+        } else if self.forced {
+            format!(
+                "chosen by EMBERD_PROGRAM_FORM; this kernel lacks {}",
+                list(&self.missing)
+            )
         } else if self.missing.is_empty() {
             "this kernel has bpf_loop, bpf_find_vma, bpf_task_pt_regs and task storage".to_string()
         } else {
@@ -265,15 +270,6 @@ pub fn chosen() -> &'static FormChoice {
             _ => None,
         };
         let lazy_maps = probe_lazy_maps().unwrap_or(true);
-        if let Some(form) = forced {
-            return FormChoice {
-                form,
-                missing: Vec::new(),
-                forced: true,
-                malloc,
-                lazy_maps,
-            };
-        }
         // A probe that could not run (no privileges) counts as present:
         // loading then fails with the kernel's own error.
         let missing: Vec<Feature> = LOOP_NEEDS
@@ -281,18 +277,68 @@ pub fn chosen() -> &'static FormChoice {
             .filter(|(_, probe)| probe.run() == Some(false))
             .map(|(f, _)| *f)
             .collect();
+        let form = forced.unwrap_or(if missing.is_empty() {
+            ProgramForm::Loop
+        } else {
+            ProgramForm::Bounded
+        });
         FormChoice {
-            form: if missing.is_empty() {
-                ProgramForm::Loop
-            } else {
-                ProgramForm::Bounded
-            },
+            form,
             missing,
-            forced: false,
+            forced: forced.is_some(),
             malloc,
             lazy_maps,
         }
     })
+}
+
+/// The running kernel's (major, minor) version and release string.
+pub fn kernel_version() -> ((u32, u32), String) {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "?".into());
+    let mut nums = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse::<u32>().ok());
+    let version = (nums.next().unwrap_or(0), nums.next().unwrap_or(0));
+    (version, release)
+}
+
+/// The oldest kernel emberd loads on: BTF tracepoints (5.5), ring buffers
+/// (5.8), `bpf_get_task_stack` (5.9), global functions and bounded loops.
+pub const OLDEST: (u32, u32) = (5, 10);
+
+/// Why loading the BPF programs failed, as far as can be told without the
+/// verifier's log: the first missing piece of what emberd needs, else the
+/// form that was tried on this kernel.
+pub fn load_hint() -> String {
+    use super::privileges::{Cap, has_cap};
+    let (version, release) = kernel_version();
+    if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return format!(
+            "this kernel ({release}) has no BTF (/sys/kernel/btf/vmlinux): emberd needs one built with CONFIG_DEBUG_INFO_BTF"
+        );
+    }
+    if version < OLDEST {
+        return format!(
+            "Linux {release} is older than {}.{}, the oldest emberd loads on (BTF tracepoints, ring buffers, bpf_get_task_stack)",
+            OLDEST.0, OLDEST.1
+        );
+    }
+    if !(has_cap(Cap::SysAdmin) || (has_cap(Cap::Bpf) && has_cap(Cap::Perfmon))) {
+        return "loading BPF needs root or CAP_BPF+CAP_PERFMON".into();
+    }
+    let choice = chosen();
+    if choice.forced && choice.form == ProgramForm::Loop && !choice.missing.is_empty() {
+        return format!(
+            "EMBERD_PROGRAM_FORM forces the bpf_loop form, but this kernel lacks {}: unset it",
+            list(&choice.missing)
+        );
+    }
+    format!(
+        "the {} on Linux {release} was refused; the verifier's log above names the instruction. Run `emberd check` and report both",
+        choice.describe()
+    )
 }
 
 #[cfg(test)]

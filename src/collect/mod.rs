@@ -131,7 +131,8 @@ pub struct RawSample {
 pub enum CollectError {
     /// The BPF object failed to open or load.
     #[error(
-        "loading the BPF sampler failed: {source}\nhint: run `emberd check`; loading BPF needs root or CAP_BPF+CAP_PERFMON and a kernel with BTF"
+        "loading the BPF sampler failed: {source}\nhint: {}",
+        forms::load_hint()
     )]
     Load {
         /// The libbpf error.
@@ -139,7 +140,8 @@ pub enum CollectError {
     },
     /// The events object (off-CPU, wakeup, page faults) failed to load or attach.
     #[error(
-        "loading the off-CPU/wakeup/page-fault programs failed: {source}\nhint: they need BTF-typed tracepoints (tp_btf) and BPF task storage (Linux 5.11 or later); run `emberd check`, or switch them off with offcpu = wakeup = offwake = pagefault = false"
+        "loading the event programs (off-CPU, wakeup, page faults, memory, block I/O) failed: {source}\nhint: {}; or switch them off with offcpu = wakeup = offwake = pagefault = false",
+        forms::load_hint()
     )]
     LoadEvents {
         /// The libbpf error.

@@ -126,7 +126,7 @@ impl Pipeline {
                 Ok(e) => Some(e),
                 Err(e @ CollectError::LoadEvents { .. }) => {
                     tracing::error!(
-                        "{e}\noff-CPU, wakeup and page-fault events are off; CPU sampling goes on"
+                        "{e}\nthe events (off-CPU, wakeup, page faults, memory, block I/O) are off; CPU sampling goes on"
                     );
                     None
                 }
