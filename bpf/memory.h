@@ -364,28 +364,42 @@ static __always_inline struct alloc_call *alloc_slot(__u32 tid)
 	return bpf_map_lookup_elem(&alloc_calls, &slot);
 }
 
-/* Entry of malloc, calloc, realloc, posix_memalign, aligned_alloc (cookie). */
-static __always_inline int on_alloc_enter(struct uprobe_regs *ctx, const int form);
+/* Entry of malloc, calloc, realloc, posix_memalign, aligned_alloc: `fn`
+ * (enum alloc_fn), or ALLOC_BY_COOKIE for the attach cookie. */
+static __always_inline int on_alloc_enter(struct uprobe_regs *ctx, __u64 fn, const int form);
 
+#define ALLOC_BY_COOKIE 0xffU
+
+/* The loop form: one program on every function, told apart by cookie. */
 SEC("uprobe")
 int handle__alloc_enter(struct uprobe_regs *ctx)
 {
-	return WITH_SCRATCH(on_alloc_enter(ctx, EMBERD_FORM_LOOP));
+	return WITH_SCRATCH(on_alloc_enter(ctx, ALLOC_BY_COOKIE, EMBERD_FORM_LOOP));
 }
 
-SEC("uprobe")
-int handle__alloc_enter_bounded(struct uprobe_regs *ctx)
-{
-	return WITH_SCRATCH(on_alloc_enter(ctx, EMBERD_FORM_BOUNDED));
-}
+/* The bounded form: a program per function, for kernels before 5.15,
+ * which have no attach cookies. */
+#define ALLOC_ENTER_BOUNDED(name, fn)                                               \
+	SEC("uprobe")                                                               \
+	int handle__##name##_enter_bounded(struct uprobe_regs *ctx)                 \
+	{                                                                           \
+		return WITH_SCRATCH(on_alloc_enter(ctx, fn, EMBERD_FORM_BOUNDED));  \
+	}
+ALLOC_ENTER_BOUNDED(malloc, ALLOC_MALLOC)
+ALLOC_ENTER_BOUNDED(calloc, ALLOC_CALLOC)
+ALLOC_ENTER_BOUNDED(realloc, ALLOC_REALLOC)
+ALLOC_ENTER_BOUNDED(posix_memalign, ALLOC_POSIX_MEMALIGN)
+ALLOC_ENTER_BOUNDED(aligned_alloc, ALLOC_ALIGNED_ALLOC)
 
-static __always_inline int on_alloc_enter(struct uprobe_regs *ctx, const int form)
+static __always_inline int on_alloc_enter(struct uprobe_regs *ctx, __u64 fn, const int form)
 {
-	__u64 fn = bpf_get_attach_cookie(ctx), size, r = config.malloc_sample_bytes;
+	__u64 size, r = config.malloc_sample_bytes;
 	__u64 id = bpf_get_current_pid_tgid(), now;
 	__u32 tid = (__u32)id, tgid = id >> 32;
 	struct alloc_call *c = alloc_slot(tid);
 
+	if (fn == ALLOC_BY_COOKIE)
+		fn = bpf_get_attach_cookie(ctx);
 	if (!c)
 		return 0;
 	/* Inside an outer allocation call of this thread: left to the outer. */

@@ -309,12 +309,6 @@ fn memory_items(e: &crate::collect::events::EventSampler) -> Vec<Item> {
                 defaults::MALLOC_SAMPLE_BYTES / 1024,
                 defaults::MALLOC_LIVE_ENTRIES
             )
-        } else if !crate::collect::forms::chosen().malloc {
-            format!(
-                "off: this kernel lacks {} (Linux {}), which tells the probes on malloc, calloc, realloc and the rest apart",
-                crate::collect::forms::MALLOC_NEEDS.name,
-                crate::collect::forms::MALLOC_NEEDS.since
-            )
         } else {
             format!(
                 "uprobes on emberd's own libc did not attach ({:?}): malloc tracing unavailable",

@@ -683,7 +683,15 @@ fn load(
     p.handle__block_rq_merge
         .set_autoload(hooks.block.is_some() && hooks.rq_merge);
     p.handle__alloc_enter.set_autoload(malloc && lp);
-    p.handle__alloc_enter_bounded.set_autoload(malloc && bd);
+    for prog in [
+        &mut p.handle__malloc_enter_bounded,
+        &mut p.handle__calloc_enter_bounded,
+        &mut p.handle__realloc_enter_bounded,
+        &mut p.handle__posix_memalign_enter_bounded,
+        &mut p.handle__aligned_alloc_enter_bounded,
+    ] {
+        prog.set_autoload(malloc && bd);
+    }
     p.handle__alloc_exit.set_autoload(malloc);
     p.handle__free.set_autoload(malloc);
     open.load()
@@ -731,17 +739,7 @@ impl EventSampler {
                 "offcpu_min_block must not exceed offcpu_max_block".into(),
             ));
         }
-        let choice = forms::chosen();
-        let form = choice.form;
-        let mut options = options;
-        if options.malloc.any() && !choice.malloc {
-            tracing::warn!(
-                "malloc is off: its uprobes need {} (Linux {}), which this kernel lacks; the other events go on",
-                forms::MALLOC_NEEDS.name,
-                forms::MALLOC_NEEDS.since
-            );
-            options.malloc = MallocTargets::default();
-        }
+        let form = forms::chosen().form;
         let sched = options.offcpu || options.wakeup || options.offwake;
         let hooks = Hooks::choose(&options);
         // sched_switch has passed prev_state since Linux 5.18; before, the
@@ -933,8 +931,16 @@ impl EventSampler {
             &self.options.malloc,
             super::malloc::Programs {
                 enter: match self.form {
-                    ProgramForm::Loop => &p.handle__alloc_enter,
-                    ProgramForm::Bounded => &p.handle__alloc_enter_bounded,
+                    ProgramForm::Loop => {
+                        super::malloc::EnterPrograms::ByCookie(&p.handle__alloc_enter)
+                    }
+                    ProgramForm::Bounded => super::malloc::EnterPrograms::PerFunction([
+                        &p.handle__malloc_enter_bounded,
+                        &p.handle__calloc_enter_bounded,
+                        &p.handle__realloc_enter_bounded,
+                        &p.handle__posix_memalign_enter_bounded,
+                        &p.handle__aligned_alloc_enter_bounded,
+                    ]),
                 },
                 exit: &p.handle__alloc_exit,
                 free: &p.handle__free,

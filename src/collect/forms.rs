@@ -10,6 +10,8 @@
 //!   stack, off-CPU state in a hash of thread ids. A pc in a mapping the
 //!   agent has not listed is walked by frame pointers and marked
 //!   `[unwind error: tables not ready]` until the agent lists it.
+//!   malloc's entry has a program per allocation function (no attach
+//!   cookies before Linux 5.15).
 //!
 //! The form is chosen once per run by asking the kernel for the helpers the
 //! loop form calls (libbpf's helper probes), so a kernel that backports them
@@ -82,13 +84,6 @@ const LOOP_NEEDS: [(Feature, Probe); 5] = [
 const fn need(name: &'static str, since: &'static str, probe: Probe) -> (Feature, Probe) {
     (Feature { name, since }, probe)
 }
-
-/// What malloc's probes need whatever the form: the cookie that says
-/// which allocation function a uprobe is on.
-pub const MALLOC_NEEDS: Feature = Feature {
-    name: "bpf_get_attach_cookie",
-    since: "5.15",
-};
 
 #[derive(Debug, Clone, Copy)]
 enum Probe {
@@ -206,8 +201,6 @@ pub struct FormChoice {
     pub missing: Vec<Feature>,
     /// Whether `EMBERD_PROGRAM_FORM` chose it.
     pub forced: bool,
-    /// Whether malloc's probes can load (see [`MALLOC_NEEDS`]).
-    pub malloc: bool,
     /// Whether the maps perf_event programs use may be allocated as they
     /// fill (see [`LAZY_MAPS`]); if not, they are preallocated, and the
     /// processes the unwinder holds are capped (see
@@ -261,9 +254,6 @@ pub fn list(features: &[Feature]) -> String {
 pub fn chosen() -> &'static FormChoice {
     static CHOICE: OnceLock<FormChoice> = OnceLock::new();
     CHOICE.get_or_init(|| {
-        let malloc = Probe::Helper(libbpf_sys::BPF_FUNC_get_attach_cookie)
-            .run()
-            .unwrap_or(true);
         let forced = match std::env::var("EMBERD_PROGRAM_FORM").as_deref() {
             Ok("bounded") => Some(ProgramForm::Bounded),
             Ok("loop") => Some(ProgramForm::Loop),
@@ -286,7 +276,6 @@ pub fn chosen() -> &'static FormChoice {
             form,
             missing,
             forced: forced.is_some(),
-            malloc,
             lazy_maps,
         }
     })
@@ -351,7 +340,6 @@ mod tests {
             form: ProgramForm::Bounded,
             missing: vec![LOOP_NEEDS[0].0, LOOP_NEEDS[2].0],
             forced: false,
-            malloc: false,
             lazy_maps: false,
         };
         let d = c.describe();

@@ -31,11 +31,22 @@ impl MallocTargets {
     }
 }
 
-/// The three malloc programs of `bpf/memory.h`.
+/// The entry programs of the allocation functions.
+#[derive(Debug, Clone, Copy)]
+pub enum EnterPrograms<'a, 'obj> {
+    /// One program on every function; its attach cookie says which (the
+    /// bpf_loop form, Linux 5.15+ for cookies).
+    ByCookie(&'a ProgramMut<'obj>),
+    /// A program per function, in [`ALLOC_FUNCTIONS`]' order (the bounded
+    /// form: kernels before 5.15 have no attach cookies).
+    PerFunction([&'a ProgramMut<'obj>; 5]),
+}
+
+/// The malloc programs of `bpf/memory.h`.
 #[derive(Debug, Clone, Copy)]
 pub struct Programs<'a, 'obj> {
-    /// Entry of every allocation function (its cookie says which).
-    pub enter: &'a ProgramMut<'obj>,
+    /// Entry of the allocation functions.
+    pub enter: EnterPrograms<'a, 'obj>,
     /// Return of every allocation function.
     pub exit: &'a ProgramMut<'obj>,
     /// Entry of free().
@@ -54,8 +65,8 @@ pub struct Refusals {
 }
 
 /// The allocation functions probed, with the cookie `bpf/memory.h` reads
-/// (`enum alloc_fn`) and whether the return is probed too.
-const ALLOC_FUNCTIONS: [(&str, u64); 5] = [
+/// (`enum alloc_fn`).
+pub const ALLOC_FUNCTIONS: [(&str, u64); 5] = [
     ("malloc", 0),
     ("calloc", 1),
     ("realloc", 2),
@@ -182,19 +193,24 @@ fn attach(
         func_name: Some(func.to_owned()),
         ..Default::default()
     };
-    for (func, cookie) in ALLOC_FUNCTIONS {
-        links.push(progs.enter.attach_uprobe_with_opts(
+    for (i, (func, cookie)) in ALLOC_FUNCTIONS.into_iter().enumerate() {
+        // A kernel without cookies refuses any but 0.
+        let (enter, enter_cookie) = match progs.enter {
+            EnterPrograms::ByCookie(p) => (p, cookie),
+            EnterPrograms::PerFunction(ps) => (ps[i], 0),
+        };
+        links.push(enter.attach_uprobe_with_opts(
             pid_arg,
             libc,
             0,
-            opts(func, cookie, false),
+            opts(func, enter_cookie, false),
         )?);
-        links.push(progs.exit.attach_uprobe_with_opts(
-            pid_arg,
-            libc,
-            0,
-            opts(func, cookie, true),
-        )?);
+        // The return reads which function it was from the entry's record.
+        links.push(
+            progs
+                .exit
+                .attach_uprobe_with_opts(pid_arg, libc, 0, opts(func, 0, true))?,
+        );
     }
     links.push(
         progs

@@ -136,3 +136,27 @@ fn check_names_the_form_and_why() {
         "{text}"
     );
 }
+
+/// malloc in the bounded form, a uprobe program per allocation function
+/// (kernels before 5.15 have no attach cookies): the bytes of a loop's
+/// malloc() calls land under the function that called them.
+#[test]
+fn bounded_form_traces_malloc_with_a_program_per_function() {
+    require_root();
+    let bin = build_c_debian("malloc_loop");
+    let w = Workload::spawn(Command::new(&bin).arg("8"));
+    wait(300);
+    let pid = w.pid().to_string();
+    let p = record_in(
+        "bounded",
+        "forms-malloc.folded",
+        &["-e", "malloc", "-s", "3", "-p", &pid],
+    );
+    let total = sum_where(&p, |_| true);
+    let churn = sum_where(&p, |f| reaches_root(f) && has_seq(f, &["main", "churn"]));
+    assert!(
+        total > 1 << 20 && churn * 100 >= total * 95,
+        "{churn} of {total} bytes under main;churn:\n{}",
+        top(&p, 6)
+    );
+}
