@@ -288,12 +288,20 @@ impl Hooks {
     pub fn choose(options: &EventOptions) -> Self {
         let tracefs = std::env::var_os("EMBERD_TEST_NO_TRACEFS").is_none()
             && tracefs_has("syscalls/sys_enter_brk");
-        // One read of the kernel's BTF (megabytes) for both questions.
-        let [io_start, rq_merge] = if options.blockio {
-            kernel_btf_has(["btf_trace_block_io_start", "btf_trace_block_rq_merge"])
-        } else {
-            [false, false]
-        };
+        // One parse of the kernel's BTF (megabytes) for the three questions.
+        let btf = options
+            .blockio
+            .then(libbpf_rs::btf::Btf::from_vmlinux)
+            .and_then(Result::ok);
+        let params = |name| btf.as_ref().and_then(|b| tracepoint_params(b, name));
+        let (io_start, rq_merge) = (
+            params("block_io_start").is_some(),
+            params("block_rq_merge").is_some(),
+        );
+        // block_rq_issue passed the queue before the request before Linux
+        // 5.11: three parameters (the tracepoint's data first), not two.
+        let rq_params = params("block_rq_issue");
+        tracing::debug!("block_rq_issue's BTF prototype has {rq_params:?} parameters");
         let io_start = io_start && std::env::var_os("EMBERD_TEST_BLOCK_RQ").is_none();
         Self {
             syscalls: options.syscalls().then_some(if tracefs {
@@ -307,25 +315,15 @@ impl Hooks {
                 BlockHooks::RqIssueComplete
             }),
             rq_merge,
-            rq_after_queue: options.blockio && block_rq_after_queue(),
+            rq_after_queue: rq_params == Some(3),
         }
     }
 }
 
-/// Whether the kernel's block_rq_issue passes the request queue before the
-/// request (Linux before 5.11): its BTF prototype has three parameters
-/// (the tracepoint's data, the queue, the request), not two.
-fn block_rq_after_queue() -> bool {
-    let params = tracepoint_params("block_rq_issue");
-    tracing::debug!("block_rq_issue's BTF prototype has {params:?} parameters");
-    params == Some(3)
-}
-
 /// The parameters of BTF tracepoint `name`'s prototype (its data pointer
 /// first), None if the kernel's BTF has no such tracepoint.
-fn tracepoint_params(name: &str) -> Option<usize> {
-    use libbpf_rs::btf::{Btf, BtfType, types::FuncProto};
-    let btf = Btf::from_vmlinux().ok()?;
+fn tracepoint_params(btf: &libbpf_rs::btf::Btf<'_>, name: &str) -> Option<usize> {
+    use libbpf_rs::btf::{BtfType, types::FuncProto};
     let ty = btf.type_by_name::<BtfType<'_>>(&format!("btf_trace_{name}"))?;
     // typedef -> pointer -> function prototype
     let proto = ty.skip_mods_and_typedefs().next_type()?;
@@ -340,21 +338,6 @@ pub fn tracefs_has(event: &str) -> bool {
     ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
         .iter()
         .any(|root| std::path::Path::new(&format!("{root}/events/{event}/id")).exists())
-}
-
-/// Whether the kernel's BTF names each of `names` (`btf_trace_*` typedefs:
-/// the BTF tracepoint exists).
-pub fn kernel_btf_has<const N: usize>(names: [&str; N]) -> [bool; N] {
-    let Ok(btf) = std::fs::read("/sys/kernel/btf/vmlinux") else {
-        return [false; N];
-    };
-    names.map(|name| {
-        let mut needle = Vec::with_capacity(name.len() + 2);
-        needle.push(0);
-        needle.extend_from_slice(name.as_bytes());
-        needle.push(0);
-        btf.windows(needle.len()).any(|w| w == needle)
-    })
 }
 
 /// The thread on the other side of an event: the waker of an off-wake chain.
@@ -1277,9 +1260,14 @@ mod tests {
             version >= (5, 18),
             "written for Linux 5.18 or later, not {release}"
         );
-        assert_eq!(tracepoint_params("block_rq_issue"), Some(2));
-        assert_eq!(tracepoint_params("sched_switch"), Some(5));
-        assert_eq!(tracepoint_params("no_such_tracepoint"), None);
-        assert!(!block_rq_after_queue());
+        let btf = libbpf_rs::btf::Btf::from_vmlinux().expect("parsing the kernel's BTF");
+        assert_eq!(tracepoint_params(&btf, "block_rq_issue"), Some(2));
+        assert_eq!(tracepoint_params(&btf, "sched_switch"), Some(5));
+        assert_eq!(tracepoint_params(&btf, "no_such_tracepoint"), None);
+        let hooks = Hooks::choose(&EventOptions {
+            blockio: true,
+            ..EventOptions::default()
+        });
+        assert!(hooks.rq_merge && !hooks.rq_after_queue, "{hooks:?}");
     }
 }
