@@ -21,6 +21,19 @@ struct GroupKey {
     tid: u32,
 }
 
+/// A row's service name, sharing the row's string where it is one.
+fn service_of(row: &crate::store::Row) -> std::sync::Arc<str> {
+    let w = &row.workload;
+    let s = crate::shared::Workload::service(&w.unit, &w.container, &row.process_comm);
+    if s.len() == w.unit.len() && s == &*w.unit {
+        w.unit.clone()
+    } else if s == &*row.process_comm {
+        row.process_comm.clone()
+    } else {
+        std::sync::Arc::from(s)
+    }
+}
+
 impl Query {
     /// Rows merged by grouping frame and stack, values mapped by `scale`
     /// (those that become 0 left out): a line's text or path is then made
@@ -52,6 +65,10 @@ impl Query {
                     name: Some(row.thread_comm.clone()),
                     pid: row.pid.0,
                     tid: row.tid.0,
+                },
+                Grouping::Service => GroupKey {
+                    name: Some(service_of(row)),
+                    ..Default::default()
                 },
             };
             *merged.entry((key, row.stack)).or_insert(0) += value;

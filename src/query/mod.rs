@@ -249,8 +249,27 @@ pub fn unix_now() -> u64 {
 }
 
 const KNOWN: &[&str] = &[
-    "seconds", "from", "to", "event", "pid", "tid", "comm", "cgroup", "group", "include",
-    "exclude", "idle", "title", "colors", "hash", "inverted", "reverse", "minwidth", "width",
+    "seconds",
+    "from",
+    "to",
+    "event",
+    "pid",
+    "tid",
+    "comm",
+    "unit",
+    "container",
+    "service",
+    "group",
+    "include",
+    "exclude",
+    "idle",
+    "title",
+    "colors",
+    "hash",
+    "inverted",
+    "reverse",
+    "minwidth",
+    "width",
     "lines",
 ];
 
@@ -338,9 +357,6 @@ impl Query {
                 (from / 1000, to.div_ceil(1000))
             }
         };
-        if get("cgroup").is_some() {
-            return Err(bad("cgroup", "cgroup filtering is not available yet"));
-        }
         let selection = Selection {
             from,
             to,
@@ -348,6 +364,11 @@ impl Query {
             pid: get("pid").map(|v| parse_u32("pid", v)).transpose()?,
             tid: get("tid").map(|v| parse_u32("tid", v)).transpose()?,
             comm: get("comm").map(|v| parse_regex("comm", v)).transpose()?,
+            unit: get("unit").map(|v| parse_label("unit", v)).transpose()?,
+            container: get("container").map(parse_container).transpose()?,
+            service: get("service")
+                .map(|v| parse_label("service", v))
+                .transpose()?,
             idle: get("idle")
                 .map(|v| parse_bool("idle", v))
                 .transpose()?
@@ -439,6 +460,28 @@ pub(crate) fn parse_bool(param: &str, v: &str) -> Result<bool, QueryError> {
         "0" | "false" | "no" => Ok(false),
         _ => Err(bad(param, format!("{v:?} is not a boolean: use 1 or 0"))),
     }
+}
+
+/// A unit or service name: non-empty, at most 256 bytes (systemd's limit).
+fn parse_label(param: &str, v: &str) -> Result<String, QueryError> {
+    if v.is_empty() || v.len() > 256 {
+        return Err(bad(
+            param,
+            format!("{v:?}: give a name of 1 to 256 bytes, as the label shows it"),
+        ));
+    }
+    Ok(v.to_owned())
+}
+
+/// A container id or its prefix, as `docker` takes them: 1 to 64 hex digits.
+fn parse_container(v: &str) -> Result<String, QueryError> {
+    if v.is_empty() || v.len() > 64 || !v.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad(
+            "container",
+            format!("{v:?} is not a container id: give 1 to 64 hex digits (a prefix matches)"),
+        ));
+    }
+    Ok(v.to_ascii_lowercase())
 }
 
 fn parse_regex(param: &str, v: &str) -> Result<Regex, QueryError> {

@@ -21,6 +21,9 @@ pub enum Grouping {
     Pid,
     /// `comm-PID/TID`: one tower per thread (the thread's own name).
     Thread,
+    /// The service: the container's short id, the `.service` unit, else
+    /// the process name (see [`crate::shared::Workload::service`]).
+    Service,
 }
 
 impl FromStr for Grouping {
@@ -32,8 +35,9 @@ impl FromStr for Grouping {
             "process" => Ok(Grouping::Process),
             "pid" => Ok(Grouping::Pid),
             "thread" => Ok(Grouping::Thread),
+            "service" => Ok(Grouping::Service),
             other => Err(format!(
-                "unknown grouping {other:?}: use host, process, pid or thread"
+                "unknown grouping {other:?}: use host, service, process, pid or thread"
             )),
         }
     }
@@ -47,9 +51,14 @@ impl Grouping {
         thread_comm: &str,
         pid: crate::shared::Pid,
         tid: crate::shared::Tid,
+        workload: &crate::shared::Workload,
     ) -> Option<String> {
         match self {
             Grouping::Host => None,
+            Grouping::Service => Some(
+                crate::shared::Workload::service(&workload.unit, &workload.container, process_comm)
+                    .to_owned(),
+            ),
             Grouping::Process => Some(process_comm.to_owned()),
             Grouping::Pid => Some(format!("{process_comm}-{pid}")),
             Grouping::Thread => Some(format!("{thread_comm}-{pid}/{tid}")),
@@ -64,6 +73,7 @@ impl fmt::Display for Grouping {
             Grouping::Process => "process",
             Grouping::Pid => "pid",
             Grouping::Thread => "thread",
+            Grouping::Service => "service",
         })
     }
 }
@@ -179,7 +189,7 @@ impl Profile {
     pub fn add_sample(&mut self, s: &SymbolizedSample, grouping: Grouping) {
         use std::fmt::Write;
         let mut text = grouping
-            .root_frame(&s.process_comm, &s.thread_comm, s.pid, s.tid)
+            .root_frame(&s.process_comm, &s.thread_comm, s.pid, s.tid, &s.workload)
             .map(|r| FoldedStack::from_frames([r.as_str()]).0)
             .unwrap_or_default();
         let mut name = String::new();

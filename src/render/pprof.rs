@@ -323,6 +323,14 @@ pub fn heap_profile(query: &Query, results: [&QueryResult; 4], period: u64) -> p
     b.p
 }
 
+/// The pprof label of a sample's service (Pyroscope splits a pushed profile
+/// into series by it).
+pub const SERVICE_LABEL: &str = "service_name";
+/// The pprof label of a sample's systemd unit.
+pub const UNIT_LABEL: &str = "unit";
+/// The pprof label of a sample's container id.
+pub const CONTAINER_LABEL: &str = "container_id";
+
 /// Adds one sample per row, with `values` of the row's value.
 fn fill_samples(
     b: &mut Builder,
@@ -334,15 +342,20 @@ fn fill_samples(
     b.p.time_nanos = from as i64 * 1_000_000_000;
     b.p.duration_nanos = (to - from) as i64 * 1_000_000_000;
     let (k_pid, k_tid, k_comm) = (b.s("pid"), b.s("tid"), b.s("comm"));
+    let (k_service, k_unit, k_container) =
+        (b.s(SERVICE_LABEL), b.s(UNIT_LABEL), b.s(CONTAINER_LABEL));
     let folded = query.include.is_some() || query.exclude.is_some();
     let mut locs_of: FastMap<StackId, Vec<u64>> = FastMap::default();
     for row in &result.rows {
         if folded {
             let names: Vec<String> = result.frames(row.stack).map(|f| f.to_string()).collect();
-            let root =
-                query
-                    .group
-                    .root_frame(&row.process_comm, &row.thread_comm, row.pid, row.tid);
+            let root = query.group.root_frame(
+                &row.process_comm,
+                &row.thread_comm,
+                row.pid,
+                row.tid,
+                &row.workload,
+            );
             let line = root.into_iter().chain(names).collect::<Vec<_>>().join(";");
             if query.include.as_ref().is_some_and(|re| !re.is_match(&line))
                 || query.exclude.as_ref().is_some_and(|re| re.is_match(&line))
@@ -386,6 +399,25 @@ fn fill_samples(
                 num: i64::from(row.tid.0),
                 ..Default::default()
             });
+        }
+        let w = &row.workload;
+        label.push(proto::Label {
+            key: k_service,
+            str: b.s(crate::shared::Workload::service(
+                &w.unit,
+                &w.container,
+                &row.process_comm,
+            )),
+            ..Default::default()
+        });
+        for (key, value) in [(k_unit, &w.unit), (k_container, &w.container)] {
+            if !value.is_empty() {
+                label.push(proto::Label {
+                    key,
+                    str: b.s(value),
+                    ..Default::default()
+                });
+            }
         }
         b.p.sample.push(proto::Sample {
             location_id: locs,

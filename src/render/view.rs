@@ -279,6 +279,7 @@ mod tests {
                     ..Frame::new(name, kind)
                 })
                 .collect(),
+            workload: Default::default(),
             count: u64::from(pid + tid),
             at_ms: None,
         }

@@ -5,7 +5,9 @@ pub mod clock;
 pub mod frame;
 pub mod hash;
 pub mod ids;
+pub mod workload;
 
 pub use frame::{Frame, FrameKind, Module};
 pub(crate) use hash::{FastMap, FastSet};
 pub use ids::{Pid, Tid};
+pub use workload::Workload;

@@ -46,6 +46,7 @@ pub struct Record {
     tid: crate::shared::Tid,
     thread_comm: Arc<str>,
     process_comm: Arc<str>,
+    workload: crate::shared::Workload,
     /// Shared with every record of the same stack.
     frames: Arc<[Frame]>,
     bytes: u64,
@@ -134,6 +135,7 @@ impl LiveHeap {
                         tid: sample.tid,
                         thread_comm: sample.thread_comm,
                         process_comm: sample.process_comm,
+                        workload: sample.workload,
                         frames: self.intern(sample.frames),
                         bytes: sample.count,
                         objects,
@@ -251,6 +253,7 @@ pub fn in_use(records: &[Record], sel: &Selection) -> (QueryResult, QueryResult)
                 thread_comm: r.thread_comm.clone(),
                 process_comm: r.process_comm.clone(),
                 frames: r.frames.to_vec(),
+                workload: r.workload.clone(),
                 count: value(r),
                 at_ms: None,
             })
@@ -275,6 +278,7 @@ mod tests {
                 thread_comm: "t".into(),
                 process_comm: "t".into(),
                 frames: vec![Frame::new(func, FrameKind::User)],
+                workload: Default::default(),
                 count: bytes,
                 at_ms: None,
             },

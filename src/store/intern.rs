@@ -47,6 +47,12 @@ pub struct ThreadKey {
     pub thread_comm: NameId,
     /// The process's name.
     pub process_comm: NameId,
+    /// The process's systemd unit ("" if none).
+    pub unit: NameId,
+    /// The process's container id ("" if none).
+    pub container: NameId,
+    /// The process's executable ("" if unknown).
+    pub exe: NameId,
 }
 
 use crate::shared::FastMap;
@@ -381,6 +387,9 @@ impl<'a> Copier<'a> {
         let key = ThreadKey {
             thread_comm: new.name(self.old.get_name(t.thread_comm)),
             process_comm: new.name(self.old.get_name(t.process_comm)),
+            unit: new.name(self.old.get_name(t.unit)),
+            container: new.name(self.old.get_name(t.container)),
+            exe: new.name(self.old.get_name(t.exe)),
             ..t
         };
         let to = new.thread(key);

@@ -248,6 +248,8 @@ pub struct Row {
     pub thread_comm: Arc<str>,
     /// Process name.
     pub process_comm: Arc<str>,
+    /// The process's systemd unit, container and executable.
+    pub workload: crate::shared::Workload,
     /// The stack.
     pub stack: StackId,
     /// Samples.
@@ -273,6 +275,12 @@ pub struct Selection {
     pub tid: Option<u32>,
     /// Only processes or threads whose name matches.
     pub comm: Option<regex::Regex>,
+    /// Only processes of this systemd unit.
+    pub unit: Option<String>,
+    /// Only processes of the container whose id starts so.
+    pub container: Option<String>,
+    /// Only processes of this service (see [`crate::shared::Workload::service`]).
+    pub service: Option<String>,
     /// Keep the idle task (pid 0).
     pub idle: bool,
 }
@@ -407,6 +415,9 @@ impl Store {
                 tid: s.tid.0,
                 thread_comm: self.interner.name(&s.thread_comm),
                 process_comm: self.interner.name(&s.process_comm),
+                unit: self.interner.name(&s.workload.unit),
+                container: self.interner.name(&s.workload.container),
+                exe: self.interner.name(&s.workload.exe),
             };
             let key = EntryKey {
                 thread: self.interner.thread(thread),
@@ -770,6 +781,21 @@ impl Store {
         {
             return false;
         }
+        if sel.unit.is_some() || sel.container.is_some() || sel.service.is_some() {
+            let name = |id| self.interner.get_name(id).as_ref();
+            let (unit, container) = (name(k.unit), name(k.container));
+            if sel.unit.as_deref().is_some_and(|u| u != unit)
+                || sel
+                    .container
+                    .as_deref()
+                    .is_some_and(|c| container.is_empty() || !container.starts_with(c))
+                || sel.service.as_deref().is_some_and(|s| {
+                    s != crate::shared::Workload::service(unit, container, name(k.process_comm))
+                })
+            {
+                return false;
+            }
+        }
         match &sel.comm {
             None => true,
             Some(re) => *comm_ok
@@ -852,6 +878,11 @@ impl Store {
                     tid: Tid(t.tid),
                     thread_comm: self.interner.get_name(t.thread_comm).clone(),
                     process_comm: self.interner.get_name(t.process_comm).clone(),
+                    workload: crate::shared::Workload {
+                        unit: self.interner.get_name(t.unit).clone(),
+                        container: self.interner.get_name(t.container).clone(),
+                        exe: self.interner.get_name(t.exe).clone(),
+                    },
                     stack: k.stack,
                     value,
                 }
@@ -881,9 +912,53 @@ mod tests {
                 .iter()
                 .map(|f| Frame::new(*f, FrameKind::User))
                 .collect(),
+            workload: Default::default(),
             count,
             at_ms: None,
         }
+    }
+
+    #[test]
+    fn unit_container_and_service_select_rows_and_come_back() {
+        let id = "ab".repeat(32);
+        let mut web = sample(1, &["main", "serve"], 5);
+        web.workload.unit = Arc::from("web.service");
+        let mut box_ = sample(2, &["main", "work"], 7);
+        box_.workload.unit = Arc::from(format!("docker-{id}.scope").as_str());
+        box_.workload.container = Arc::from(id.as_str());
+        let loose = sample(3, &["main"], 11);
+        let mut st = Store::new(StoreOptions::default());
+        st.insert(100, &[web, box_, loose]);
+        let sum = |sel: Selection| -> u64 { st.query(&sel).rows.iter().map(|r| r.value).sum() };
+        let base = Selection {
+            from: 100,
+            to: 101,
+            ..Default::default()
+        };
+        assert_eq!(sum(base.clone()), 23);
+        let unit = Selection {
+            unit: Some("web.service".into()),
+            ..base.clone()
+        };
+        assert_eq!(sum(unit), 5);
+        let container = Selection {
+            container: Some("abab".into()),
+            ..base.clone()
+        };
+        assert_eq!(sum(container), 7);
+        let service = Selection {
+            service: Some("p3".into()),
+            ..base.clone()
+        };
+        assert_eq!(sum(service), 11);
+        let short = Selection {
+            service: Some(id[..12].to_owned()),
+            ..base.clone()
+        };
+        assert_eq!(sum(short), 7);
+        let rows = st.query(&base).rows;
+        let boxed = rows.iter().find(|r| r.pid == Pid(2)).unwrap();
+        assert_eq!(&*boxed.workload.container, id.as_str());
     }
 
     fn total(store: &Store, from: u64, to: u64) -> u64 {

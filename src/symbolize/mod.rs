@@ -13,6 +13,7 @@
 //! reused pid therefore cannot inherit another program's names.
 
 mod cache;
+pub mod cgroup;
 pub(crate) mod elf_worker;
 pub mod kallsyms;
 pub mod packed;
@@ -123,6 +124,8 @@ pub struct SymbolizedSample {
     pub process_comm: Arc<str>,
     /// Frames, root first.
     pub frames: Vec<Frame>,
+    /// The process's service labels (unit, container, executable).
+    pub workload: crate::shared::Workload,
     /// Number of samples.
     pub count: u64,
     /// Store time (ms) of the 20 ms tick the samples fell in (CPU samples);
@@ -309,6 +312,8 @@ pub struct Symbolizer {
     /// snapshot's name: reading them at every drain was several allocations
     /// per kernel thread a second. Forgotten when a process is noted anew.
     comms: HashMap<Pid, (Arc<str>, Instant)>,
+    /// Service labels of processes, from their cgroups.
+    workloads: cgroup::Workloads,
     /// Emptied frame vectors of stored samples, reused for the next
     /// drain's (see [`Symbolizer::recycle`]).
     spare_frames: Vec<Vec<Frame>>,
@@ -387,6 +392,7 @@ impl Symbolizer {
             python: python::PythonNames::default(),
             snapshots: HashMap::new(),
             comms: HashMap::new(),
+            workloads: cgroup::Workloads::default(),
             spare_frames: Vec::new(),
             snapshot_bytes: 0,
             recent: Vec::new(),
@@ -475,6 +481,7 @@ impl Symbolizer {
     pub fn note_process(&mut self, pid: Pid) {
         let now = Instant::now();
         self.comms.remove(&pid);
+        self.workloads.forget(pid);
         self.snapshot(pid, now);
         self.recent.retain(|(p, _)| *p != pid);
         if self.recent.len() < MAX_RECENT {
@@ -630,6 +637,7 @@ impl Symbolizer {
         }
         let mut user_frames: FastMap<Pid, FastMap<u64, Arc<[Frame]>>> = FastMap::default();
         let mut process_comms: FastMap<Pid, Arc<str>> = FastMap::default();
+        let mut workloads: FastMap<Pid, crate::shared::Workload> = FastMap::default();
         for (pid, addrs) in user_addrs {
             user_frames.insert(pid, self.symbolize_process(pid, addrs, now));
         }
@@ -673,6 +681,10 @@ impl Symbolizer {
                             .unwrap_or_else(|| thread_comm.clone())
                     })
                     .clone();
+                let workload = workloads
+                    .entry(s.pid)
+                    .or_insert_with(|| self.workloads.get(s.pid, now))
+                    .clone();
                 // Sized once: growing it frame by frame was most of the
                 // collector's allocation calls.
                 let depth = |st: &RawStack| match st {
@@ -692,6 +704,7 @@ impl Symbolizer {
                     thread_comm,
                     process_comm,
                     frames,
+                    workload,
                     count: s.count,
                     at_ms: s.at_ms,
                 }
@@ -1356,6 +1369,7 @@ mod tests {
             thread_comm: "t".into(),
             process_comm: "p".into(),
             frames: Vec::with_capacity(n),
+            workload: Default::default(),
             count: 1,
             at_ms: None,
         };

@@ -13,7 +13,7 @@
   const $ = (id) => document.getElementById(id);
   const state = {
     event: 'cpu', range: 3600, from: 0, to: 0, zoom: '', search: '', icicle: false,
-    comm: '', pid: '', tid: '', include: '', exclude: '', group: 'process', sandwich: '', before: '', phases: 0, sort: 'self',
+    comm: '', unit: '', container: '', pid: '', tid: '', include: '', exclude: '', group: 'process', sandwich: '', before: '', phases: 0, sort: 'self',
   };
   let heat = null; // /heatmap.json
   let prof = null; // /profile.json plus its layout
@@ -33,6 +33,8 @@
     state.search = h.get('search') || '';
     state.icicle = h.get('icicle') === '1';
     state.comm = h.get('comm') || '';
+    state.unit = h.get('unit') || '';
+    state.container = h.get('container') || '';
     state.pid = h.get('pid') || '';
     state.tid = h.get('tid') || '';
     state.include = h.get('include') || '';
@@ -46,8 +48,8 @@
 
   function writeHash(push) {
     const h = new URLSearchParams();
-    for (const k of ['event', 'range', 'from', 'to', 'zoom', 'search', 'comm', 'pid', 'tid',
-      'include', 'exclude', 'group',
+    for (const k of ['event', 'range', 'from', 'to', 'zoom', 'search', 'comm', 'unit', 'container',
+      'pid', 'tid', 'include', 'exclude', 'group',
       'sandwich', 'before', 'phases', 'sort']) {
       if (state[k] !== '' && state[k] !== 0) h.set(k, state[k]);
     }
@@ -61,6 +63,8 @@
   function filters() {
     const p = new URLSearchParams({ event: state.event, group: state.group });
     if (state.comm) p.set('comm', state.comm);
+    if (state.unit) p.set('unit', state.unit);
+    if (state.container) p.set('container', state.container);
     if (state.pid) p.set('pid', state.pid);
     if (state.tid) p.set('tid', state.tid);
     if (state.include) p.set('include', state.include);
@@ -86,6 +90,8 @@
     $('event').value = state.event;
     $('range').value = String(state.range);
     $('comm').value = state.comm;
+    $('unit').value = state.unit;
+    $('container').value = state.container;
     $('pid').value = state.pid;
     $('tid').value = state.tid;
     $('include').value = state.include;
@@ -826,8 +832,8 @@
   // ---- wiring ----
 
   function onHashChange() {
-    const key = () => [state.event, state.range, state.from, state.to, state.comm, state.pid,
-      state.tid, state.include, state.exclude, state.group].join();
+    const key = () => [state.event, state.range, state.from, state.to, state.comm, state.unit,
+      state.container, state.pid, state.tid, state.include, state.exclude, state.group].join();
     const before = key();
     readHash();
     syncControls();
@@ -848,6 +854,8 @@
       state.event = $('event').value;
       state.range = +$('range').value;
       state.comm = $('comm').value.trim();
+      state.unit = $('unit').value.trim();
+      state.container = $('container').value.trim();
       state.pid = $('pid').value.trim();
       state.tid = $('tid').value.trim();
       state.include = $('include').value.trim();
@@ -862,6 +870,8 @@
     $('range').addEventListener('change', reload(false));
     $('group').addEventListener('change', reload(false));
     $('comm').addEventListener('change', reload(false));
+    $('unit').addEventListener('change', reload(false));
+    $('container').addEventListener('change', reload(false));
     $('pid').addEventListener('change', reload(false));
     $('tid').addEventListener('change', reload(false));
     $('include').addEventListener('change', reload(false));
