@@ -5,6 +5,7 @@ pub mod bpf;
 pub mod cli;
 pub mod collect;
 pub mod daemon;
+pub mod export;
 pub mod query;
 pub mod render;
 pub mod serve;

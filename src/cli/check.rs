@@ -464,19 +464,74 @@ pub fn access(raw: &crate::daemon::config::RawConfig) -> Item {
     }
 }
 
+/// One empty push to each configured destination, and what it answered.
+pub fn destinations(raw: &crate::daemon::config::RawConfig) -> Vec<Item> {
+    let push = match crate::daemon::config::push_of(raw) {
+        Ok(None) => return Vec::new(),
+        Ok(Some(p)) => p,
+        Err(e) => {
+            return vec![Item {
+                what: "push",
+                status: Status::Degraded,
+                detail: format!("{e:#}: the daemon will not start"),
+            }];
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return vec![Item {
+                what: "push",
+                status: Status::Degraded,
+                detail: format!("cannot start an async runtime to try the destinations: {e}"),
+            }];
+        }
+    };
+    push.destinations
+        .iter()
+        .map(|d| {
+            let what = match d.protocol {
+                crate::export::Protocol::Pyroscope => "push to pyroscope",
+                crate::export::Protocol::Otlp => "push to otlp",
+            };
+            match rt.block_on(crate::export::probe(d, push.timeout)) {
+                Ok(said) => Item {
+                    what,
+                    status: Status::Ok,
+                    detail: format!("{}: {said}", d.url),
+                },
+                Err(e) => Item {
+                    what,
+                    status: Status::Degraded,
+                    detail: format!(
+                        "{e}: pushes will be retried and the oldest of {} intervals dropped; sampling goes on",
+                        push.queue_intervals
+                    ),
+                },
+            }
+        })
+        .collect()
+}
+
 /// Prints every item of `emberd check`; fails when sampling cannot work.
 pub fn command(config: Option<&std::path::Path>) -> anyhow::Result<std::process::ExitCode> {
     use crate::daemon::config::RawConfig;
     use std::process::ExitCode;
     let mut items = run();
-    items.push(match RawConfig::load(config) {
-        Ok(raw) => access(&raw),
-        Err(e) => Item {
+    match RawConfig::load(config) {
+        Ok(raw) => {
+            items.push(access(&raw));
+            items.extend(destinations(&raw));
+        }
+        Err(e) => items.push(Item {
             what: "who reads profiles",
             status: Status::Degraded,
             detail: format!("{e:#}"),
-        },
-    });
+        }),
+    }
     for item in &items {
         println!("{item}");
     }

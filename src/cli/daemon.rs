@@ -126,6 +126,45 @@ pub struct DaemonArgs {
     /// Sampled allocations tracked until freed [default: 65536].
     #[arg(long)]
     pub malloc_live_entries: Option<u32>,
+    /// Push each interval's profiles to Grafana Pyroscope at this base URL (http://host:4040).
+    #[arg(long)]
+    pub pyroscope_url: Option<String>,
+    /// File whose first line is the bearer token of Pyroscope pushes.
+    #[arg(long)]
+    pub pyroscope_bearer_token_file: Option<PathBuf>,
+    /// Basic-auth user of Pyroscope pushes.
+    #[arg(long)]
+    pub pyroscope_basic_auth_user: Option<String>,
+    /// File whose first line is the basic-auth password of Pyroscope pushes.
+    #[arg(long)]
+    pub pyroscope_basic_auth_password_file: Option<PathBuf>,
+    /// Push OTLP profiles to this base URL (http://collector:4318).
+    #[arg(long)]
+    pub otlp_endpoint: Option<String>,
+    /// File whose first line is the bearer token of OTLP pushes.
+    #[arg(long)]
+    pub otlp_bearer_token_file: Option<PathBuf>,
+    /// Basic-auth user of OTLP pushes.
+    #[arg(long)]
+    pub otlp_basic_auth_user: Option<String>,
+    /// File whose first line is the basic-auth password of OTLP pushes.
+    #[arg(long)]
+    pub otlp_basic_auth_password_file: Option<PathBuf>,
+    /// Seconds between pushes [default: 15].
+    #[arg(long)]
+    pub push_interval_seconds: Option<u64>,
+    /// Unsent intervals kept per destination [default: 20].
+    #[arg(long)]
+    pub push_queue_intervals: Option<u32>,
+    /// Deadline of one push, seconds [default: 10].
+    #[arg(long)]
+    pub push_timeout_seconds: Option<u64>,
+    /// An extra header of Pyroscope pushes, "Name: value" (repeatable).
+    #[arg(long = "pyroscope-header")]
+    pub pyroscope_headers: Vec<String>,
+    /// An extra header of OTLP pushes, "Name: value" (repeatable).
+    #[arg(long = "otlp-header")]
+    pub otlp_headers: Vec<String>,
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
@@ -168,6 +207,19 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         malloc_comms: (!args.malloc_comms.is_empty()).then_some(args.malloc_comms),
         malloc_sample_kib: args.malloc_sample_kib,
         malloc_live_entries: args.malloc_live_entries,
+        pyroscope_url: args.pyroscope_url,
+        pyroscope_bearer_token_file: args.pyroscope_bearer_token_file,
+        pyroscope_basic_auth_user: args.pyroscope_basic_auth_user,
+        pyroscope_basic_auth_password_file: args.pyroscope_basic_auth_password_file,
+        otlp_endpoint: args.otlp_endpoint,
+        otlp_bearer_token_file: args.otlp_bearer_token_file,
+        otlp_basic_auth_user: args.otlp_basic_auth_user,
+        otlp_basic_auth_password_file: args.otlp_basic_auth_password_file,
+        push_interval_seconds: args.push_interval_seconds,
+        push_queue_intervals: args.push_queue_intervals,
+        push_timeout_seconds: args.push_timeout_seconds,
+        pyroscope_headers: (!args.pyroscope_headers.is_empty()).then_some(args.pyroscope_headers),
+        otlp_headers: (!args.otlp_headers.is_empty()).then_some(args.otlp_headers),
     };
     let config = Config::load(args.config.as_deref(), flags)?;
     crate::daemon::run(config)?;

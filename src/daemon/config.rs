@@ -120,6 +120,32 @@ pub struct RawConfig {
     pub malloc_sample_kib: Option<u64>,
     /// `malloc_live_entries = 65536`: sampled allocations tracked until freed.
     pub malloc_live_entries: Option<u32>,
+    /// `pyroscope_url = "http://pyroscope:4040"`: push each interval's profiles to Grafana Pyroscope (its base URL).
+    pub pyroscope_url: Option<String>,
+    /// `pyroscope_bearer_token_file`: a file whose first line is the bearer token of Pyroscope pushes.
+    pub pyroscope_bearer_token_file: Option<PathBuf>,
+    /// `pyroscope_basic_auth_user`: basic-auth user of Pyroscope pushes (Grafana Cloud: the stack's user id).
+    pub pyroscope_basic_auth_user: Option<String>,
+    /// `pyroscope_basic_auth_password_file`: a file whose first line is the basic-auth password.
+    pub pyroscope_basic_auth_password_file: Option<PathBuf>,
+    /// `pyroscope_headers = ["X-Scope-OrgID: team-a"]`: extra headers of Pyroscope pushes.
+    pub pyroscope_headers: Option<Vec<String>>,
+    /// `otlp_endpoint = "http://collector:4318"`: push OTLP profiles (its base URL, as OpenTelemetry exporters take it).
+    pub otlp_endpoint: Option<String>,
+    /// `otlp_bearer_token_file`: a file whose first line is the bearer token of OTLP pushes.
+    pub otlp_bearer_token_file: Option<PathBuf>,
+    /// `otlp_basic_auth_user`: basic-auth user of OTLP pushes.
+    pub otlp_basic_auth_user: Option<String>,
+    /// `otlp_basic_auth_password_file`: a file whose first line is the basic-auth password.
+    pub otlp_basic_auth_password_file: Option<PathBuf>,
+    /// `otlp_headers = ["X-Scope-OrgID: team-a"]`: extra headers of OTLP pushes.
+    pub otlp_headers: Option<Vec<String>>,
+    /// `push_interval_seconds = 15`: seconds between pushes, each carrying that interval.
+    pub push_interval_seconds: Option<u64>,
+    /// `push_queue_intervals = 20`: unsent intervals kept per destination (then the oldest is dropped).
+    pub push_queue_intervals: Option<u32>,
+    /// `push_timeout_seconds = 10`: deadline of one push.
+    pub push_timeout_seconds: Option<u64>,
 }
 
 impl RawConfig {
@@ -165,6 +191,27 @@ impl RawConfig {
             malloc_comms: other.malloc_comms.or(self.malloc_comms),
             malloc_sample_kib: other.malloc_sample_kib.or(self.malloc_sample_kib),
             malloc_live_entries: other.malloc_live_entries.or(self.malloc_live_entries),
+            pyroscope_url: other.pyroscope_url.or(self.pyroscope_url),
+            pyroscope_bearer_token_file: other
+                .pyroscope_bearer_token_file
+                .or(self.pyroscope_bearer_token_file),
+            pyroscope_basic_auth_user: other
+                .pyroscope_basic_auth_user
+                .or(self.pyroscope_basic_auth_user),
+            pyroscope_basic_auth_password_file: other
+                .pyroscope_basic_auth_password_file
+                .or(self.pyroscope_basic_auth_password_file),
+            pyroscope_headers: other.pyroscope_headers.or(self.pyroscope_headers),
+            otlp_endpoint: other.otlp_endpoint.or(self.otlp_endpoint),
+            otlp_bearer_token_file: other.otlp_bearer_token_file.or(self.otlp_bearer_token_file),
+            otlp_basic_auth_user: other.otlp_basic_auth_user.or(self.otlp_basic_auth_user),
+            otlp_basic_auth_password_file: other
+                .otlp_basic_auth_password_file
+                .or(self.otlp_basic_auth_password_file),
+            otlp_headers: other.otlp_headers.or(self.otlp_headers),
+            push_interval_seconds: other.push_interval_seconds.or(self.push_interval_seconds),
+            push_queue_intervals: other.push_queue_intervals.or(self.push_queue_intervals),
+            push_timeout_seconds: other.push_timeout_seconds.or(self.push_timeout_seconds),
         }
     }
 }
@@ -202,6 +249,8 @@ pub struct Config {
     pub symbolizer: crate::symbolize::SymbolizerOptions,
     /// Off-CPU, wakeup, off-wake and page-fault recording.
     pub events: crate::collect::events::EventOptions,
+    /// Pushes to Pyroscope and OTLP, if any destination is configured.
+    pub push: Option<crate::export::PushOptions>,
 }
 
 /// Task-state letters (as in `ps`) to prev_state bits; "all" is 0 (every state).
@@ -264,7 +313,9 @@ impl Config {
         }
         let events = events_of(&raw)?;
         let auth_token = auth_token_of(&raw)?;
+        let push = push_of(&raw)?;
         Ok(Config {
+            push,
             events,
             listen,
             allowed_hosts: raw
@@ -404,6 +455,100 @@ fn events_of(raw: &RawConfig) -> anyhow::Result<crate::collect::events::EventOpt
         );
     }
     Ok(events)
+}
+
+/// The first line of a secret file (`key` names the setting).
+fn secret_of(key: &str, path: &Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{key} = {}: cannot read it", path.display()))?;
+    let secret = text.lines().next().unwrap_or("").trim().to_owned();
+    if secret.is_empty() {
+        bail!("{key} = {}: the first line is empty", path.display());
+    }
+    Ok(secret)
+}
+
+/// A destination's credentials and headers from its `PREFIX_*` keys.
+fn credentials_of(
+    prefix: &str,
+    bearer_file: &Option<PathBuf>,
+    user: &Option<String>,
+    password_file: &Option<PathBuf>,
+    headers: &Option<Vec<String>>,
+) -> anyhow::Result<crate::export::Credentials> {
+    let bearer = bearer_file
+        .as_deref()
+        .map(|p| secret_of(&format!("{prefix}_bearer_token_file"), p))
+        .transpose()?;
+    let basic = match (user, password_file) {
+        (None, None) => None,
+        (Some(u), Some(p)) => Some((
+            u.clone(),
+            secret_of(&format!("{prefix}_basic_auth_password_file"), p)?,
+        )),
+        _ => bail!(
+            "{prefix}_basic_auth_user and {prefix}_basic_auth_password_file go together: set both or neither"
+        ),
+    };
+    if bearer.is_some() && basic.is_some() {
+        bail!("{prefix}: set a bearer token file or basic auth, not both");
+    }
+    Ok(crate::export::Credentials {
+        bearer,
+        basic,
+        headers: headers.clone().unwrap_or_default(),
+    })
+}
+
+/// The push settings: `None` without a destination.
+pub fn push_of(raw: &RawConfig) -> anyhow::Result<Option<crate::export::PushOptions>> {
+    use crate::export::{Destination, Protocol, defaults as push};
+    let mut destinations = Vec::new();
+    if let Some(url) = &raw.pyroscope_url {
+        let creds = credentials_of(
+            "pyroscope",
+            &raw.pyroscope_bearer_token_file,
+            &raw.pyroscope_basic_auth_user,
+            &raw.pyroscope_basic_auth_password_file,
+            &raw.pyroscope_headers,
+        )?;
+        destinations
+            .push(Destination::new(Protocol::Pyroscope, url, &creds).map_err(anyhow::Error::msg)?);
+    }
+    if let Some(url) = &raw.otlp_endpoint {
+        let creds = credentials_of(
+            "otlp",
+            &raw.otlp_bearer_token_file,
+            &raw.otlp_basic_auth_user,
+            &raw.otlp_basic_auth_password_file,
+            &raw.otlp_headers,
+        )?;
+        destinations
+            .push(Destination::new(Protocol::Otlp, url, &creds).map_err(anyhow::Error::msg)?);
+    }
+    let interval = raw.push_interval_seconds.unwrap_or(push::INTERVAL_SECONDS);
+    if !(1..=3600).contains(&interval) {
+        bail!("push_interval_seconds = {interval} is out of range: use 1..=3600");
+    }
+    let queue = raw
+        .push_queue_intervals
+        .map_or(push::QUEUE_INTERVALS, |n| n as usize);
+    if !(1..=1000).contains(&queue) {
+        bail!("push_queue_intervals = {queue} is out of range: use 1..=1000");
+    }
+    let timeout = raw.push_timeout_seconds.unwrap_or(push::TIMEOUT_SECONDS);
+    if !(1..=300).contains(&timeout) {
+        bail!("push_timeout_seconds = {timeout} is out of range: use 1..=300");
+    }
+    if destinations.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(crate::export::PushOptions {
+        destinations,
+        interval: Duration::from_secs(interval),
+        queue_intervals: queue,
+        timeout: Duration::from_secs(timeout),
+    }))
 }
 
 /// The first line of `auth_token_file`, at least 16 characters.

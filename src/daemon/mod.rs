@@ -167,7 +167,28 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
     shared.liveness.attached.store(true, Ordering::SeqCst);
     sd_notify("READY=1\nSTATUS=sampling");
     release_load_only_pages();
-    let state = app_state(&config, &shared);
+    let mut state = app_state(&config, &shared);
+    if let Some(push) = &config.push {
+        let pusher = crate::export::Pusher::start(
+            push.clone(),
+            crate::export::Source {
+                history: shared.history.clone(),
+                frequency_hz: config.frequency_hz,
+                malloc_sample_bytes: config.events.malloc_sample_bytes,
+                host: state.host.clone(),
+                retention_secs: config.retention.as_secs(),
+            },
+        );
+        for lane in &pusher.lanes {
+            tracing::info!(
+                "pushing every {} s to {} ({})",
+                push.interval.as_secs(),
+                lane.destination.url,
+                lane.destination.protocol.name()
+            );
+        }
+        state.pusher = Some(pusher);
+    }
     serve_until_stopped(listener, state, &shared).await?;
     // Shutdown takes at most SHUTDOWN_GRACE for requests in flight, and as
     // long again for the collector, whatever either is doing.
@@ -305,6 +326,7 @@ fn app_state(config: &Config, shared: &Shared) -> AppState {
         host: nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "localhost".into()),
+        pusher: None,
     }
 }
 

@@ -36,6 +36,33 @@ pub struct Sources<'a> {
     pub cpu_period_ns: u64,
 }
 
+impl<'a> Sources<'a> {
+    /// The stores of `history` that a view of `event` reads.
+    pub fn of(
+        history: &'a crate::store::History,
+        event: Event,
+        malloc_sample_bytes: u64,
+        frequency_hz: u64,
+    ) -> Self {
+        use crate::collect::events::EventKind;
+        let h = history;
+        Sources {
+            // The heap profile of every malloc view reads allocated bytes
+            // and objects beside the live heap.
+            heap: h.heap.as_ref(),
+            malloc_bytes: h.events.get(&EventKind::Malloc),
+            objects: h.events.get(&EventKind::MallocObjects),
+            malloc_sample_bytes,
+            cpu: Some(&h.cpu),
+            event: event.kind().and_then(|k| h.events.get(&k)),
+            offcpu: (event == Event::HotCold)
+                .then(|| h.events.get(&EventKind::OffCpu))
+                .flatten(),
+            cpu_period_ns: 1_000_000_000 / frequency_hz.max(1),
+        }
+    }
+}
+
 /// The in-use rows of `sel` (bytes, objects), copied out under a short
 /// read lock.
 pub fn select_in_use(heap: &RwLock<LiveHeap>, sel: &Selection) -> (QueryResult, QueryResult) {

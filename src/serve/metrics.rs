@@ -70,6 +70,22 @@ pub struct RouteCode {
     pub code: u16,
 }
 
+/// `destination` label: `pyroscope` or `otlp`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DestinationLabel {
+    /// The destination's protocol.
+    pub destination: Label,
+}
+
+/// `destination` and `result` (or `reason`) labels of pushes.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PushLabel {
+    /// The destination's protocol.
+    pub destination: Label,
+    /// `ok`, `failed`; for drops, why.
+    pub result: Label,
+}
+
 /// `route` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabel {
@@ -153,6 +169,11 @@ pub struct Metrics {
     unwind_gauges: Family<MapLabel, Gauge>,
     unwind_counts: Family<MissLabel, Counter>,
     last_unwind: Mutex<LastUnwind>,
+    pushes: Family<PushLabel, Counter>,
+    push_bytes: Family<DestinationLabel, Counter>,
+    push_dropped: Family<PushLabel, Counter>,
+    push_queued: Family<DestinationLabel, Gauge>,
+    push_last_success: Family<DestinationLabel, Gauge>,
 }
 
 impl Metrics {
@@ -360,6 +381,36 @@ impl Metrics {
             "Bytes held by each bounded part of emberd (map=store|store_ticks|perf_maps|symbol_caches|process_snapshots|dwarf|elf_symbols|kernel_symbols|python_codes|unwind_rows|malloc_heap), estimated",
             memory.clone(),
         );
+        let pushes = Family::<PushLabel, Counter>::default();
+        registry.register(
+            "push",
+            "Pushes to Pyroscope or OTLP by destination and result (ok, failed; each retry counts)",
+            pushes.clone(),
+        );
+        let push_bytes = Family::<DestinationLabel, Counter>::default();
+        registry.register(
+            "push_bytes",
+            "Body bytes of accepted pushes, compressed as sent",
+            push_bytes.clone(),
+        );
+        let push_dropped = Family::<PushLabel, Counter>::default();
+        registry.register(
+            "push_dropped_intervals",
+            "Intervals never delivered, by destination and reason (queue_full: the oldest went; rejected: a 4xx answer)",
+            push_dropped.clone(),
+        );
+        let push_queued = Family::<DestinationLabel, Gauge>::default();
+        registry.register(
+            "push_queued_intervals",
+            "Intervals waiting to be pushed",
+            push_queued.clone(),
+        );
+        let push_last_success = Family::<DestinationLabel, Gauge>::default();
+        registry.register(
+            "push_last_success_timestamp_seconds",
+            "Unix time of the last accepted push (0: none yet)",
+            push_last_success.clone(),
+        );
         Self {
             events_sampled,
             heap,
@@ -379,6 +430,11 @@ impl Metrics {
             unwind_gauges,
             unwind_counts,
             last_unwind: Mutex::new(LastUnwind::default()),
+            pushes,
+            push_bytes,
+            push_dropped,
+            push_queued,
+            push_last_success,
             hook_runs,
             sampled_out,
             last_events: Mutex::new(EventCounters::default()),
@@ -881,6 +937,48 @@ impl Metrics {
                 route: route.to_owned().into(),
             })
             .observe(seconds);
+    }
+
+    /// The pushers' counters, copied as they are now.
+    pub fn observe_push(&self, pusher: &crate::export::Pusher) {
+        use std::sync::atomic::Ordering::Relaxed;
+        for lane in &pusher.lanes {
+            let d: Label = lane.destination.protocol.name().into();
+            let st = &lane.stats;
+            let set = |f: &Family<PushLabel, Counter>, result: &'static str, v: u64| {
+                f.get_or_create(&PushLabel {
+                    destination: d.clone(),
+                    result: result.into(),
+                })
+                .inner()
+                .store(v, Relaxed);
+            };
+            set(&self.pushes, "ok", st.pushed.load(Relaxed));
+            set(&self.pushes, "failed", st.failed.load(Relaxed));
+            set(
+                &self.push_dropped,
+                "queue_full",
+                st.dropped_queue_full.load(Relaxed),
+            );
+            set(
+                &self.push_dropped,
+                "rejected",
+                st.dropped_rejected.load(Relaxed),
+            );
+            let dl = DestinationLabel {
+                destination: d.clone(),
+            };
+            self.push_bytes
+                .get_or_create(&dl)
+                .inner()
+                .store(st.bytes.load(Relaxed), Relaxed);
+            self.push_queued
+                .get_or_create(&dl)
+                .set(st.queued.load(Relaxed) as i64);
+            self.push_last_success
+                .get_or_create(&dl)
+                .set(st.last_success.load(Relaxed) as i64);
+        }
     }
 
     /// The text exposition, with process figures read now.

@@ -26,7 +26,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::collect::events::EventKind;
 use crate::query::{Event, Query, QueryError};
 use crate::render;
 use crate::render::view::{self, Sources};
@@ -244,6 +243,8 @@ pub struct AppState {
     pub retention_secs: u64,
     /// Host name, for titles.
     pub host: String,
+    /// The pushes to Pyroscope and OTLP, if configured (for `/metrics`).
+    pub pusher: Option<Arc<crate::export::Pusher>>,
 }
 
 /// Who may read profiles over HTTP.
@@ -588,23 +589,12 @@ fn with_sources<R>(
     q: &Query,
     f: impl FnOnce(Sources<'_>) -> R,
 ) -> Result<R, AppError> {
-    let h = &st.history;
-    let event = q.event.kind().and_then(|k| h.events.get(&k));
-    let offcpu = (q.event == Event::HotCold)
-        .then(|| h.events.get(&EventKind::OffCpu))
-        .flatten();
-    // The heap profile of every malloc view reads allocated bytes and
-    // objects beside the live heap.
-    Ok(f(Sources {
-        heap: h.heap.as_ref(),
-        malloc_bytes: h.events.get(&EventKind::Malloc),
-        objects: h.events.get(&EventKind::MallocObjects),
-        malloc_sample_bytes: st.malloc_sample_bytes,
-        cpu: Some(&h.cpu),
-        event,
-        offcpu,
-        cpu_period_ns: 1_000_000_000 / st.frequency_hz.max(1),
-    }))
+    Ok(f(Sources::of(
+        &st.history,
+        q.event,
+        st.malloc_sample_bytes,
+        st.frequency_hz,
+    )))
 }
 
 fn switched_off(e: Event) -> AppError {
@@ -761,6 +751,9 @@ async fn pprof_event(
 async fn metrics(State(st): State<AppState>) -> Response {
     // Gauges over every store, read now.
     st.metrics.observe_store_gauges(&st.history.totals());
+    if let Some(p) = &st.pusher {
+        st.metrics.observe_push(p);
+    }
     (
         [(
             header::CONTENT_TYPE,

@@ -1,0 +1,419 @@
+//! Export: pushing each interval's profiles to a fleet's store (Grafana
+//! Pyroscope, an OpenTelemetry Collector), beside the HTTP API that serves
+//! them to be pulled.
+//!
+//! Every `interval` a task reads the interval's rows out of the stores
+//! (under the same short read locks as a query) and encodes one payload
+//! per destination off the async workers. Each destination has its own
+//! bounded queue of payloads and its own sender: a slow, failing or absent
+//! receiver holds up only its queue, never sampling, the HTTP API or the
+//! other destination. A full queue drops its oldest payload (counted);
+//! failures are retried with exponential backoff.
+
+pub mod destination;
+pub mod otlp;
+pub mod pyroscope;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+pub use destination::{Credentials, Destination, Protocol, PushError};
+
+use crate::query::{Event, Query};
+use crate::render::view::{self, Sources};
+use crate::store::History;
+
+/// Defaults of the push settings.
+pub mod defaults {
+    /// Seconds between pushes (Alloy's and the OpenTelemetry profiler's
+    /// default reporting interval is about this).
+    pub const INTERVAL_SECONDS: u64 = 15;
+    /// Unsent intervals kept per destination: 5 minutes at 15 s.
+    pub const QUEUE_INTERVALS: usize = 20;
+    /// Seconds a push may take, connect to answer.
+    pub const TIMEOUT_SECONDS: u64 = 10;
+}
+
+/// Seconds an interval's end is behind the clock when it is read: a drain
+/// brings a second's last CPU ticks up to about a second late.
+pub const SETTLE_SECONDS: u64 = 2;
+/// Longest wait between retries of a failed push.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// First wait after a failed push.
+pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+
+/// What to push, where, how often.
+#[derive(Debug, Clone)]
+pub struct PushOptions {
+    /// The destinations (at most one of each protocol).
+    pub destinations: Vec<Destination>,
+    /// Interval between pushes, each carrying that interval's profiles.
+    pub interval: Duration,
+    /// Unsent payloads kept per destination.
+    pub queue_intervals: usize,
+    /// Deadline of one push.
+    pub timeout: Duration,
+}
+
+/// Counters of one destination, read by `/metrics`.
+#[derive(Debug, Default)]
+pub struct PushStats {
+    /// Pushes the destination accepted.
+    pub pushed: AtomicU64,
+    /// Pushes that failed (each retry counts).
+    pub failed: AtomicU64,
+    /// Body bytes of accepted pushes (compressed, as sent).
+    pub bytes: AtomicU64,
+    /// Payloads dropped because the queue was full (the oldest goes).
+    pub dropped_queue_full: AtomicU64,
+    /// Payloads dropped because the destination refused them (4xx).
+    pub dropped_rejected: AtomicU64,
+    /// Payloads waiting.
+    pub queued: AtomicU64,
+    /// Unix seconds of the last accepted push (0: none yet).
+    pub last_success: AtomicU64,
+}
+
+/// One encoded interval, ready to post.
+#[derive(Debug, Clone)]
+struct Payload {
+    body: Bytes,
+    /// `[from, to)`, unix seconds, for logs.
+    window: (u64, u64),
+}
+
+/// A destination with its queue.
+#[derive(Debug)]
+pub struct Lane {
+    /// Where it goes.
+    pub destination: Destination,
+    /// Its counters.
+    pub stats: PushStats,
+    queue: Mutex<VecDeque<Payload>>,
+    ready: tokio::sync::Notify,
+    capacity: usize,
+}
+
+impl Lane {
+    fn enqueue(&self, p: Payload) {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        while q.len() >= self.capacity {
+            q.pop_front();
+            self.stats
+                .dropped_queue_full
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        q.push_back(p);
+        self.stats.queued.store(q.len() as u64, Ordering::Relaxed);
+        drop(q);
+        self.ready.notify_one();
+    }
+
+    fn front(&self) -> Option<Payload> {
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .front()
+            .cloned()
+    }
+
+    /// Removes the payload of `window` if it is still at the front (the
+    /// queue may have dropped it meanwhile).
+    fn done(&self, window: (u64, u64)) {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.front().is_some_and(|p| p.window == window) {
+            q.pop_front();
+        }
+        self.stats.queued.store(q.len() as u64, Ordering::Relaxed);
+    }
+}
+
+/// What the pusher needs of the daemon to build profiles.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// The stores.
+    pub history: Arc<History>,
+    /// Sampling frequency (CPU profiles' period).
+    pub frequency_hz: u64,
+    /// Mean bytes between malloc samples.
+    pub malloc_sample_bytes: u64,
+    /// Host name (`host`, `host.name`).
+    pub host: String,
+    /// Retention, seconds (queries may not reach further back).
+    pub retention_secs: u64,
+}
+
+/// The running pusher: its lanes, for `/metrics`.
+#[derive(Debug)]
+pub struct Pusher {
+    /// One per destination.
+    pub lanes: Vec<Arc<Lane>>,
+}
+
+impl Pusher {
+    /// Starts the interval task and one sender per destination on the
+    /// current tokio runtime.
+    pub fn start(options: PushOptions, source: Source) -> Arc<Pusher> {
+        let lanes: Vec<Arc<Lane>> = options
+            .destinations
+            .iter()
+            .map(|d| {
+                Arc::new(Lane {
+                    destination: d.clone(),
+                    stats: PushStats::default(),
+                    queue: Mutex::new(VecDeque::new()),
+                    ready: tokio::sync::Notify::new(),
+                    capacity: options.queue_intervals.max(1),
+                })
+            })
+            .collect();
+        for lane in &lanes {
+            tokio::spawn(send_loop(lane.clone(), options.timeout));
+        }
+        tokio::spawn(interval_loop(lanes.clone(), options, source));
+        Arc::new(Pusher { lanes })
+    }
+}
+
+fn unix_now() -> u64 {
+    crate::query::unix_now()
+}
+
+/// Every interval, the interval's payloads into the lanes.
+async fn interval_loop(lanes: Vec<Arc<Lane>>, options: PushOptions, source: Source) {
+    let step = options.interval.as_secs().max(1);
+    let mut from = unix_now().saturating_sub(SETTLE_SECONDS);
+    loop {
+        let to = from + step;
+        let due = to + SETTLE_SECONDS;
+        let now = unix_now();
+        if due > now {
+            tokio::time::sleep(Duration::from_secs(due - now)).await;
+        }
+        let now = unix_now();
+        // The clock jumped (or the host slept): the intervals missed are
+        // not pushed late, one after another; the next starts now.
+        if now > due + 2 * step {
+            tracing::warn!("push: skipping {} s the clock jumped over", now - due);
+            from = now.saturating_sub(SETTLE_SECONDS);
+            continue;
+        }
+        let src = source.clone();
+        let protocols: Vec<Protocol> = lanes.iter().map(|l| l.destination.protocol).collect();
+        let built = tokio::task::spawn_blocking(move || {
+            protocols
+                .into_iter()
+                .map(|p| build(p, &src, from, to))
+                .collect::<Vec<_>>()
+        })
+        .await;
+        match built {
+            Ok(bodies) => {
+                for (lane, body) in lanes.iter().zip(bodies) {
+                    match body {
+                        Some(body) => lane.enqueue(Payload {
+                            body: Bytes::from(body),
+                            window: (from, to),
+                        }),
+                        None => tracing::debug!(
+                            "push: no samples in [{from}, {to}) for {}",
+                            lane.destination.protocol.name()
+                        ),
+                    }
+                }
+            }
+            Err(e) => tracing::error!("push: building the profiles of [{from}, {to}) failed: {e}"),
+        }
+        from = to;
+    }
+}
+
+/// Sends a lane's payloads in order, retrying with backoff.
+async fn send_loop(lane: Arc<Lane>, timeout: Duration) {
+    let (content_type, encoding) = match lane.destination.protocol {
+        Protocol::Pyroscope => ("application/proto", None),
+        Protocol::Otlp => ("application/x-protobuf", Some("gzip")),
+    };
+    let mut backoff = FIRST_BACKOFF;
+    let mut failing = false;
+    loop {
+        let Some(p) = lane.front() else {
+            lane.ready.notified().await;
+            continue;
+        };
+        let stats = &lane.stats;
+        match lane
+            .destination
+            .post(p.body.clone(), content_type, encoding, timeout)
+            .await
+        {
+            Ok(_) => {
+                stats.pushed.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .bytes
+                    .fetch_add(p.body.len() as u64, Ordering::Relaxed);
+                stats.last_success.store(unix_now(), Ordering::Relaxed);
+                lane.done(p.window);
+                if failing {
+                    tracing::info!("push to {} works again", lane.destination.url);
+                }
+                failing = false;
+                backoff = FIRST_BACKOFF;
+            }
+            Err(e) => {
+                stats.failed.fetch_add(1, Ordering::Relaxed);
+                if !failing {
+                    tracing::warn!(
+                        "push of [{}, {}) failed: {e}; retrying (backoff up to {} s, {} intervals kept)",
+                        p.window.0,
+                        p.window.1,
+                        MAX_BACKOFF.as_secs(),
+                        lane.capacity
+                    );
+                }
+                failing = true;
+                if !e.retryable() {
+                    stats.dropped_rejected.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        "push of [{}, {}) dropped: the destination refused it ({e})",
+                        p.window.0,
+                        p.window.1
+                    );
+                    lane.done(p.window);
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+/// The events pushed, with their Pyroscope `__name__` and OTLP sample
+/// type. CPU is Pyroscope's documented `process_cpu`; allocations its
+/// `memory` (Go's heap profile); Pyroscope documents no name for the rest,
+/// so they go by emberd's event names.
+pub const PUSHED: [(Event, &str, (&str, &str)); 9] = [
+    (Event::Cpu, "process_cpu", ("samples", "count")),
+    (Event::OffCpu, "offcpu", ("off_cpu", "nanoseconds")),
+    (Event::Wakeup, "wakeup", ("wakeup", "nanoseconds")),
+    (Event::PageFault, "pagefault", ("page_faults", "count")),
+    (Event::BlockIo, "blockio", ("block_io", "nanoseconds")),
+    (Event::Brk, "brk", ("brk", "bytes")),
+    (Event::Mmap, "mmap", ("mmap", "bytes")),
+    (Event::Munmap, "munmap", ("munmap", "bytes")),
+    (Event::Malloc, "memory", ("alloc_space", "bytes")),
+];
+
+/// The query of `event` over `[from, to)`.
+fn query(event: Event, from: u64, to: u64, retention: u64) -> Option<Query> {
+    let params = [
+        ("event".to_owned(), event.name().to_owned()),
+        ("from".to_owned(), from.to_string()),
+        ("to".to_owned(), to.to_string()),
+    ];
+    Query::parse(&params, unix_now(), retention).ok()
+}
+
+/// Whether `event` is recorded (its store exists).
+fn recorded(history: &History, event: Event) -> bool {
+    match event.kind() {
+        None => event == Event::Cpu,
+        Some(k) => history.events.contains_key(&k),
+    }
+}
+
+/// The body of one destination's push of `[from, to)`; `None` when no
+/// event has a sample in it.
+pub fn build(protocol: Protocol, src: &Source, from: u64, to: u64) -> Option<Vec<u8>> {
+    let h = &src.history;
+    match protocol {
+        Protocol::Pyroscope => {
+            let mut series = Vec::new();
+            for (event, name, _) in PUSHED {
+                if !recorded(h, event) {
+                    continue;
+                }
+                let q = query(event, from, to, src.retention_secs)?;
+                let sources = Sources::of(h, event, src.malloc_sample_bytes, src.frequency_hz);
+                let Ok(profile) = view::pprof(&q, sources, src.frequency_hz) else {
+                    continue;
+                };
+                if profile.sample.is_empty() {
+                    continue;
+                }
+                series.push(pyroscope::series(name, &src.host, profile));
+            }
+            (!series.is_empty()).then(|| pyroscope::encode(series))
+        }
+        Protocol::Otlp => {
+            let mut results = Vec::new();
+            for (event, _, sample_type) in PUSHED {
+                if !recorded(h, event) {
+                    continue;
+                }
+                let q = query(event, from, to, src.retention_secs)?;
+                let sources = Sources::of(h, event, src.malloc_sample_bytes, src.frequency_hz);
+                let store = match event {
+                    Event::Cpu => sources.cpu,
+                    Event::Malloc => sources.malloc_bytes,
+                    _ => sources.event,
+                };
+                let Some(store) = store else { continue };
+                let result = view::select(store, &q.selection);
+                if result.rows.is_empty() {
+                    continue;
+                }
+                let period = (event == Event::Cpu).then(|| {
+                    (
+                        ("cpu", "nanoseconds"),
+                        1_000_000_000 / src.frequency_hz.max(1) as i64,
+                    )
+                });
+                results.push((sample_type, period, result));
+            }
+            if results.is_empty() {
+                return None;
+            }
+            let rows: Vec<otlp::EventRows<'_>> = results
+                .iter()
+                .map(|(t, p, r)| otlp::EventRows {
+                    sample_type: *t,
+                    period: *p,
+                    result: r,
+                })
+                .collect();
+            let raw = otlp::request(&src.host, from, to, &rows);
+            Some(gzip(&raw))
+        }
+    }
+}
+
+fn gzip(raw: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(
+        Vec::with_capacity(raw.len() / 3),
+        flate2::Compression::fast(),
+    );
+    gz.write_all(raw).expect("writing to a Vec cannot fail");
+    gz.finish().expect("writing to a Vec cannot fail")
+}
+
+/// `emberd check`: one empty push to each destination, and what it said.
+pub async fn probe(destination: &Destination, timeout: Duration) -> Result<String, PushError> {
+    let (body, content_type, encoding) = match destination.protocol {
+        Protocol::Pyroscope => (pyroscope::encode(Vec::new()), "application/proto", None),
+        Protocol::Otlp => (
+            gzip(&otlp::request("", 0, 0, &[])),
+            "application/x-protobuf",
+            Some("gzip"),
+        ),
+    };
+    let a = destination
+        .post(Bytes::from(body), content_type, encoding, timeout)
+        .await?;
+    Ok(format!("answered {} to an empty push", a.status))
+}
