@@ -33,6 +33,9 @@ mod jit;
 /// Memory and I/O: brk, mmap, munmap, malloc (allocated, in use, Go's heap
 /// profile) and block I/O latency.
 mod memory;
+/// Pushes to Pyroscope and OTLP against a receiver decoding the real
+/// schemas; service and container labels from cgroups; receivers that fail.
+mod push;
 /// CPython frames merged into native stacks: Debian's python3 and pyenv's
 /// 3.12 and 3.13 against py-spy, off-CPU, deep recursion.
 mod python;

@@ -191,11 +191,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             out, ctype = b"", "application/proto"
         else:
             out, ctype = b"", "application/x-protobuf"
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the daemon gave up waiting (the slow mode's point)
 
 
 def main():
