@@ -156,9 +156,12 @@ fn decode_pprof(gz: &[u8]) -> proto::Profile {
     proto::Profile::decode(raw.as_slice()).expect("a pprof profile.proto")
 }
 
+/// A pprof sample's string labels.
+type Labels = Vec<(String, String)>;
+
 /// Per sample of `p`: (its string labels, its function names root first,
 /// its first value).
-fn pprof_samples(p: &proto::Profile) -> Vec<(Vec<(String, String)>, Vec<String>, i64)> {
+fn pprof_samples(p: &proto::Profile) -> Vec<(Labels, Vec<String>, i64)> {
     let s = |i: i64| p.string_table[i as usize].clone();
     let func = |id: u64| {
         p.function
