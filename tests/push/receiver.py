@@ -12,7 +12,7 @@ JSON line per request, to DIR/pushes.jsonl.
   PyPI's opentelemetry-proto; stacks are resolved through the dictionary.
 
 DIR/mode says how to answer: ok (200), 500 (500 with a Connect error body),
-slow (wait 30 s, then 200). The port is printed on stdout's first line.
+slow (wait 30 s, then 200), count (200 without decoding: benchmarks). The port is printed on stdout's first line.
 """
 
 import gzip
@@ -168,7 +168,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if mode == "slow":
             time.sleep(30)
         status = 500 if mode == "500" else 200
-        if status == 200:
+        if mode == "count":
+            rec["kind"] = "counted"
+        elif status == 200:
             try:
                 if self.path == "/push.v1.PusherService/Push":
                     rec["kind"] = "pyroscope"
