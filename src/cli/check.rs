@@ -503,6 +503,11 @@ pub fn destinations(raw: &crate::daemon::config::RawConfig) -> Vec<Item> {
                     status: Status::Ok,
                     detail: format!("{}: {said}", d.url),
                 },
+                Err(e @ crate::export::PushError::Status { .. }) => Item {
+                    what,
+                    status: Status::Degraded,
+                    detail: e.to_string(),
+                },
                 Err(e) => Item {
                     what,
                     status: Status::Degraded,

@@ -89,7 +89,19 @@ impl PushError {
 }
 
 /// Bytes of an answer's body kept (for error messages and `emberd check`).
-const ANSWER_MAX: usize = 64 << 10;
+pub const ANSWER_MAX: usize = 64 << 10;
+
+/// The connection's task, stopped when the exchange ends or is abandoned
+/// at its deadline, not left to notice that nobody waits for its answer
+/// (hyper closes it then too: `tests/push`'s silent receiver sees no
+/// connection left open with or without this).
+struct ConnTask(tokio::task::JoinHandle<Result<(), hyper::Error>>);
+
+impl Drop for ConnTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 /// A configured destination.
 #[derive(Debug, Clone)]
@@ -229,8 +241,7 @@ impl Destination {
                         url: url.clone(),
                         reason: e.to_string(),
                     })?;
-            // The connection's task ends with the exchange (dropped below).
-            let conn = tokio::spawn(conn);
+            let _conn = ConnTask(tokio::spawn(conn));
             let mut req = Request::post(&self.path)
                 .header(hyper::header::HOST, &self.authority)
                 .header(hyper::header::CONTENT_TYPE, content_type)
@@ -262,7 +273,6 @@ impl Destination {
                 Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
                 Err(_) => String::new(),
             };
-            conn.abort();
             Ok(Answer { status, body })
         };
         let answer = tokio::time::timeout(deadline, exchange)

@@ -36,6 +36,10 @@ pub mod defaults {
     pub const QUEUE_INTERVALS: usize = 20;
     /// Seconds a push may take, connect to answer.
     pub const TIMEOUT_SECONDS: u64 = 10;
+    /// Bytes of unsent payloads kept per destination, whatever their
+    /// number: on the benchmark's busy host an interval is about 200 KB to
+    /// Pyroscope, so 20 of them fit; a larger host's keep fewer.
+    pub const QUEUE_BYTES: usize = 8 << 20;
 }
 
 /// Seconds an interval's end is behind the clock when it is read: a drain
@@ -96,13 +100,17 @@ pub struct Lane {
     queue: Mutex<VecDeque<Payload>>,
     ready: tokio::sync::Notify,
     capacity: usize,
+    /// Bytes the queue's payloads may hold together.
+    max_bytes: usize,
 }
 
 impl Lane {
     fn enqueue(&self, p: Payload) {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        while q.len() >= self.capacity {
-            q.pop_front();
+        let mut bytes = q.iter().map(|p| p.body.len()).sum::<usize>() + p.body.len();
+        while q.len() >= self.capacity || (bytes > self.max_bytes && !q.is_empty()) {
+            let Some(old) = q.pop_front() else { break };
+            bytes -= old.body.len();
             self.stats
                 .dropped_queue_full
                 .fetch_add(1, Ordering::Relaxed);
@@ -168,6 +176,7 @@ impl Pusher {
                     queue: Mutex::new(VecDeque::new()),
                     ready: tokio::sync::Notify::new(),
                     capacity: options.queue_intervals.max(1),
+                    max_bytes: defaults::QUEUE_BYTES,
                 })
             })
             .collect();
@@ -416,4 +425,56 @@ pub async fn probe(destination: &Destination, timeout: Duration) -> Result<Strin
         .post(Bytes::from(body), content_type, encoding, timeout)
         .await?;
     Ok(format!("answered {} to an empty push", a.status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lane(capacity: usize, max_bytes: usize) -> Lane {
+        Lane {
+            destination: Destination::new(
+                Protocol::Otlp,
+                "http://127.0.0.1:4318",
+                &Credentials::default(),
+            )
+            .unwrap(),
+            stats: PushStats::default(),
+            queue: Mutex::new(VecDeque::new()),
+            ready: tokio::sync::Notify::new(),
+            capacity,
+            max_bytes,
+        }
+    }
+
+    fn payload(from: u64, bytes: usize) -> Payload {
+        Payload {
+            body: Bytes::from(vec![0u8; bytes]),
+            window: (from, from + 1),
+        }
+    }
+
+    #[test]
+    fn a_full_queue_drops_its_oldest_by_count_and_by_bytes() {
+        let l = lane(3, 1 << 20);
+        for i in 0..5 {
+            l.enqueue(payload(i, 10));
+        }
+        assert_eq!(l.front().unwrap().window, (2, 3));
+        assert_eq!(l.stats.dropped_queue_full.load(Ordering::Relaxed), 2);
+        assert_eq!(l.stats.queued.load(Ordering::Relaxed), 3);
+
+        let l = lane(100, 1000);
+        for i in 0..4 {
+            l.enqueue(payload(i, 400));
+        }
+        // 1,000 bytes hold two of 400.
+        assert_eq!(l.stats.queued.load(Ordering::Relaxed), 2);
+        assert_eq!(l.front().unwrap().window, (2, 3));
+        // One payload over the whole budget is still kept (alone).
+        l.enqueue(payload(9, 5000));
+        assert_eq!(l.stats.queued.load(Ordering::Relaxed), 1);
+        l.done((9, 10));
+        assert!(l.front().is_none());
+    }
 }

@@ -13,7 +13,8 @@ pub const SHORT_CONTAINER_ID: usize = 12;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Workload {
     /// The innermost systemd unit of the cgroup (`nginx.service`,
-    /// `session-3.scope`), or empty.
+    /// `session-3.scope`; a user manager's units with it,
+    /// `user@1000.service/app.service`), or empty.
     pub unit: Arc<str>,
     /// The container id, 64 lowercase hex digits (Docker, containerd,
     /// CRI-O, Podman), or empty.

@@ -85,8 +85,14 @@ pub fn parse_cgroup_file(text: &str) -> CgroupLabels {
 ///
 /// A container's own cgroups below it (`/init`, a nested runtime) keep the
 /// outermost id: the container the host knows.
+///
+/// A unit of a user's own service manager is named with it,
+/// `user@1000.service/app.service`: any user may name their units as they
+/// like (`systemd-run --user --unit=nginx`), and theirs must not pass for
+/// the host's `nginx.service`.
 pub fn labels_of_path(path: &str) -> CgroupLabels {
     let mut labels = CgroupLabels::default();
+    let mut manager: Option<&str> = None;
     for comp in path.split('/') {
         if comp.is_empty() {
             continue;
@@ -97,10 +103,23 @@ pub fn labels_of_path(path: &str) -> CgroupLabels {
             labels.container = id.to_owned();
         }
         if (comp.ends_with(".service") || comp.ends_with(".scope")) && comp.len() <= 256 {
-            labels.unit = comp.to_owned();
+            labels.unit = match manager {
+                Some(m) => format!("{m}/{comp}"),
+                None => comp.to_owned(),
+            };
+            if manager.is_none() && is_user_manager(comp) {
+                manager = Some(comp);
+            }
         }
     }
     labels
+}
+
+/// `user@UID.service`: a user's own systemd instance.
+fn is_user_manager(unit: &str) -> bool {
+    unit.strip_prefix("user@")
+        .and_then(|r| r.strip_suffix(".service"))
+        .is_some_and(|uid| !uid.is_empty() && uid.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The container id a cgroup path component names, if any.
@@ -242,7 +261,20 @@ mod tests {
         );
         assert_eq!(
             path("/user.slice/user-1000.slice/user@1000.service/app.slice/foo.service"),
-            ("foo.service".into(), "".into())
+            ("user@1000.service/foo.service".into(), "".into())
+        );
+        // A user's unit named as the host's is not the host's.
+        assert_eq!(
+            path("/user.slice/user-1000.slice/user@1000.service/app.slice/nginx.service"),
+            ("user@1000.service/nginx.service".into(), "".into())
+        );
+        assert_eq!(
+            path("/user.slice/user-1000.slice/user@1000.service/init.scope"),
+            ("user@1000.service/init.scope".into(), "".into())
+        );
+        assert_eq!(
+            path("/user.slice/user-1000.slice/user@1000.service"),
+            ("user@1000.service".into(), "".into())
         );
         assert_eq!(
             path("/user.slice/user-1000.slice/session-3.scope"),

@@ -752,3 +752,56 @@ fn check_tries_each_destination_once() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("plain HTTP only"), "{text}");
 }
+
+/// Established connections from anyone to `port` (`/proc/net/tcp`).
+fn connections_to(port: u16) -> usize {
+    let tcp = std::fs::read_to_string("/proc/net/tcp").expect("reading /proc/net/tcp");
+    tcp.lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3
+                && f[3] == "01"
+                && f[2]
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| u16::from_str_radix(p, 16).ok())
+                    == Some(port)
+        })
+        .count()
+}
+
+#[test]
+fn a_receiver_that_never_answers_holds_no_connections() {
+    require_root();
+    // Accepts (the kernel does, into the backlog) and never reads or closes.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    let d = Daemon::start(
+        &[
+            "--otlp-endpoint",
+            &url,
+            "--push-interval-seconds",
+            "1",
+            "--push-timeout-seconds",
+            "1",
+        ],
+        &[],
+    );
+    // Attempts at about 3, 5, 7, 10 and 15 s (backoff 1, 2, 4, 8 s).
+    wait(20_000);
+    let m = d.get("/metrics").text();
+    let failed = metric(
+        &m,
+        "emberd_push_total{destination=\"otlp\",result=\"failed\"}",
+    );
+    let open = connections_to(port);
+    eprintln!("{failed} pushes timed out; {open} connections still open to the silent receiver");
+    assert!(failed >= 3.0, "{m}");
+    assert!(
+        open <= 1,
+        "{open} connections left open by {failed} abandoned pushes"
+    );
+    drop(silent);
+}
