@@ -24,6 +24,7 @@ use bytes::Bytes;
 pub use destination::{Credentials, Destination, Protocol, PushError};
 
 use crate::query::{Event, Query};
+use crate::render::pprof::gzip;
 use crate::render::view::{self, Sources};
 use crate::store::History;
 
@@ -213,13 +214,7 @@ async fn interval_loop(lanes: Vec<Arc<Lane>>, options: PushOptions, source: Sour
         }
         let src = source.clone();
         let protocols: Vec<Protocol> = lanes.iter().map(|l| l.destination.protocol).collect();
-        let built = tokio::task::spawn_blocking(move || {
-            protocols
-                .into_iter()
-                .map(|p| build(p, &src, from, to))
-                .collect::<Vec<_>>()
-        })
-        .await;
+        let built = tokio::task::spawn_blocking(move || build(&protocols, &src, from, to)).await;
         match built {
             Ok(bodies) => {
                 for (lane, body) in lanes.iter().zip(bodies) {
@@ -327,88 +322,99 @@ fn query(event: Event, from: u64, to: u64, retention: u64) -> Option<Query> {
     Query::parse(&params, unix_now(), retention).ok()
 }
 
-/// Whether `event` is recorded (its store exists).
-fn recorded(history: &History, event: Event) -> bool {
-    match event.kind() {
-        None => event == Event::Cpu,
-        Some(k) => history.events.contains_key(&k),
-    }
+/// One pushed event's rows over an interval, read once for every
+/// destination.
+struct Selected {
+    event: Event,
+    /// Pyroscope's `__name__`.
+    name: &'static str,
+    /// OTLP's sample type and unit.
+    sample_type: (&'static str, &'static str),
+    query: Query,
+    rows: crate::store::QueryResult,
 }
 
-/// The body of one destination's push of `[from, to)`; `None` when no
-/// event has a sample in it.
-pub fn build(protocol: Protocol, src: &Source, from: u64, to: u64) -> Option<Vec<u8>> {
+/// The rows of every recorded event over `[from, to)` that has any.
+fn select_interval(src: &Source, from: u64, to: u64) -> Vec<Selected> {
     let h = &src.history;
-    match protocol {
-        Protocol::Pyroscope => {
-            let mut series = Vec::new();
-            for (event, name, _) in PUSHED {
-                if !recorded(h, event) {
-                    continue;
-                }
-                let q = query(event, from, to, src.retention_secs)?;
-                let sources = Sources::of(h, event, src.malloc_sample_bytes, src.frequency_hz);
-                let Ok(profile) = view::pprof(&q, sources, src.frequency_hz) else {
-                    continue;
-                };
-                if profile.sample.is_empty() {
-                    continue;
-                }
-                series.push(pyroscope::series(name, &src.host, profile));
-            }
-            (!series.is_empty()).then(|| pyroscope::encode(series))
-        }
-        Protocol::Otlp => {
-            let mut results = Vec::new();
-            for (event, _, sample_type) in PUSHED {
-                if !recorded(h, event) {
-                    continue;
-                }
-                let q = query(event, from, to, src.retention_secs)?;
-                let sources = Sources::of(h, event, src.malloc_sample_bytes, src.frequency_hz);
-                let store = match event {
-                    Event::Cpu => sources.cpu,
-                    Event::Malloc => sources.malloc_bytes,
-                    _ => sources.event,
-                };
-                let Some(store) = store else { continue };
-                let result = view::select(store, &q.selection);
-                if result.rows.is_empty() {
-                    continue;
-                }
-                let period = (event == Event::Cpu).then(|| {
-                    (
-                        ("cpu", "nanoseconds"),
-                        1_000_000_000 / src.frequency_hz.max(1) as i64,
-                    )
-                });
-                results.push((sample_type, period, result));
-            }
-            if results.is_empty() {
-                return None;
-            }
-            let rows: Vec<otlp::EventRows<'_>> = results
-                .iter()
-                .map(|(t, p, r)| otlp::EventRows {
-                    sample_type: *t,
-                    period: *p,
-                    result: r,
-                })
-                .collect();
-            let raw = otlp::request(&src.host, from, to, &rows);
-            Some(gzip(&raw))
+    let mut out = Vec::new();
+    for (event, name, sample_type) in PUSHED {
+        let sources = Sources::of(h, event, src.malloc_sample_bytes, src.frequency_hz);
+        // Allocations: the allocated bytes (OTLP); Pyroscope's heap profile
+        // reads its four stores itself.
+        let store = match event {
+            Event::Cpu => sources.cpu,
+            Event::Malloc => sources.malloc_bytes,
+            _ => sources.event,
+        };
+        let (Some(store), Some(query)) = (store, query(event, from, to, src.retention_secs)) else {
+            continue;
+        };
+        let rows = view::select(store, &query.selection);
+        if !rows.rows.is_empty() {
+            out.push(Selected {
+                event,
+                name,
+                sample_type,
+                query,
+                rows,
+            });
         }
     }
+    out
 }
 
-fn gzip(raw: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut gz = flate2::write::GzEncoder::new(
-        Vec::with_capacity(raw.len() / 3),
-        flate2::Compression::fast(),
-    );
-    gz.write_all(raw).expect("writing to a Vec cannot fail");
-    gz.finish().expect("writing to a Vec cannot fail")
+/// The bodies of `protocols`' pushes of `[from, to)`, in their order;
+/// `None` where no event has a sample in it.
+pub fn build(protocols: &[Protocol], src: &Source, from: u64, to: u64) -> Vec<Option<Vec<u8>>> {
+    let selected = select_interval(src, from, to);
+    protocols
+        .iter()
+        .map(|p| {
+            (!selected.is_empty()).then(|| match p {
+                Protocol::Pyroscope => pyroscope_body(src, &selected),
+                Protocol::Otlp => otlp_body(src, from, to, &selected),
+            })
+        })
+        .collect()
+}
+
+fn pyroscope_body(src: &Source, selected: &[Selected]) -> Vec<u8> {
+    let series = selected
+        .iter()
+        .filter_map(|s| {
+            let profile = if s.event == Event::Malloc {
+                let sources = Sources::of(
+                    &src.history,
+                    s.event,
+                    src.malloc_sample_bytes,
+                    src.frequency_hz,
+                );
+                view::heap_pprof(&s.query, sources).ok()?
+            } else {
+                view::pprof_of_rows(&s.query, &s.rows, src.frequency_hz)
+            };
+            Some(pyroscope::series(s.name, &src.host, profile))
+        })
+        .collect();
+    pyroscope::encode(series)
+}
+
+fn otlp_body(src: &Source, from: u64, to: u64, selected: &[Selected]) -> Vec<u8> {
+    let rows: Vec<otlp::EventRows<'_>> = selected
+        .iter()
+        .map(|s| otlp::EventRows {
+            sample_type: s.sample_type,
+            period: (s.event == Event::Cpu).then(|| {
+                (
+                    ("cpu", "nanoseconds"),
+                    1_000_000_000 / src.frequency_hz.max(1) as i64,
+                )
+            }),
+            result: &s.rows,
+        })
+        .collect();
+    gzip(&otlp::request(&src.host, from, to, &rows))
 }
 
 /// `emberd check`: one empty push to each destination, and what it said.

@@ -429,11 +429,15 @@ fn fill_samples(
 
 /// Encodes and gzips a profile, as pprof files are.
 pub fn encode_gzip(p: &proto::Profile) -> Vec<u8> {
-    let raw = p.encode_to_vec();
+    gzip(&p.encode_to_vec())
+}
+
+/// `raw` gzipped, at the fast level (profiles are re-sent, not archived).
+pub fn gzip(raw: &[u8]) -> Vec<u8> {
     let mut gz = flate2::write::GzEncoder::new(
         Vec::with_capacity(raw.len() / 2),
         flate2::Compression::fast(),
     );
-    gz.write_all(&raw).expect("writing to a Vec cannot fail");
+    gz.write_all(raw).expect("writing to a Vec cannot fail");
     gz.finish().expect("writing to a Vec cannot fail")
 }

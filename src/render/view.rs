@@ -214,18 +214,22 @@ pub fn pprof(
     frequency_hz: u64,
 ) -> Result<pprof::proto::Profile, Event> {
     match q.event {
-        Event::Cpu => {
-            let cpu = src.cpu.ok_or(Event::Cpu)?;
-            Ok(pprof::cpu_profile(
-                q,
-                &select(cpu, &q.selection),
-                frequency_hz,
-            ))
-        }
         Event::HotCold => Err(Event::HotCold),
         e if e.is_malloc() => heap_pprof(q, src),
         e => {
-            let st = src.event.ok_or(e)?;
+            let st = if e == Event::Cpu { src.cpu } else { src.event };
+            let st = st.ok_or(e)?;
+            Ok(pprof_of_rows(q, &select(st, &q.selection), frequency_hz))
+        }
+    }
+}
+
+/// The pprof profile of rows already selected for `q`, CPU or one stored
+/// event (not the heap profile, which reads four stores).
+pub fn pprof_of_rows(q: &Query, rows: &QueryResult, frequency_hz: u64) -> pprof::proto::Profile {
+    match q.event {
+        Event::Cpu => pprof::cpu_profile(q, rows, frequency_hz),
+        e => {
             let (ty, unit) = match e {
                 Event::PageFault => ("pagefaults", "count"),
                 Event::Wakeup => ("wakeup", "nanoseconds"),
@@ -236,7 +240,7 @@ pub fn pprof(
                 Event::BlockIo => ("blockio", "nanoseconds"),
                 _ => ("offcpu", "nanoseconds"),
             };
-            Ok(pprof::event_profile(q, &select(st, &q.selection), ty, unit))
+            pprof::event_profile(q, rows, ty, unit)
         }
     }
 }

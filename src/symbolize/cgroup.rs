@@ -7,7 +7,7 @@
 //! container runtime, or any user allowed to make cgroups. A path is only
 //! read for names; a long or strange one gives no label, never an error.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -152,7 +152,7 @@ struct Known {
 pub struct Workloads {
     known: HashMap<Pid, Known>,
     /// Strings shared by every process of a unit or container.
-    names: HashMap<Arc<str>, ()>,
+    names: HashSet<Arc<str>>,
 }
 
 impl Workloads {
@@ -164,7 +164,9 @@ impl Workloads {
         {
             return k.workload.clone();
         }
-        let Some(fresh) = self.read(pid) else {
+        // The executable changes only at exec, which forgets the process.
+        let exe = self.known.get(&pid).map(|k| k.workload.exe.clone());
+        let Some(fresh) = self.read(pid, exe) else {
             return self
                 .known
                 .get(&pid)
@@ -209,17 +211,19 @@ impl Workloads {
         if s.is_empty() {
             return Arc::from("");
         }
-        if let Some((k, _)) = self.names.get_key_value(s) {
+        if let Some(k) = self.names.get(s) {
             return k.clone();
         }
         let a: Arc<str> = Arc::from(s);
         if self.names.len() < WORKLOADS_MAX {
-            self.names.insert(a.clone(), ());
+            self.names.insert(a.clone());
         }
         a
     }
 
-    fn read(&mut self, pid: Pid) -> Option<Workload> {
+    /// The labels of `pid` from its cgroup file, and its executable unless
+    /// `exe` is already known.
+    fn read(&mut self, pid: Pid, exe: Option<Arc<str>>) -> Option<Workload> {
         if pid.0 == 0 {
             return Some(Workload::default());
         }
@@ -230,14 +234,20 @@ impl Workloads {
             .read_to_string(&mut text)
             .ok()?;
         let labels = parse_cgroup_file(&text);
-        // Kernel threads have no executable: an empty path.
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let exe = match exe {
+            Some(e) => e,
+            // Kernel threads have no executable: an empty path.
+            None => {
+                let path = std::fs::read_link(format!("/proc/{pid}/exe"))
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                self.share(&path)
+            }
+        };
         Some(Workload {
             unit: self.share(&labels.unit),
             container: self.share(&labels.container),
-            exe: self.share(&exe),
+            exe,
         })
     }
 }

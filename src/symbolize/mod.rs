@@ -637,7 +637,6 @@ impl Symbolizer {
         }
         let mut user_frames: FastMap<Pid, FastMap<u64, Arc<[Frame]>>> = FastMap::default();
         let mut process_comms: FastMap<Pid, Arc<str>> = FastMap::default();
-        let mut workloads: FastMap<Pid, crate::shared::Workload> = FastMap::default();
         for (pid, addrs) in user_addrs {
             user_frames.insert(pid, self.symbolize_process(pid, addrs, now));
         }
@@ -681,10 +680,7 @@ impl Symbolizer {
                             .unwrap_or_else(|| thread_comm.clone())
                     })
                     .clone();
-                let workload = workloads
-                    .entry(s.pid)
-                    .or_insert_with(|| self.workloads.get(s.pid, now))
-                    .clone();
+                let workload = self.workloads.get(s.pid, now);
                 // Sized once: growing it frame by frame was most of the
                 // collector's allocation calls.
                 let depth = |st: &RawStack| match st {
