@@ -14,6 +14,7 @@
 //! needs room, or after [`defaults::IDLE_TABLE`]. Files larger than
 //! [`defaults::MAX_FILE_BYTES`] are not read.
 
+pub mod elf_header;
 pub mod python;
 pub mod table;
 
@@ -30,6 +31,7 @@ use procfs::process::{MMapPath, Process};
 
 use crate::collect::UnwindMaps;
 use crate::shared::Pid;
+use elf_header::ElfHeader;
 use table::{ElfInfo, TableSource, UnwindRow};
 
 /// Defaults and fixed bounds of the unwind stage.
@@ -1449,8 +1451,8 @@ enum PartsError {
 fn read_elf_parts(f: &File, buf: &mut [u8]) -> Result<(), PartsError> {
     use std::os::unix::fs::FileExt;
     let mut budget = defaults::MAX_CFI_BYTES;
-    // Headers are bounded by their u16 counts (4 MiB each at most); the
-    // sections they name are charged to the budget before being read.
+    // Headers are bounded by ElfHeader (7.5 MiB at most); the sections
+    // they name are charged to the budget before being read.
     let mut read = |buf: &mut [u8], off: u64, len: u64, charged: bool| -> Result<(), PartsError> {
         if charged {
             budget = budget.checked_sub(len).ok_or(PartsError::TooLarge)?;
@@ -1463,28 +1465,27 @@ fn read_elf_parts(f: &File, buf: &mut [u8]) -> Result<(), PartsError> {
             .ok_or(PartsError::NotElf)?;
         f.read_exact_at(dst, off).map_err(PartsError::Io)
     };
-    if buf.len() < 64 {
+    if buf.len() < elf_header::EHDR_BYTES {
         return Err(PartsError::NotElf);
     }
-    read(buf, 0, 64, false)?;
-    if buf[0..4] != *b"\x7fELF" || buf[4] != 2 || buf[5] != 1 {
-        return Err(PartsError::NotElf);
-    }
-    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as u64;
+    read(buf, 0, elf_header::EHDR_BYTES as u64, false)?;
+    let first: &[u8; elf_header::EHDR_BYTES] =
+        buf[..elf_header::EHDR_BYTES].try_into().expect("64 bytes");
+    // Entry sizes are ELF64's own and the tables inside the file: at most
+    // 3.5 + 4 MiB of headers, whatever the file claims.
+    let h = ElfHeader::parse(first, buf.len() as u64).map_err(|_| PartsError::NotElf)?;
     let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4")) as u64;
     let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
-    let (phoff, phentsize, phnum) = (u64_at(buf, 32), u16_at(buf, 54), u16_at(buf, 56));
-    let (shoff, shentsize, shnum, shstrndx) = (
-        u64_at(buf, 40),
-        u16_at(buf, 58),
-        u16_at(buf, 60),
-        u16_at(buf, 62),
-    );
-    if shentsize < 64 || (phnum > 0 && phentsize < 56) {
+    let (phoff, phentsize, phnum) = (h.phoff, elf_header::PHDR_BYTES, h.phnum);
+    let (shoff, shentsize, shnum, shstrndx) =
+        (h.shoff, elf_header::SHDR_BYTES, h.shnum, h.shstrndx);
+    if shstrndx >= shnum {
         return Err(PartsError::NotElf);
     }
-    read(buf, phoff, phentsize * phnum, false)?;
-    read(buf, shoff, shentsize * shnum, false)?;
+    let (ph_at, ph_len) = h.ph_range();
+    read(buf, ph_at, ph_len, false)?;
+    let (sh_at, sh_len) = h.sh_range();
+    read(buf, sh_at, sh_len, false)?;
     let header = |buf: &[u8], i: u64| -> Option<(u64, u32, u64, u64)> {
         let at = usize::try_from(shoff + i * shentsize).ok()?;
         let h = buf.get(at..at + 64)?;

@@ -21,6 +21,8 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
+use super::elf_header::{EHDR_BYTES, ElfHeader, PHDR_BYTES, SHDR_BYTES};
+
 /// A Python version, as `Py_Version` encodes it (`0xMMmmppRS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PyVersion(pub u32);
@@ -473,24 +475,20 @@ struct Section {
 
 impl Elf {
     fn read(file: &File) -> Option<Elf> {
-        let mut h = [0u8; 64];
+        let mut h = [0u8; EHDR_BYTES];
         file.read_exact_at(&mut h, 0).ok()?;
-        if h[0..4] != *b"\x7fELF" || h[4] != 2 || h[5] != 1 {
-            return None;
-        }
-        let u16_at = |b: &[u8], o: usize| u64::from(u16::from_le_bytes([b[o], b[o + 1]]));
+        // Entry sizes ELF64's own, tables inside the file: at most 7.5 MiB
+        // of headers whatever the file (any user's) claims.
+        let header = ElfHeader::parse(&h, file.metadata().ok()?.len()).ok()?;
         let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4"));
         let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
-        let (phoff, phentsize, phnum) = (u64_at(&h, 32), u16_at(&h, 54), u16_at(&h, 56));
-        let (shoff, shentsize, shnum) = (u64_at(&h, 40), u16_at(&h, 58), u16_at(&h, 60));
-        if phentsize < 56 || shentsize < 64 {
-            return None;
-        }
-        // At most 65,535 headers of 64 bytes each: bounded by the format.
-        let mut ph = vec![0u8; (phentsize * phnum) as usize];
-        file.read_exact_at(&mut ph, phoff).ok()?;
-        let mut sh = vec![0u8; (shentsize * shnum) as usize];
-        file.read_exact_at(&mut sh, shoff).ok()?;
+        let read = |(at, len): (u64, u64)| -> Option<Vec<u8>> {
+            let mut out = vec![0u8; usize::try_from(len).ok()?];
+            file.read_exact_at(&mut out, at).ok()?;
+            Some(out)
+        };
+        let (ph, sh) = (read(header.ph_range())?, read(header.sh_range())?);
+        let (phentsize, shentsize) = (PHDR_BYTES, SHDR_BYTES);
         let loads = ph
             .chunks_exact(phentsize as usize)
             .filter(|p| u32_at(p, 0) == 1)
@@ -528,6 +526,13 @@ impl Elf {
         let dynstr = self.sections.get(dynsym.link as usize)?;
         if dynsym.size.checked_add(dynstr.size)? > MAX_DYNSYM_BYTES {
             return None;
+        }
+        // Inside the file, or nothing is allocated for them.
+        let len = file.metadata().ok()?.len();
+        for s in [dynsym, dynstr] {
+            if s.offset.checked_add(s.size)? > len {
+                return None;
+            }
         }
         let mut syms = vec![0u8; dynsym.size as usize];
         file.read_exact_at(&mut syms, dynsym.offset).ok()?;

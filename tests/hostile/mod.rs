@@ -778,6 +778,58 @@ fn files_mapped_as_code_are_read_only_as_far_as_needed() {
     );
 }
 
+/// Issue 41: a local user (nobody) writes a 4 KiB ELF header into a 200 MiB
+/// sparse file, claiming 3,200 program and 3,200 section headers of 65,535
+/// bytes each, maps it as code and spins. Entry sizes were only checked
+/// from below, so the table builder and the interpreter check each
+/// allocated and read 200 MiB of "headers" (peak RSS 613 MiB, past the
+/// unit's MemoryMax=512M: killed at every restart). Now the file is refused
+/// unread, the daemon lives within 150 MiB and still names the process.
+#[test]
+fn lying_elf_header_sizes_are_refused_unread() {
+    require_root();
+    let dir = scratch().join("lying-headers");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // The user's own directory: the file is theirs, written by them.
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    let liar = dir.join("headers.so");
+    let mut d = Daemon::start(&[], &[]);
+    let before = d.status_kib("VmHWM");
+    let mut user = Command::new("setpriv");
+    user.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg("/usr/bin/python3")
+        .arg(workload("map_exec.py"))
+        .arg("--lying-headers")
+        .arg(&liar)
+        .stdout(std::process::Stdio::null());
+    let w = Workload::spawn(&mut user);
+    wait(6000);
+    let m = d.get("/metrics").text();
+    let peak = d.status_kib("VmHWM");
+    let refused = metric(&m, "emberd_unwind_table_events_total{reason=\"refused\"}");
+    let folded = d.get(&format!("/folded?seconds=4&pid={}", w.pid())).text();
+    let alive = d.child.try_wait().unwrap().is_none();
+    let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&liar).unwrap());
+    drop(w);
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("daemon peak RSS: {before} KiB at start, {peak} KiB after the mapping");
+    assert_eq!(owner, 65534, "the file should be the user's own");
+    assert!(alive, "the daemon died");
+    assert!(
+        peak < 150 << 10,
+        "the daemon's peak RSS went from {before} KiB to {peak} KiB"
+    );
+    assert!(
+        refused >= 1.0,
+        "the file should be refused and counted (refused = {refused}):\n{m}"
+    );
+    assert!(
+        folded.contains("holdout_mapper"),
+        "the user's process should still be sampled and named:\n{folded}"
+    );
+}
+
 /// A user's binary with a 4 MiB function name, spinning in that function:
 /// the name reaches /folded, the SVG and pprof cut to `MAX_NAME_BYTES`
 /// (4 KiB) with `…[+N bytes]`, so no answer holds a 4 MB line and the
