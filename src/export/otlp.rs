@@ -186,7 +186,7 @@ pub fn request(host: &str, from: u64, to: u64, events: &[EventRows<'_>]) -> Vec<
         let mut stacks: HashMap<crate::store::StackId, i32> = HashMap::new();
         for row in &ev.result.rows {
             let w = &row.workload;
-            let service = Workload::service(&w.unit, &w.container, &row.process_comm).to_owned();
+            let service = Workload::service(&w.unit, &w.container, &row.process_comm).into_owned();
             let key = (service, w.container.to_string());
             let r = *index.entry(key.clone()).or_insert_with(|| {
                 resources.push((key, Vec::new()));

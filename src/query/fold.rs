@@ -27,10 +27,8 @@ fn service_of(row: &crate::store::Row) -> std::sync::Arc<str> {
     let s = crate::shared::Workload::service(&w.unit, &w.container, &row.process_comm);
     if s.len() == w.unit.len() && s == &*w.unit {
         w.unit.clone()
-    } else if s == &*row.process_comm {
-        row.process_comm.clone()
     } else {
-        std::sync::Arc::from(s)
+        std::sync::Arc::from(s.as_ref())
     }
 }
 

@@ -22,7 +22,7 @@ pub enum Grouping {
     /// `comm-PID/TID`: one tower per thread (the thread's own name).
     Thread,
     /// The service: the container's short id, the `.service` unit, else
-    /// the process name (see [`crate::shared::Workload::service`]).
+    /// `process:NAME` (see [`crate::shared::Workload::service`]).
     Service,
 }
 
@@ -57,7 +57,7 @@ impl Grouping {
             Grouping::Host => None,
             Grouping::Service => Some(
                 crate::shared::Workload::service(&workload.unit, &workload.container, process_comm)
-                    .to_owned(),
+                    .into_owned(),
             ),
             Grouping::Process => Some(process_comm.to_owned()),
             Grouping::Pid => Some(format!("{process_comm}-{pid}")),

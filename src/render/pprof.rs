@@ -403,7 +403,7 @@ fn fill_samples(
         let w = &row.workload;
         label.push(proto::Label {
             key: k_service,
-            str: b.s(crate::shared::Workload::service(
+            str: b.s(&crate::shared::Workload::service(
                 &w.unit,
                 &w.container,
                 &row.process_comm,

@@ -12,7 +12,7 @@ pub const SHORT_CONTAINER_ID: usize = 12;
 /// A process's service labels. Empty strings mean "none".
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Workload {
-    /// The innermost systemd unit of the cgroup (`nginx.service`,
+    /// The system unit of the cgroup (`nginx.service`,
     /// `session-3.scope`; a user manager's units with it,
     /// `user@1000.service/app.service`), or empty.
     pub unit: Arc<str>,
@@ -24,17 +24,47 @@ pub struct Workload {
     pub exe: Arc<str>,
 }
 
+/// What a process outside any unit and container goes by as a service:
+/// `process:` and its name. Only root names system units, a user's units
+/// are `user@UID.service/...`, and a container's short id is hex: so no
+/// name another user can give a unit or container starts with `process:`,
+/// and a user who runs a program named `nginx.service` is
+/// `process:nginx.service`, never the host's `nginx.service`.
+pub const PROCESS_SERVICE_PREFIX: &str = "process:";
+
 impl Workload {
     /// The service name: the container's short id, else a `.service` unit,
-    /// else `process_comm`. Scopes (login sessions, `systemd-run --scope`)
-    /// and slices are not services: their processes go by their own name.
-    pub fn service<'a>(unit: &'a str, container: &'a str, process_comm: &'a str) -> &'a str {
+    /// else `process:COMM`. Scopes (login sessions, `systemd-run --scope`)
+    /// and slices are not services: their processes go by their own name,
+    /// marked as such ([`PROCESS_SERVICE_PREFIX`]).
+    pub fn service<'a>(
+        unit: &'a str,
+        container: &'a str,
+        process_comm: &'a str,
+    ) -> std::borrow::Cow<'a, str> {
+        match Self::labelled_service(unit, container) {
+            Some(s) => std::borrow::Cow::Borrowed(s),
+            None => std::borrow::Cow::Owned(format!("{PROCESS_SERVICE_PREFIX}{process_comm}")),
+        }
+    }
+
+    /// Whether [`Workload::service`] of these labels is `name`, without
+    /// making the string.
+    pub fn is_service(unit: &str, container: &str, process_comm: &str, name: &str) -> bool {
+        match Self::labelled_service(unit, container) {
+            Some(s) => s == name,
+            None => name.strip_prefix(PROCESS_SERVICE_PREFIX) == Some(process_comm),
+        }
+    }
+
+    /// The service a container or `.service` unit names, if any.
+    fn labelled_service<'a>(unit: &'a str, container: &'a str) -> Option<&'a str> {
         if !container.is_empty() {
-            &container[..container.len().min(SHORT_CONTAINER_ID)]
+            Some(&container[..container.len().min(SHORT_CONTAINER_ID)])
         } else if unit.ends_with(".service") {
-            unit
+            Some(unit)
         } else {
-            process_comm
+            None
         }
     }
 }
@@ -54,7 +84,37 @@ mod tests {
             Workload::service("nginx.service", "", "nginx"),
             "nginx.service"
         );
-        assert_eq!(Workload::service("session-3.scope", "", "vim"), "vim");
-        assert_eq!(Workload::service("", "", "kworker/0:1"), "kworker/0:1");
+        assert_eq!(
+            Workload::service("session-3.scope", "", "vim"),
+            "process:vim"
+        );
+        assert_eq!(
+            Workload::service("", "", "kworker/0:1"),
+            "process:kworker/0:1"
+        );
+        // A program named as a unit is not that unit's service.
+        assert_eq!(
+            Workload::service("", "", "nginx.service"),
+            "process:nginx.service"
+        );
+        assert!(!Workload::is_service(
+            "",
+            "",
+            "nginx.service",
+            "nginx.service"
+        ));
+        assert!(Workload::is_service(
+            "",
+            "",
+            "nginx.service",
+            "process:nginx.service"
+        ));
+        assert!(Workload::is_service(
+            "nginx.service",
+            "",
+            "x",
+            "nginx.service"
+        ));
+        assert!(Workload::is_service("a.scope", id, "x", "0123456789ab"));
     }
 }

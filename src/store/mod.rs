@@ -790,7 +790,7 @@ impl Store {
                     .as_deref()
                     .is_some_and(|c| container.is_empty() || !container.starts_with(c))
                 || sel.service.as_deref().is_some_and(|s| {
-                    s != crate::shared::Workload::service(unit, container, name(k.process_comm))
+                    !crate::shared::Workload::is_service(unit, container, name(k.process_comm), s)
                 })
             {
                 return false;

@@ -72,47 +72,74 @@ pub fn parse_cgroup_file(text: &str) -> CgroupLabels {
     labels
 }
 
-/// Labels of one cgroup path.
+/// Labels of one cgroup path, from the parts of it that only root (or,
+/// for a user's units, that user's own manager) can name.
 ///
-/// Container ids, as the runtimes name their cgroups:
-/// - Docker: `/docker/ID` (cgroupfs driver), `/system.slice/docker-ID.scope`
-///   (systemd driver);
-/// - containerd (Kubernetes): `/kubepods/burstable/podUID/ID`,
-///   `/kubepods.slice/.../cri-containerd-ID.scope`;
-/// - CRI-O: `.../crio-ID.scope` (`crio-conmon-ID.scope` is its monitor);
-/// - Podman: `/machine.slice/libpod-ID.scope`, under a user's
-///   `user@UID.service` when rootless (`libpod-conmon-ID.scope`: monitor).
+/// The unit is the first `.service` or `.scope` below the root's slices:
+/// the system manager's unit. Anything below a unit is that unit's own
+/// subtree (a service with `Delegate=yes`, a container's `/init`, a
+/// user's manager), whose names its owner chooses, so it never names the
+/// unit or the container. A user's own manager (`user@UID.service`) is the
+/// one subtree read further: its first unit below its slices, named with
+/// it, `user@1000.service/app.service` (any user may `systemd-run --user
+/// --unit=nginx`; theirs must not pass for the host's `nginx.service`).
 ///
-/// A container's own cgroups below it (`/init`, a nested runtime) keep the
-/// outermost id: the container the host knows.
+/// Container ids, only where the runtimes (root) put their cgroups:
+/// - Docker: `/docker/ID` (cgroupfs driver), `docker-ID.scope` as a system
+///   unit (systemd driver: `/system.slice/docker-ID.scope`);
+/// - containerd (Kubernetes): `/kubepods/[QOS/]podUID/ID` (cgroupfs),
+///   `cri-containerd-ID.scope` as a system unit (`/kubepods.slice/...`);
+/// - CRI-O: `crio-ID.scope` as a system unit (`crio-conmon-ID.scope` is
+///   its monitor);
+/// - Podman: `libpod-ID.scope` as a system unit (`/machine.slice/...`).
 ///
-/// A unit of a user's own service manager is named with it,
-/// `user@1000.service/app.service`: any user may name their units as they
-/// like (`systemd-run --user --unit=nginx`), and theirs must not pass for
-/// the host's `nginx.service`.
+/// A rootless container (Podman under `user@UID.service`) gets no container
+/// id: its user names that scope, and could name it after another's
+/// container; its unit says whose it is (`user@1000.service/libpod-ID.scope`).
 pub fn labels_of_path(path: &str) -> CgroupLabels {
     let mut labels = CgroupLabels::default();
-    let mut manager: Option<&str> = None;
-    for comp in path.split('/') {
-        if comp.is_empty() {
-            continue;
-        }
-        if labels.container.is_empty()
-            && let Some(id) = container_id(comp)
-        {
-            labels.container = id.to_owned();
-        }
-        if (comp.ends_with(".service") || comp.ends_with(".scope")) && comp.len() <= 256 {
-            labels.unit = match manager {
-                Some(m) => format!("{m}/{comp}"),
-                None => comp.to_owned(),
-            };
-            if manager.is_none() && is_user_manager(comp) {
-                manager = Some(comp);
+    let mut comps = path.split('/').filter(|c| !c.is_empty());
+    // cgroupfs drivers: runtime directories at the root, which only root
+    // can make.
+    match comps.clone().next() {
+        Some("docker") => {
+            if let Some(id) = comps.nth(1).and_then(hex_id) {
+                labels.container = id.to_owned();
             }
+            return labels;
         }
+        Some("kubepods") => {
+            // kubepods[/QOS]/podUID/ID: the component after the pod's.
+            let mut rest = comps.skip(1).skip_while(|c| !c.starts_with("pod"));
+            if let Some(id) = rest.nth(1).and_then(hex_id) {
+                labels.container = id.to_owned();
+            }
+            return labels;
+        }
+        _ => {}
+    }
+    let Some(unit) = comps.find(|c| !c.ends_with(".slice")) else {
+        return labels;
+    };
+    if !is_unit(unit) {
+        return labels;
+    }
+    labels.unit = unit.to_owned();
+    if is_user_manager(unit) {
+        if let Some(inner) = comps.find(|c| !c.ends_with(".slice"))
+            && is_unit(inner)
+        {
+            labels.unit = format!("{unit}/{inner}");
+        }
+    } else if let Some(id) = scope_container_id(unit) {
+        labels.container = id.to_owned();
     }
     labels
+}
+
+/// A `.service` or `.scope` name of reasonable length.
+fn is_unit(comp: &str) -> bool {
+    (comp.ends_with(".service") || comp.ends_with(".scope")) && comp.len() <= 256
 }
 
 /// `user@UID.service`: a user's own systemd instance.
@@ -122,23 +149,19 @@ fn is_user_manager(unit: &str) -> bool {
         .is_some_and(|uid| !uid.is_empty() && uid.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// The container id a cgroup path component names, if any.
-fn container_id(comp: &str) -> Option<&str> {
-    let stem = comp.strip_suffix(".scope").unwrap_or(comp);
-    if stem.contains("conmon") {
-        return None;
-    }
-    let id = [
-        "docker-",
-        "cri-containerd-",
-        "crio-",
-        "libpod-",
-        "containerd-",
-    ]
-    .iter()
-    .find_map(|p| stem.strip_prefix(p))
-    .unwrap_or(stem);
-    (id.len() == 64 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))).then_some(id)
+/// The container id a runtime's scope unit names, if any.
+fn scope_container_id(unit: &str) -> Option<&str> {
+    let stem = unit.strip_suffix(".scope")?;
+    ["docker-", "cri-containerd-", "crio-", "libpod-"]
+        .iter()
+        .find_map(|p| stem.strip_prefix(p))
+        .and_then(hex_id)
+}
+
+/// `comp` if it is a 64-hex container id.
+fn hex_id(comp: &str) -> Option<&str> {
+    (comp.len() == 64 && comp.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .then_some(comp)
 }
 
 /// A process's labels as last read, and when.
@@ -290,7 +313,13 @@ mod tests {
             path("/user.slice/user-1000.slice/session-3.scope"),
             ("session-3.scope".into(), "".into())
         );
+        assert_eq!(
+            path("/system.slice/system-getty.slice/getty@tty1.service"),
+            ("getty@tty1.service".into(), "".into())
+        );
+        assert_eq!(path("/init.scope"), ("init.scope".into(), "".into()));
         assert_eq!(path("/"), ("".into(), "".into()));
+        assert_eq!(path("/emberd-test/x"), ("".into(), "".into()));
     }
 
     #[test]
@@ -299,15 +328,14 @@ mod tests {
             format!("/docker/{ID}"),
             format!("/system.slice/docker-{ID}.scope"),
             format!("/kubepods/burstable/pod1234-5678/{ID}"),
+            format!("/kubepods/pod1234-5678/{ID}"),
             format!(
                 "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12.slice/cri-containerd-{ID}.scope"
             ),
             format!("/kubepods.slice/kubepods-pod12.slice/crio-{ID}.scope"),
             format!("/machine.slice/libpod-{ID}.scope"),
-            format!(
-                "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope/container"
-            ),
             format!("/system.slice/docker-{ID}.scope/init"),
+            format!("/docker/{ID}/init"),
         ] {
             assert_eq!(path(&p).1, ID, "{p}");
         }
@@ -322,6 +350,52 @@ mod tests {
         // Not hex, or not 64 of it.
         assert_eq!(path("/docker/xyz").1, "");
         assert_eq!(path(&format!("/docker/{}", &ID[..63])).1, "");
+    }
+
+    #[test]
+    fn names_below_a_unit_belong_to_its_owner() {
+        // Issue 41: a user's manager makes a scope named after another's
+        // container (ids are readable in /proc/PID/cgroup).
+        let forged =
+            format!("/user.slice/user-65534.slice/user@65534.service/app.slice/docker-{ID}.scope");
+        assert_eq!(
+            path(&forged),
+            (format!("user@65534.service/docker-{ID}.scope"), "".into())
+        );
+        // Rootless Podman: its user names the scope; no container id.
+        assert_eq!(
+            path(&format!(
+                "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope/container"
+            )),
+            (format!("user@1000.service/libpod-{ID}.scope"), "".into())
+        );
+        // A container's or delegated service's own subtree names nothing.
+        let other = ID.replace('4', "5");
+        assert_eq!(
+            path(&format!(
+                "/system.slice/docker-{ID}.scope/docker-{other}.scope"
+            )),
+            (format!("docker-{ID}.scope"), ID.into())
+        );
+        assert_eq!(
+            path("/system.slice/build.service/nginx.service"),
+            ("build.service".into(), "".into())
+        );
+        assert_eq!(
+            path(&format!("/system.slice/build.service/docker/{ID}")),
+            ("build.service".into(), "".into())
+        );
+        assert_eq!(
+            path("/user.slice/user-1000.slice/user@1000.service/app.slice/a.service/b.service"),
+            ("user@1000.service/a.service".into(), "".into())
+        );
+        // A session's processes may make nothing; their scope is theirs.
+        assert_eq!(
+            path(&format!(
+                "/user.slice/user-1000.slice/session-3.scope/docker-{ID}.scope"
+            )),
+            ("session-3.scope".into(), "".into())
+        );
     }
 
     #[test]

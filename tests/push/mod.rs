@@ -16,6 +16,8 @@ use crate::common::{
 };
 use emberd::render::pprof::proto;
 
+mod labels;
+
 /// A cgroup v2 subtree for one test, removed (its processes moved back to
 /// the root) on drop.
 struct Cgroups {
