@@ -159,6 +159,9 @@ pub struct DaemonArgs {
     /// Deadline of one push, seconds [default: 10].
     #[arg(long)]
     pub push_timeout_seconds: Option<u64>,
+    /// Distinct service/unit/container label sets per pushed event and interval [default: 100].
+    #[arg(long)]
+    pub push_max_label_sets: Option<u32>,
     /// An extra header of Pyroscope pushes, "Name: value" (repeatable).
     #[arg(long = "pyroscope-header")]
     pub pyroscope_headers: Vec<String>,
@@ -218,6 +221,7 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         push_interval_seconds: args.push_interval_seconds,
         push_queue_intervals: args.push_queue_intervals,
         push_timeout_seconds: args.push_timeout_seconds,
+        push_max_label_sets: args.push_max_label_sets,
         pyroscope_headers: (!args.pyroscope_headers.is_empty()).then_some(args.pyroscope_headers),
         otlp_headers: (!args.otlp_headers.is_empty()).then_some(args.otlp_headers),
     };

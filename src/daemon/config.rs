@@ -146,6 +146,8 @@ pub struct RawConfig {
     pub push_queue_intervals: Option<u32>,
     /// `push_timeout_seconds = 10`: deadline of one push.
     pub push_timeout_seconds: Option<u64>,
+    /// `push_max_label_sets = 100`: distinct service/unit/container label sets per pushed event and interval (the lightest beyond are pushed as `[other services]`).
+    pub push_max_label_sets: Option<u32>,
 }
 
 impl RawConfig {
@@ -212,6 +214,7 @@ impl RawConfig {
             push_interval_seconds: other.push_interval_seconds.or(self.push_interval_seconds),
             push_queue_intervals: other.push_queue_intervals.or(self.push_queue_intervals),
             push_timeout_seconds: other.push_timeout_seconds.or(self.push_timeout_seconds),
+            push_max_label_sets: other.push_max_label_sets.or(self.push_max_label_sets),
         }
     }
 }
@@ -540,6 +543,12 @@ pub fn push_of(raw: &RawConfig) -> anyhow::Result<Option<crate::export::PushOpti
     if !(1..=300).contains(&timeout) {
         bail!("push_timeout_seconds = {timeout} is out of range: use 1..=300");
     }
+    let max_label_sets = raw
+        .push_max_label_sets
+        .map_or(push::MAX_LABEL_SETS, |n| n as usize);
+    if !(1..=100_000).contains(&max_label_sets) {
+        bail!("push_max_label_sets = {max_label_sets} is out of range: use 1..=100000");
+    }
     if destinations.is_empty() {
         return Ok(None);
     }
@@ -548,6 +557,7 @@ pub fn push_of(raw: &RawConfig) -> anyhow::Result<Option<crate::export::PushOpti
         interval: Duration::from_secs(interval),
         queue_intervals: queue,
         timeout: Duration::from_secs(timeout),
+        max_label_sets,
     }))
 }
 

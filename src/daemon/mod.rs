@@ -177,6 +177,8 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
                 malloc_sample_bytes: config.events.malloc_sample_bytes,
                 host: state.host.clone(),
                 retention_secs: config.retention.as_secs(),
+                max_label_sets: push.max_label_sets,
+                folded_label_sets: Default::default(),
             },
         );
         for lane in &pusher.lanes {

@@ -14,7 +14,7 @@ pub mod destination;
 pub mod otlp;
 pub mod pyroscope;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,6 +26,7 @@ pub use destination::{Credentials, Destination, Protocol, PushError};
 use crate::query::{Event, Query};
 use crate::render::pprof::gzip;
 use crate::render::view::{self, Sources};
+use crate::shared::workload::OTHER_SERVICES;
 use crate::store::History;
 
 /// Defaults of the push settings.
@@ -41,6 +42,13 @@ pub mod defaults {
     /// number: on the benchmark's busy host an interval is about 200 KB to
     /// Pyroscope, so 20 of them fit; a larger host's keep fewer.
     pub const QUEUE_BYTES: usize = 8 << 20;
+    /// Distinct (service, unit, container) label sets per pushed event and
+    /// interval; the lightest beyond them are pushed as one,
+    /// [`crate::shared::workload::OTHER_SERVICES`]. A host of login
+    /// sessions, `systemd-run` units or short-lived containers would
+    /// otherwise make a Pyroscope series or an OTLP resource of each, as
+    /// Prometheus's `sample_limit`/`label_limit` guard a scrape.
+    pub const MAX_LABEL_SETS: usize = 100;
 }
 
 /// Seconds an interval's end is behind the clock when it is read: a drain
@@ -62,6 +70,9 @@ pub struct PushOptions {
     pub queue_intervals: usize,
     /// Deadline of one push.
     pub timeout: Duration,
+    /// Label sets kept apart per event and interval
+    /// ([`defaults::MAX_LABEL_SETS`]).
+    pub max_label_sets: usize,
 }
 
 /// Counters of one destination, read by `/metrics`.
@@ -154,6 +165,11 @@ pub struct Source {
     pub host: String,
     /// Retention, seconds (queries may not reach further back).
     pub retention_secs: u64,
+    /// Label sets kept apart per event and interval.
+    pub max_label_sets: usize,
+    /// Label sets folded into [`crate::shared::workload::OTHER_SERVICES`]
+    /// so far, for `/metrics`.
+    pub folded_label_sets: Arc<AtomicU64>,
 }
 
 /// The running pusher: its lanes, for `/metrics`.
@@ -161,6 +177,8 @@ pub struct Source {
 pub struct Pusher {
     /// One per destination.
     pub lanes: Vec<Arc<Lane>>,
+    /// Label sets folded past the cap ([`Source::folded_label_sets`]).
+    pub folded_label_sets: Arc<AtomicU64>,
 }
 
 impl Pusher {
@@ -184,8 +202,12 @@ impl Pusher {
         for lane in &lanes {
             tokio::spawn(send_loop(lane.clone(), options.timeout));
         }
+        let folded_label_sets = source.folded_label_sets.clone();
         tokio::spawn(interval_loop(lanes.clone(), options, source));
-        Arc::new(Pusher { lanes })
+        Arc::new(Pusher {
+            lanes,
+            folded_label_sets,
+        })
     }
 }
 
@@ -350,7 +372,10 @@ fn select_interval(src: &Source, from: u64, to: u64) -> Vec<Selected> {
         let (Some(store), Some(query)) = (store, query(event, from, to, src.retention_secs)) else {
             continue;
         };
-        let rows = view::select(store, &query.selection);
+        let mut rows = view::select(store, &query.selection);
+        let folded = cap_label_sets(&mut rows.rows, src.max_label_sets);
+        src.folded_label_sets
+            .fetch_add(folded as u64, Ordering::Relaxed);
         if !rows.rows.is_empty() {
             out.push(Selected {
                 event,
@@ -362,6 +387,42 @@ fn select_interval(src: &Source, from: u64, to: u64) -> Vec<Selected> {
         }
     }
     out
+}
+
+/// Keeps the `max` heaviest (service, unit, container) label sets of
+/// `rows` and pushes the rest as one, [`OTHER_SERVICES`] (their
+/// executable and process kept); returns how many sets were folded.
+fn cap_label_sets(rows: &mut [crate::store::Row], max: usize) -> usize {
+    use crate::shared::Workload;
+    type Set = (Arc<str>, Arc<str>, String);
+    let set_of = |r: &crate::store::Row| -> Set {
+        let w = &r.workload;
+        let service = Workload::service(&w.unit, &w.container, &r.process_comm);
+        (w.unit.clone(), w.container.clone(), service.into_owned())
+    };
+    let mut weight: HashMap<Set, u64> = HashMap::new();
+    for r in rows.iter() {
+        *weight.entry(set_of(r)).or_default() += r.value;
+    }
+    if weight.len() <= max {
+        return 0;
+    }
+    let mut order: Vec<(Set, u64)> = weight.into_iter().collect();
+    // Heaviest first; ties by name, so a push does not flip between them.
+    order.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let folded = order.len() - max;
+    let kept: HashSet<Set> = order.into_iter().take(max).map(|(s, _)| s).collect();
+    let other: Arc<str> = Arc::from(OTHER_SERVICES);
+    for r in rows.iter_mut() {
+        if !kept.contains(&set_of(r)) {
+            r.workload = Workload {
+                unit: other.clone(),
+                container: Arc::from(""),
+                exe: r.workload.exe.clone(),
+            };
+        }
+    }
+    folded
 }
 
 /// The bodies of `protocols`' pushes of `[from, to)`, in their order;
@@ -458,6 +519,61 @@ mod tests {
             body: Bytes::from(vec![0u8; bytes]),
             window: (from, from + 1),
         }
+    }
+
+    fn row(unit: &str, container: &str, comm: &str, value: u64) -> crate::store::Row {
+        crate::store::Row {
+            pid: crate::shared::Pid(1),
+            tid: crate::shared::Tid(1),
+            thread_comm: Arc::from(comm),
+            process_comm: Arc::from(comm),
+            workload: crate::shared::Workload {
+                unit: Arc::from(unit),
+                container: Arc::from(container),
+                exe: Arc::from("/bin/x"),
+            },
+            stack: crate::store::Interner::default().stack(&[]),
+            value,
+        }
+    }
+
+    #[test]
+    fn label_sets_past_the_cap_are_pushed_as_one() {
+        use crate::shared::Workload;
+        // A host of 300 login sessions, each running its own program, and
+        // two services.
+        let mut rows: Vec<crate::store::Row> = (0..300)
+            .map(|i| row(&format!("session-{i}.scope"), "", &format!("job{i}"), 1))
+            .collect();
+        rows.push(row("nginx.service", "", "nginx", 500));
+        rows.push(row("db.service", "", "postgres", 400));
+        let total: u64 = rows.iter().map(|r| r.value).sum();
+        assert_eq!(cap_label_sets(&mut rows, 10), 292);
+        let services: HashSet<String> = rows
+            .iter()
+            .map(|r| {
+                Workload::service(&r.workload.unit, &r.workload.container, &r.process_comm)
+                    .into_owned()
+            })
+            .collect();
+        let units: HashSet<&str> = rows.iter().map(|r| &*r.workload.unit).collect();
+        assert_eq!(services.len(), 11, "{services:?}");
+        assert_eq!(units.len(), 11);
+        assert!(services.contains("nginx.service") && services.contains("db.service"));
+        assert!(services.contains(OTHER_SERVICES));
+        // Nothing is lost: the folded rows keep their values.
+        assert_eq!(rows.iter().map(|r| r.value).sum::<u64>(), total);
+        assert_eq!(
+            rows.iter()
+                .filter(|r| &*r.workload.unit == OTHER_SERVICES)
+                .map(|r| r.value)
+                .sum::<u64>(),
+            292
+        );
+        // Within the cap nothing changes.
+        let mut few = vec![row("a.service", "", "a", 1), row("", "", "b", 1)];
+        assert_eq!(cap_label_sets(&mut few, 2), 0);
+        assert_eq!(&*few[0].workload.unit, "a.service");
     }
 
     #[test]

@@ -174,6 +174,7 @@ pub struct Metrics {
     push_dropped: Family<PushLabel, Counter>,
     push_queued: Family<DestinationLabel, Gauge>,
     push_last_success: Family<DestinationLabel, Gauge>,
+    push_label_sets_folded: Counter,
 }
 
 impl Metrics {
@@ -411,6 +412,12 @@ impl Metrics {
             "Unix time of the last accepted push (0: none yet)",
             push_last_success.clone(),
         );
+        let push_label_sets_folded = Counter::default();
+        registry.register(
+            "push_label_sets_folded",
+            "Service/unit/container label sets pushed as [other services], past push_max_label_sets in an event's interval",
+            push_label_sets_folded.clone(),
+        );
         Self {
             events_sampled,
             heap,
@@ -435,6 +442,7 @@ impl Metrics {
             push_dropped,
             push_queued,
             push_last_success,
+            push_label_sets_folded,
             hook_runs,
             sampled_out,
             last_events: Mutex::new(EventCounters::default()),
@@ -942,6 +950,9 @@ impl Metrics {
     /// The pushers' counters, copied as they are now.
     pub fn observe_push(&self, pusher: &crate::export::Pusher) {
         use std::sync::atomic::Ordering::Relaxed;
+        self.push_label_sets_folded
+            .inner()
+            .store(pusher.folded_label_sets.load(Relaxed), Relaxed);
         for lane in &pusher.lanes {
             let d: Label = lane.destination.protocol.name().into();
             let st = &lane.stats;

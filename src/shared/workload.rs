@@ -32,6 +32,11 @@ pub struct Workload {
 /// `process:nginx.service`, never the host's `nginx.service`.
 pub const PROCESS_SERVICE_PREFIX: &str = "process:";
 
+/// The service, unit and container of label sets folded together past a
+/// push's cap on distinct label sets (`push_max_label_sets`): no cgroup
+/// path gives a unit of this name (units end in `.service` or `.scope`).
+pub const OTHER_SERVICES: &str = "[other services]";
+
 impl Workload {
     /// The service name: the container's short id, else a `.service` unit,
     /// else `process:COMM`. Scopes (login sessions, `systemd-run --scope`)
@@ -59,7 +64,9 @@ impl Workload {
 
     /// The service a container or `.service` unit names, if any.
     fn labelled_service<'a>(unit: &'a str, container: &'a str) -> Option<&'a str> {
-        if !container.is_empty() {
+        if unit == OTHER_SERVICES {
+            Some(OTHER_SERVICES)
+        } else if !container.is_empty() {
             Some(&container[..container.len().min(SHORT_CONTAINER_ID)])
         } else if unit.ends_with(".service") {
             Some(unit)
