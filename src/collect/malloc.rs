@@ -171,12 +171,14 @@ fn chosen(pid: Pid, targets: &MallocTargets) -> bool {
 /// The libc the process maps, as a path through its own root (containers
 /// map their own libc).
 fn libc_path(pid: Pid) -> Option<std::path::PathBuf> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    maps.lines().find_map(|line| {
-        let path = line.split_whitespace().nth(5)?;
-        let name = path.rsplit('/').next()?;
+    let maps = crate::shared::procmaps::code_maps(pid).ok()?;
+    maps.into_iter().find_map(|m| {
+        let procfs::process::MMapPath::Path(path) = m.pathname else {
+            return None;
+        };
+        let name = path.file_name()?.to_str()?;
         let is_libc = name == "libc.so.6" || (name.starts_with("libc-") && name.ends_with(".so"));
-        is_libc.then(|| format!("/proc/{pid}/root{path}").into())
+        is_libc.then(|| format!("/proc/{pid}/root{}", path.display()).into())
     })
 }
 

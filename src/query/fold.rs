@@ -25,7 +25,7 @@ struct GroupKey {
 fn service_of(row: &crate::store::Row) -> std::sync::Arc<str> {
     let w = &row.workload;
     let s = crate::shared::Workload::service(&w.unit, &w.container, &row.process_comm);
-    if s.len() == w.unit.len() && s == &*w.unit {
+    if s.len() == w.unit.len() && *s == *w.unit {
         w.unit.clone()
     } else {
         std::sync::Arc::from(s.as_ref())

@@ -2,7 +2,7 @@
 //! prometheus-client crate.
 
 use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -175,6 +175,7 @@ pub struct Metrics {
     push_queued: Family<DestinationLabel, Gauge>,
     push_last_success: Family<DestinationLabel, Gauge>,
     push_label_sets_folded: Counter,
+    proc_maps_truncated: Counter,
 }
 
 impl Metrics {
@@ -412,6 +413,12 @@ impl Metrics {
             "Unix time of the last accepted push (0: none yet)",
             push_last_success.clone(),
         );
+        let proc_maps_truncated = Counter::default();
+        registry.register(
+            "proc_maps_truncated",
+            "Reads of a process's /proc/PID/maps cut at 16 MiB read or 2 MiB of code mappings (shared::procmaps): that process's later code mappings go unnamed",
+            proc_maps_truncated.clone(),
+        );
         let push_label_sets_folded = Counter::default();
         registry.register(
             "push_label_sets_folded",
@@ -443,6 +450,7 @@ impl Metrics {
             push_queued,
             push_last_success,
             push_label_sets_folded,
+            proc_maps_truncated,
             hook_runs,
             sampled_out,
             last_events: Mutex::new(EventCounters::default()),
@@ -1005,6 +1013,9 @@ impl Metrics {
             self.heap_in_use
                 .set(i64::try_from(m.uordblks + m.hblkhd).unwrap_or(i64::MAX));
         }
+        self.proc_maps_truncated
+            .inner()
+            .store(crate::shared::procmaps::truncated(), Ordering::Relaxed);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");

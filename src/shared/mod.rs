@@ -5,6 +5,7 @@ pub mod clock;
 pub mod frame;
 pub mod hash;
 pub mod ids;
+pub mod procmaps;
 pub mod workload;
 
 pub use frame::{Frame, FrameKind, Module};

@@ -3,7 +3,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use procfs::process::{MMPermissions, MMapPath, Process};
+use procfs::process::{MMPermissions, MMapPath};
 
 use crate::shared::Pid;
 
@@ -70,7 +70,7 @@ impl ProcessMaps {
     /// (python: 60 of 600 lines). Snapshots held 6.7 MiB under churn where
     /// their estimate said 2.8.
     pub(crate) fn read(pid: Pid) -> procfs::ProcResult<Self> {
-        let maps = Process::new(pid.0 as i32)?.maps()?;
+        let maps = crate::shared::procmaps::code_maps(pid)?;
         let code = |m: &procfs::process::MemoryMap| m.perms.contains(MMPermissions::EXECUTE);
         let mut mappings: Vec<Mapping> =
             Vec::with_capacity(maps.iter().filter(|m| code(m)).count());

@@ -443,14 +443,11 @@ impl Unwinder {
     /// Reads a process's executable mappings (see [`Unwinder::note_process`]);
     /// `noted_at` is when it appeared or exec'd.
     fn read_process(&mut self, pid: Pid, noted_at: Instant) {
-        let Ok(process) = Process::new(pid.0 as i32) else {
-            return;
-        };
         let read_ns = crate::shared::clock::ktime_ns();
         let Some(uid) = real_uid(pid) else {
             return; // gone
         };
-        let Ok(maps) = process.maps() else {
+        let Ok(maps) = crate::shared::procmaps::code_maps(pid) else {
             return;
         };
         let now = Instant::now();

@@ -300,7 +300,9 @@ pub fn scan_processes() -> Vec<FoundProcess> {
         return out;
     };
     for p in procs.flatten() {
-        let Ok(maps) = p.maps() else { continue };
+        let Ok(maps) = crate::shared::procmaps::code_maps(crate::shared::Pid(p.pid as u32)) else {
+            continue;
+        };
         let (mut interp, mut libc) = (None, false);
         for m in maps {
             if !m.perms.contains(procfs::process::MMPermissions::EXECUTE) || m.inode == 0 {

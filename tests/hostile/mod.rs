@@ -830,6 +830,68 @@ fn lying_elf_header_sizes_are_refused_unread() {
     );
 }
 
+/// A local user (nobody) maps one page of a file with a 3,900-byte path
+/// 60,000 times: its `/proc/PID/maps` is 240 MB of text. The unwinder and
+/// the symbolizer each parsed it whole (procfs keeps every line and path):
+/// 293 MiB peak RSS for one such process, measured. Now only code lines
+/// are kept, and at most 16 MiB read (counted): the daemon stays within
+/// 150 MiB and goes on sampling everyone else.
+#[test]
+fn a_process_with_huge_maps_costs_a_bounded_read() {
+    require_root();
+    let dir = scratch().join("many-maps");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    let mut d = Daemon::start(&[], &[]);
+    let before = d.status_kib("VmHWM");
+    let mut user = Command::new("setpriv");
+    user.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg("/usr/bin/python3")
+        .arg(workload("many_maps.py"))
+        .arg(dir.join("t"))
+        .arg("60000")
+        .stdout(std::process::Stdio::null());
+    let w = Workload::spawn(&mut user);
+    let bin = build_c("cpu_70_30");
+    let other = Workload::spawn(Command::new(&bin).arg("30"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let lines = loop {
+        let n = std::fs::read(format!("/proc/{}/maps", w.pid()))
+            .map(|b| b.len())
+            .unwrap_or(0);
+        if n > 200 << 20 || Instant::now() > deadline {
+            break n;
+        }
+        wait(500);
+    };
+    wait(6000);
+    let m = d.get("/metrics").text();
+    let peak = d.status_kib("VmHWM");
+    let truncated = metric(&m, "emberd_proc_maps_truncated_total");
+    let folded = d
+        .get(&format!("/folded?seconds=4&pid={}", other.pid()))
+        .text();
+    let alive = d.child.try_wait().unwrap().is_none();
+    drop(w);
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("maps of {lines} bytes; daemon peak RSS {before} KiB at start, {peak} KiB after");
+    assert!(
+        lines > 200 << 20,
+        "the user's maps reached only {lines} bytes"
+    );
+    assert!(alive, "the daemon died");
+    assert!(
+        peak < 150 << 10,
+        "the daemon's peak RSS went from {before} KiB to {peak} KiB"
+    );
+    assert!(truncated >= 1.0, "the cut read should be counted:\n{m}");
+    assert!(
+        folded.contains("hot_a"),
+        "another process should still be sampled and named:\n{folded}"
+    );
+}
+
 /// A user's binary with a 4 MiB function name, spinning in that function:
 /// the name reaches /folded, the SVG and pprof cut to `MAX_NAME_BYTES`
 /// (4 KiB) with `…[+N bytes]`, so no answer holds a 4 MB line and the
