@@ -947,10 +947,16 @@ mod tests {
         };
         assert_eq!(sum(container), 7);
         let service = Selection {
-            service: Some("p3".into()),
+            service: Some("process:p3".into()),
             ..base.clone()
         };
         assert_eq!(sum(service), 11);
+        // A bare process name is no service.
+        let bare = Selection {
+            service: Some("p3".into()),
+            ..base.clone()
+        };
+        assert_eq!(sum(bare), 0);
         let short = Selection {
             service: Some(id[..12].to_owned()),
             ..base.clone()
