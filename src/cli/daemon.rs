@@ -168,6 +168,14 @@ pub struct DaemonArgs {
     /// An extra header of OTLP pushes, "Name: value" (repeatable).
     #[arg(long = "otlp-header")]
     pub otlp_headers: Vec<String>,
+    /// A user (name or uid) besides root whose socket on this host may
+    /// receive Pyroscope pushes [default: root only].
+    #[arg(long)]
+    pub pyroscope_listener_user: Option<String>,
+    /// A user (name or uid) besides root whose socket on this host may
+    /// receive OTLP pushes [default: root only].
+    #[arg(long)]
+    pub otlp_listener_user: Option<String>,
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
@@ -222,10 +230,17 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<ExitCode> {
         push_queue_intervals: args.push_queue_intervals,
         push_timeout_seconds: args.push_timeout_seconds,
         push_max_label_sets: args.push_max_label_sets,
-        pyroscope_headers: (!args.pyroscope_headers.is_empty()).then_some(args.pyroscope_headers),
-        otlp_headers: (!args.otlp_headers.is_empty()).then_some(args.otlp_headers),
+        pyroscope_headers: secrets(args.pyroscope_headers),
+        otlp_headers: secrets(args.otlp_headers),
+        pyroscope_listener_user: args.pyroscope_listener_user,
+        otlp_listener_user: args.otlp_listener_user,
     };
     let config = Config::load(args.config.as_deref(), flags)?;
     crate::daemon::run(config)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Repeated header flags as secrets (their values may be keys); none: unset.
+fn secrets(values: Vec<String>) -> Option<Vec<crate::shared::Secret>> {
+    (!values.is_empty()).then(|| values.into_iter().map(Into::into).collect())
 }

@@ -8,6 +8,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
+use crate::shared::Secret;
+
 /// Defaults of the daemon's settings.
 pub mod defaults {
     /// Default config file; a missing default file means "all defaults".
@@ -18,6 +20,13 @@ pub mod defaults {
     pub const RETENTION_SECONDS: u64 = 3600;
     /// Store budget, MiB.
     pub const MEMORY_BUDGET_MIB: u64 = 12;
+    /// Who besides root may own a local socket that receives pushes
+    /// (`pyroscope_listener_user`, `otlp_listener_user`): nobody else.
+    pub const LISTENER_USER: Option<&str> = None;
+    /// The user the installed unit runs the daemon as (`User=` in
+    /// `systemd/emberd.service`): `emberd login` trusts a daemon port held
+    /// by root or this user.
+    pub const DAEMON_USER: &str = "emberd";
 }
 
 /// Settings as written in the file or on the command line, unchecked.
@@ -129,7 +138,10 @@ pub struct RawConfig {
     /// `pyroscope_basic_auth_password_file`: a file whose first line is the basic-auth password.
     pub pyroscope_basic_auth_password_file: Option<PathBuf>,
     /// `pyroscope_headers = ["X-Scope-OrgID: team-a"]`: extra headers of Pyroscope pushes.
-    pub pyroscope_headers: Option<Vec<String>>,
+    pub pyroscope_headers: Option<Vec<Secret>>,
+    /// `pyroscope_listener_user = "alloy"`: a user (name or uid) besides
+    /// root whose socket on this host may receive Pyroscope pushes.
+    pub pyroscope_listener_user: Option<String>,
     /// `otlp_endpoint = "http://collector:4318"`: push OTLP profiles (its base URL, as OpenTelemetry exporters take it).
     pub otlp_endpoint: Option<String>,
     /// `otlp_bearer_token_file`: a file whose first line is the bearer token of OTLP pushes.
@@ -139,7 +151,10 @@ pub struct RawConfig {
     /// `otlp_basic_auth_password_file`: a file whose first line is the basic-auth password.
     pub otlp_basic_auth_password_file: Option<PathBuf>,
     /// `otlp_headers = ["X-Scope-OrgID: team-a"]`: extra headers of OTLP pushes.
-    pub otlp_headers: Option<Vec<String>>,
+    pub otlp_headers: Option<Vec<Secret>>,
+    /// `otlp_listener_user = "otelcol"`: a user (name or uid) besides root
+    /// whose socket on this host may receive OTLP pushes.
+    pub otlp_listener_user: Option<String>,
     /// `push_interval_seconds = 15`: seconds between pushes, each carrying that interval.
     pub push_interval_seconds: Option<u64>,
     /// `push_queue_intervals = 20`: unsent intervals kept per destination (then the oldest is dropped).
@@ -204,6 +219,9 @@ impl RawConfig {
                 .pyroscope_basic_auth_password_file
                 .or(self.pyroscope_basic_auth_password_file),
             pyroscope_headers: other.pyroscope_headers.or(self.pyroscope_headers),
+            pyroscope_listener_user: other
+                .pyroscope_listener_user
+                .or(self.pyroscope_listener_user),
             otlp_endpoint: other.otlp_endpoint.or(self.otlp_endpoint),
             otlp_bearer_token_file: other.otlp_bearer_token_file.or(self.otlp_bearer_token_file),
             otlp_basic_auth_user: other.otlp_basic_auth_user.or(self.otlp_basic_auth_user),
@@ -211,6 +229,7 @@ impl RawConfig {
                 .otlp_basic_auth_password_file
                 .or(self.otlp_basic_auth_password_file),
             otlp_headers: other.otlp_headers.or(self.otlp_headers),
+            otlp_listener_user: other.otlp_listener_user.or(self.otlp_listener_user),
             push_interval_seconds: other.push_interval_seconds.or(self.push_interval_seconds),
             push_queue_intervals: other.push_queue_intervals.or(self.push_queue_intervals),
             push_timeout_seconds: other.push_timeout_seconds.or(self.push_timeout_seconds),
@@ -229,7 +248,7 @@ pub struct Config {
     /// Serve on this Unix socket instead of TCP.
     pub unix_socket: Option<std::path::PathBuf>,
     /// The bearer token every route but `/healthz` needs, if configured.
-    pub auth_token: Option<String>,
+    pub auth_token: Option<Secret>,
     /// Sampling frequency per CPU.
     pub frequency_hz: u64,
     /// History kept.
@@ -297,6 +316,12 @@ impl RawConfig {
 }
 
 impl Config {
+    /// The settings of the file (`path`, or the default path if it
+    /// exists) with `flags` on top, unchecked and no secret file read.
+    pub fn load_raw(path: Option<&Path>, flags: RawConfig) -> anyhow::Result<RawConfig> {
+        Ok(RawConfig::load(path)?.overridden_by(flags))
+    }
+
     /// Reads the file (`path`, or the default path if it exists) and applies
     /// `flags` on top.
     pub fn load(path: Option<&Path>, flags: RawConfig) -> anyhow::Result<Config> {
@@ -359,7 +384,7 @@ impl Config {
 }
 
 /// `listen`, refused off loopback unless `allow_remote` says so.
-fn listen_of(raw: &RawConfig) -> anyhow::Result<SocketAddr> {
+pub fn listen_of(raw: &RawConfig) -> anyhow::Result<SocketAddr> {
     let listen_s = raw.listen.as_deref().unwrap_or(defaults::LISTEN);
     let listen: SocketAddr = listen_s
         .parse()
@@ -461,14 +486,14 @@ fn events_of(raw: &RawConfig) -> anyhow::Result<crate::collect::events::EventOpt
 }
 
 /// The first line of a secret file (`key` names the setting).
-fn secret_of(key: &str, path: &Path) -> anyhow::Result<String> {
+fn secret_of(key: &str, path: &Path) -> anyhow::Result<Secret> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("{key} = {}: cannot read it", path.display()))?;
     let secret = text.lines().next().unwrap_or("").trim().to_owned();
     if secret.is_empty() {
         bail!("{key} = {}: the first line is empty", path.display());
     }
-    Ok(secret)
+    Ok(Secret::new(secret))
 }
 
 /// A destination's credentials and headers from its `PREFIX_*` keys.
@@ -477,7 +502,8 @@ fn credentials_of(
     bearer_file: &Option<PathBuf>,
     user: &Option<String>,
     password_file: &Option<PathBuf>,
-    headers: &Option<Vec<String>>,
+    headers: &Option<Vec<Secret>>,
+    listener_user: &Option<String>,
 ) -> anyhow::Result<crate::export::Credentials> {
     let bearer = bearer_file
         .as_deref()
@@ -496,10 +522,17 @@ fn credentials_of(
     if bearer.is_some() && basic.is_some() {
         bail!("{prefix}: set a bearer token file or basic auth, not both");
     }
+    let key = format!("{prefix}_listener_user");
+    let listener = crate::shared::peer::Trusted::parse(
+        &key,
+        listener_user.as_deref().or(defaults::LISTENER_USER),
+    )
+    .map_err(anyhow::Error::msg)?;
     Ok(crate::export::Credentials {
         bearer,
         basic,
         headers: headers.clone().unwrap_or_default(),
+        listener,
     })
 }
 
@@ -514,6 +547,7 @@ pub fn push_of(raw: &RawConfig) -> anyhow::Result<Option<crate::export::PushOpti
             &raw.pyroscope_basic_auth_user,
             &raw.pyroscope_basic_auth_password_file,
             &raw.pyroscope_headers,
+            &raw.pyroscope_listener_user,
         )?;
         destinations
             .push(Destination::new(Protocol::Pyroscope, url, &creds).map_err(anyhow::Error::msg)?);
@@ -525,6 +559,7 @@ pub fn push_of(raw: &RawConfig) -> anyhow::Result<Option<crate::export::PushOpti
             &raw.otlp_basic_auth_user,
             &raw.otlp_basic_auth_password_file,
             &raw.otlp_headers,
+            &raw.otlp_listener_user,
         )?;
         destinations
             .push(Destination::new(Protocol::Otlp, url, &creds).map_err(anyhow::Error::msg)?);
@@ -562,7 +597,7 @@ pub fn push_of(raw: &RawConfig) -> anyhow::Result<Option<crate::export::PushOpti
 }
 
 /// The first line of `auth_token_file`, at least 16 characters.
-fn auth_token_of(raw: &RawConfig) -> anyhow::Result<Option<String>> {
+pub fn auth_token_of(raw: &RawConfig) -> anyhow::Result<Option<Secret>> {
     Ok(match &raw.auth_token_file {
         None => None,
         Some(path) => {
@@ -575,7 +610,7 @@ fn auth_token_of(raw: &RawConfig) -> anyhow::Result<Option<String>> {
                     path.display()
                 );
             }
-            Some(token)
+            Some(Secret::new(token))
         }
     })
 }
@@ -654,6 +689,41 @@ mod tests {
         })
         .unwrap();
         assert_eq!(ok.listen.port(), 7099);
+    }
+
+    #[test]
+    fn a_config_prints_no_secret() {
+        let dir = std::env::temp_dir().join(format!("emberd-config-debug-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |name: &str, value: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, format!("{value}\n")).unwrap();
+            p
+        };
+        let raw = RawConfig {
+            auth_token_file: Some(file("token", "auth-token-0123456789abcdef")),
+            pyroscope_url: Some("http://127.0.0.1:4040".into()),
+            pyroscope_basic_auth_user: Some("123456".into()),
+            pyroscope_basic_auth_password_file: Some(file("pw", "pyro-password-42")),
+            pyroscope_headers: Some(vec![Secret::new("X-Api-Key: header-key-77")]),
+            otlp_endpoint: Some("http://127.0.0.1:4318".into()),
+            otlp_bearer_token_file: Some(file("otlp", "otlp-bearer-99")),
+            ..Default::default()
+        };
+        let c = Config::from_raw(raw.clone()).unwrap();
+        let shown = format!("{c:?} {c:#?} {raw:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+        for secret in [
+            "auth-token-0123456789abcdef",
+            "pyro-password-42",
+            "header-key-77",
+            "otlp-bearer-99",
+            // base64 of 123456:pyro-password-42
+            "MTIzNDU2OnB5cm8tcGFzc3dvcmQtNDI",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("Secret(..)"), "{shown}");
     }
 
     #[test]

@@ -1,5 +1,12 @@
 //! Where pushes go: a base URL, its credentials and extra headers, and one
 //! HTTP/1.1 POST with a deadline.
+//!
+//! A push carries credentials and every process's stacks, so before a byte
+//! is written the connection's far end is checked: a socket of this host
+//! must be owned by root or the configured `*_listener_user`
+//! ([`crate::shared::peer`] says why and how); another host's is not
+//! checked. Credential headers are marked sensitive (hyper keeps them out
+//! of its debug output and HPACK tables) and print as `Secret(..)`.
 
 use std::time::Duration;
 
@@ -7,6 +14,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::Request;
 use hyper::header::{HeaderName, HeaderValue};
+
+use crate::shared::Secret;
+use crate::shared::peer::{Trusted, Untrusted};
 
 /// Which store a destination is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,6 +72,15 @@ pub enum PushError {
         /// The error.
         reason: String,
     },
+    /// The far end is a socket of this host owned by a user not trusted
+    /// with the credentials (or whose owner could not be told).
+    #[error("{url}: refused to push: {reason}")]
+    Untrusted {
+        /// The URL posted to.
+        url: String,
+        /// Who listens, and who may.
+        reason: Untrusted,
+    },
     /// The server answered with an error status.
     #[error("{url} answered {status}: {body}")]
     Status {
@@ -103,6 +122,20 @@ impl Drop for ConnTask {
     }
 }
 
+/// A header whose value may be a credential: it prints as `Secret(..)`.
+#[derive(Clone)]
+struct SentHeader(HeaderName, HeaderValue);
+
+impl std::fmt::Debug for SentHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.1.is_sensitive() {
+            write!(f, "{}: Secret(..)", self.0)
+        } else {
+            write!(f, "{}: {:?}", self.0, self.1)
+        }
+    }
+}
+
 /// A configured destination.
 #[derive(Debug, Clone)]
 pub struct Destination {
@@ -115,7 +148,9 @@ pub struct Destination {
     /// The request path.
     path: String,
     /// `Authorization` and extra headers.
-    headers: Vec<(HeaderName, HeaderValue)>,
+    headers: Vec<SentHeader>,
+    /// Who may own a local socket that receives the pushes.
+    listener: Trusted,
 }
 
 /// What a destination answered to a push.
@@ -127,15 +162,21 @@ pub struct Answer {
     pub body: String,
 }
 
-/// Credentials and headers of a destination, as configured.
+/// Credentials and headers of a destination, as configured, and who may
+/// receive them on this host.
 #[derive(Debug, Clone, Default)]
 pub struct Credentials {
     /// Bearer token (`Authorization: Bearer ...`).
-    pub bearer: Option<String>,
+    pub bearer: Option<Secret>,
     /// Basic auth user and password.
-    pub basic: Option<(String, String)>,
-    /// Extra headers, `Name: value` (`X-Scope-OrgID: tenant`).
-    pub headers: Vec<String>,
+    pub basic: Option<(String, Secret)>,
+    /// Extra headers, `Name: value` (`X-Scope-OrgID: tenant`). Their values
+    /// may be credentials too: each is sent marked sensitive and printed
+    /// as `Secret(..)`.
+    pub headers: Vec<Secret>,
+    /// Users besides root whose local socket may receive the pushes
+    /// (`*_listener_user`).
+    pub listener: Trusted,
 }
 
 impl Destination {
@@ -181,31 +222,40 @@ impl Destination {
         };
         let path = format!("{prefix}{}", protocol.path());
         let mut headers = Vec::new();
+        let sensitive = |mut v: HeaderValue| {
+            v.set_sensitive(true);
+            v
+        };
         if let Some(token) = &creds.bearer {
-            headers.push((
+            headers.push(SentHeader(
                 hyper::header::AUTHORIZATION,
-                HeaderValue::from_str(&format!("Bearer {token}"))
-                    .map_err(|_| format!("{key}: the bearer token is not a header value"))?,
+                sensitive(
+                    HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+                        .map_err(|_| format!("{key}: the bearer token is not a header value"))?,
+                ),
             ));
         } else if let Some((user, password)) = &creds.basic {
             use base64::Engine;
-            let enc =
-                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-            headers.push((
+            let enc = base64::engine::general_purpose::STANDARD
+                .encode(format!("{user}:{}", password.expose()));
+            headers.push(SentHeader(
                 hyper::header::AUTHORIZATION,
-                HeaderValue::from_str(&format!("Basic {enc}")).expect("base64 is a header value"),
+                sensitive(
+                    HeaderValue::from_str(&format!("Basic {enc}"))
+                        .expect("base64 is a header value"),
+                ),
             ));
         }
         for h in &creds.headers {
-            let (name, value) = h
-                .split_once(':')
-                .ok_or_else(|| format!("{key} header {h:?}: write it as \"Name: value\""))?;
-            let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
-                format!("{key} header {h:?}: {:?} is not a header name", name.trim())
+            // The name may be shown; the value is not (it may be a key).
+            let (name, value) = h.expose().split_once(':').ok_or_else(|| {
+                format!("{key} header: write it as \"Name: value\" (value not shown)")
             })?;
+            let name = HeaderName::from_bytes(name.trim().as_bytes())
+                .map_err(|_| format!("{key} header: {:?} is not a header name", name.trim()))?;
             let value = HeaderValue::from_str(value.trim())
-                .map_err(|_| format!("{key} header {h:?}: the value is not a header value"))?;
-            headers.push((name, value));
+                .map_err(|_| format!("{key} header {name}: the value is not a header value"))?;
+            headers.push(SentHeader(name, sensitive(value)));
         }
         Ok(Destination {
             protocol,
@@ -213,6 +263,7 @@ impl Destination {
             authority,
             path,
             headers,
+            listener: creds.listener.clone(),
         })
     }
 
@@ -232,6 +283,28 @@ impl Destination {
                 .map_err(|e| PushError::Connect {
                     url: url.clone(),
                     reason: e.to_string(),
+                })?;
+            // Who reads what we send, before anything is sent.
+            let (local, peer) = (
+                stream.local_addr().map_err(|e| PushError::Connect {
+                    url: url.clone(),
+                    reason: e.to_string(),
+                })?,
+                stream.peer_addr().map_err(|e| PushError::Connect {
+                    url: url.clone(),
+                    reason: e.to_string(),
+                })?,
+            );
+            let trusted = self.listener.clone();
+            tokio::task::spawn_blocking(move || crate::shared::peer::check(local, peer, &trusted))
+                .await
+                .map_err(|e| PushError::Http {
+                    url: url.clone(),
+                    reason: e.to_string(),
+                })?
+                .map_err(|reason| PushError::Untrusted {
+                    url: url.clone(),
+                    reason,
                 })?;
             let _ = stream.set_nodelay(true);
             let (mut send, conn) =
@@ -255,7 +328,7 @@ impl Destination {
             if self.protocol == Protocol::Pyroscope {
                 req = req.header("connect-protocol-version", "1");
             }
-            for (k, v) in &self.headers {
+            for SentHeader(k, v) in &self.headers {
                 req = req.header(k, v);
             }
             let req = req.body(Full::new(body)).map_err(|e| PushError::Http {
@@ -318,19 +391,36 @@ mod tests {
     #[test]
     fn credentials_and_headers() {
         let c = Credentials {
-            basic: Some(("123".into(), "secret".into())),
-            headers: vec!["X-Scope-OrgID: tenant-a".into()],
+            basic: Some(("123".into(), Secret::new("secret"))),
+            headers: vec![Secret::new("X-Scope-OrgID: tenant-a")],
             ..Default::default()
         };
         let d = Destination::new(Protocol::Pyroscope, "http://p:4040", &c).unwrap();
         assert_eq!(d.headers[0].1, "Basic MTIzOnNlY3JldA==");
         assert_eq!(d.headers[1].0, "x-scope-orgid");
         assert_eq!(d.headers[1].1, "tenant-a");
+        assert!(d.headers.iter().all(|h| h.1.is_sensitive()));
         let bad = Credentials {
-            headers: vec!["no colon".into()],
+            headers: vec![Secret::new("no colon")],
             ..Default::default()
         };
         assert!(Destination::new(Protocol::Pyroscope, "http://p:4040", &bad).is_err());
+    }
+
+    #[test]
+    fn a_destination_prints_no_credential() {
+        let c = Credentials {
+            bearer: Some(Secret::new("tok-123456789")),
+            headers: vec![Secret::new("X-Api-Key: key-987654321")],
+            ..Default::default()
+        };
+        let d = Destination::new(Protocol::Otlp, "http://c:4318", &c).unwrap();
+        let shown = format!("{d:?} {c:?}");
+        assert!(
+            !shown.contains("tok-123456789") && !shown.contains("key-987654321"),
+            "{shown}"
+        );
+        assert!(shown.contains("x-api-key: Secret(..)"), "{shown}");
     }
 
     #[test]

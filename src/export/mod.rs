@@ -80,8 +80,11 @@ pub struct PushOptions {
 pub struct PushStats {
     /// Pushes the destination accepted.
     pub pushed: AtomicU64,
-    /// Pushes that failed (each retry counts).
+    /// Pushes that failed (each retry counts), but those refused below.
     pub failed: AtomicU64,
+    /// Pushes not sent because a local socket of an untrusted user held
+    /// the destination's port (each retry counts).
+    pub refused_listener: AtomicU64,
     /// Body bytes of accepted pushes (compressed, as sent).
     pub bytes: AtomicU64,
     /// Payloads dropped because the queue was full (the oldest goes).
@@ -266,6 +269,9 @@ async fn send_loop(lane: Arc<Lane>, timeout: Duration) {
     };
     let mut backoff = FIRST_BACKOFF;
     let mut failing = false;
+    // Whether the streak's failures are refusals of the listener: a change
+    // of kind is logged once too.
+    let mut refusing = false;
     loop {
         let Some(p) = lane.front() else {
             lane.ready.notified().await;
@@ -291,8 +297,13 @@ async fn send_loop(lane: Arc<Lane>, timeout: Duration) {
                 backoff = FIRST_BACKOFF;
             }
             Err(e) => {
-                stats.failed.fetch_add(1, Ordering::Relaxed);
-                if !failing {
+                let refused = matches!(e, PushError::Untrusted { .. });
+                if refused {
+                    stats.refused_listener.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    stats.failed.fetch_add(1, Ordering::Relaxed);
+                }
+                if !failing || refused != refusing {
                     tracing::warn!(
                         "push of [{}, {}) failed: {e}; retrying (backoff up to {} s, {} intervals kept)",
                         p.window.0,
@@ -302,6 +313,7 @@ async fn send_loop(lane: Arc<Lane>, timeout: Duration) {
                     );
                 }
                 failing = true;
+                refusing = refused;
                 if !e.retryable() {
                     stats.dropped_rejected.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(

@@ -8,6 +8,7 @@
 //! finish their request and close.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,11 +30,43 @@ pub const MAX_CONNECTIONS: usize = 512;
 /// Largest request head, in bytes (hyper's read buffer).
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 
+/// The two ends of a TCP connection, a request extension: a login looks
+/// up who owns the far end ([`crate::shared::peer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ends {
+    /// The daemon's end.
+    pub local: SocketAddr,
+    /// The client's end.
+    pub peer: SocketAddr,
+}
+
+/// A connection that may know its two ends.
+pub trait Addressed {
+    /// Its ends, for TCP.
+    fn ends(&self) -> Option<Ends>;
+}
+
+impl Addressed for tokio::net::TcpStream {
+    fn ends(&self) -> Option<Ends> {
+        Some(Ends {
+            local: self.local_addr().ok()?,
+            peer: self.peer_addr().ok()?,
+        })
+    }
+}
+
+impl Addressed for tokio::net::UnixStream {
+    fn ends(&self) -> Option<Ends> {
+        None
+    }
+}
+
 /// Serves `router` on `listener` until `shutdown` completes, then lets open
 /// connections finish their request (the caller bounds how long).
 pub async fn serve<L>(mut listener: L, router: Router, shutdown: impl Future<Output = ()>)
 where
     L: Listener,
+    L::Io: Addressed,
 {
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let graceful = GracefulShutdown::new();
@@ -53,7 +86,11 @@ where
             a = listener.accept() => a,
             _ = &mut shutdown => break,
         };
-        let service = TowerToHyperService::new(router.clone());
+        // Each request of the connection carries its ends (`Option<Ends>`).
+        let service = TowerToHyperService::new(tower_layer::Layer::layer(
+            &axum::Extension(io.ends()),
+            router.clone(),
+        ));
         let conn = graceful.watch(builder.serve_connection(TokioIo::new(io), service));
         tokio::spawn(async move {
             if let Err(e) = conn.await {

@@ -386,7 +386,7 @@ impl Metrics {
         let pushes = Family::<PushLabel, Counter>::default();
         registry.register(
             "push",
-            "Pushes to Pyroscope or OTLP by destination and result (ok, failed; each retry counts)",
+            "Pushes to Pyroscope or OTLP by destination and result (ok; failed; refused_listener: the port was held by a local user not trusted with the credentials, nothing sent; each retry counts)",
             pushes.clone(),
         );
         let push_bytes = Family::<DestinationLabel, Counter>::default();
@@ -974,6 +974,11 @@ impl Metrics {
             };
             set(&self.pushes, "ok", st.pushed.load(Relaxed));
             set(&self.pushes, "failed", st.failed.load(Relaxed));
+            set(
+                &self.pushes,
+                "refused_listener",
+                st.refused_listener.load(Relaxed),
+            );
             set(
                 &self.push_dropped,
                 "queue_full",

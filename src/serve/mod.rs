@@ -253,9 +253,10 @@ pub struct Access {
     /// Host names (lower case) the `Host` header may carry besides IP
     /// literals and `localhost`.
     pub allowed_hosts: Vec<String>,
-    /// The bearer token every route but `/healthz` and `/login` needs, if set.
-    pub token: Option<String>,
-    /// Browser logins: one-time codes and session cookies (see [`auth`]).
+    /// The bearer token every route but `/healthz`, `/login` and the
+    /// page's static files needs, if set.
+    pub token: Option<crate::shared::Secret>,
+    /// Browser logins: one-time codes, sessions, view tickets (see [`auth`]).
     pub logins: auth::Logins,
 }
 
@@ -292,7 +293,7 @@ impl Access {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or("");
-        constant_time_eq(given.as_bytes(), token.as_bytes())
+        constant_time_eq(given.as_bytes(), token.expose().as_bytes())
     }
 }
 
@@ -354,9 +355,9 @@ async fn limits(State(st): State<AppState>, req: Request, next: Next) -> Respons
 }
 
 /// Refuses requests without a proper `Host` (400), for other hosts (421),
-/// from other sites' pages (403, see [`origin`]) and without the token or
-/// a login session (401).
-async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
+/// from other sites' pages (403, see [`origin`]) and without the token, a
+/// login session or a view ticket (401).
+async fn guard(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
     let refused = |r: origin::Refusal| (r.status(), format!("{r}\n")).into_response();
     let host = match origin::host(req.version(), req.headers()) {
         Ok(h) => h,
@@ -377,7 +378,22 @@ async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response
         return refused(r);
     }
     if !auth::open_route(req.uri().path()) && !st.access.allows(&req) {
-        return auth::unauthorized();
+        if !st.access.view_allowed(&req) {
+            return auth::unauthorized();
+        }
+        // The ticket is spent; the route reads the query without it.
+        if let Some((_, rest)) = req.uri().query().and_then(auth::split_view) {
+            let path = req.uri().path().to_owned();
+            let pq = if rest.is_empty() {
+                path
+            } else {
+                format!("{path}?{rest}")
+            };
+            match pq.parse() {
+                Ok(uri) => *req.uri_mut() = uri,
+                Err(_) => return auth::unauthorized(),
+            }
+        }
     }
     next.run(req).await
 }
@@ -529,7 +545,9 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .route("/login", get(auth::redeem).post(auth::mint))
+        .route("/login", get(auth::old_login).post(auth::mint))
+        .route("/login/session", axum::routing::post(auth::redeem))
+        .route("/login/view", axum::routing::post(auth::view))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), limits))
         .layer(middleware::from_fn_with_state(state.clone(), guard))

@@ -5,10 +5,13 @@ pub mod clock;
 pub mod frame;
 pub mod hash;
 pub mod ids;
+pub mod peer;
 pub mod procmaps;
+pub mod secret;
 pub mod workload;
 
 pub use frame::{Frame, FrameKind, Module};
 pub(crate) use hash::{FastMap, FastSet};
 pub use ids::{Pid, Tid};
+pub use secret::Secret;
 pub use workload::Workload;

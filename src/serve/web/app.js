@@ -72,11 +72,53 @@
     return p;
   }
 
-  // The session cookie of `emberd login` (HttpOnly: this script never
-  // sees it) goes with every request to this origin; said, not assumed.
+  // Login (src/serve/auth.rs says why): `emberd login` prints this page's
+  // URL with a one-time code in the fragment (#login=CODE), which is never
+  // sent to a server. The code leaves the address bar at once and is
+  // traded for a session kept in this tab's sessionStorage, which only this
+  // origin (this daemon's port) can read; the session goes as a header on
+  // this page's own requests, never as a cookie (a cookie would go to every
+  // port of the host). No cookie is sent at all (credentials: 'omit').
+  const SESSION_KEY = 'emberd_session';
+  const SESSION_HEADER = 'X-Emberd-Session';
+
+  function takeLoginCode() {
+    const h = new URLSearchParams(location.hash.slice(1));
+    const code = h.get('login');
+    if (!code) return '';
+    h.delete('login');
+    const rest = h.toString();
+    history.replaceState(null, '', location.pathname + location.search + (rest ? '#' + rest : ''));
+    return code;
+  }
+
+  async function login(code) {
+    if (!code) return;
+    const r = await fetch('login/session', { method: 'POST', body: code, credentials: 'omit' });
+    const text = (await r.text()).trim();
+    if (!r.ok) throw new Error(text || r.statusText);
+    if (text) sessionStorage.setItem(SESSION_KEY, text);
+  }
+
+  function authHeaders() {
+    const s = sessionStorage.getItem(SESSION_KEY);
+    return s ? { [SESSION_HEADER]: s } : {};
+  }
+
+  // A framed SVG is loaded by URL, which carries no header: with a session
+  // it carries a one-time view ticket instead (POST /login/view).
+  async function viewUrl(url) {
+    const h = authHeaders();
+    if (!h[SESSION_HEADER]) return url;
+    const r = await fetch('login/view', { method: 'POST', credentials: 'omit', headers: h });
+    if (!r.ok) return url;
+    return url + '&view=' + encodeURIComponent((await r.text()).trim());
+  }
+  api.loggedIn = () => !!sessionStorage.getItem(SESSION_KEY);
+
   // A 401's text says how to log in.
   async function fetchJson(url) {
-    const r = await fetch(url, { credentials: 'same-origin' });
+    const r = await fetch(url, { credentials: 'omit', headers: authHeaders() });
     const text = await r.text();
     if (!r.ok) throw new Error(text.trim() || r.statusText);
     return JSON.parse(text);
@@ -721,7 +763,11 @@
       status(`${state.phases} phases of the selected range`);
     }
     const frame = $('compared');
-    if (frame.getAttribute('src') !== url) frame.setAttribute('src', url);
+    if (frame.dataset.view === url) return;
+    frame.dataset.view = url;
+    viewUrl(url).then((u) => {
+      if (frame.dataset.view === url) frame.setAttribute('src', u);
+    });
   }
 
   function fmt(v) {
@@ -846,6 +892,7 @@
   }
 
   function init() {
+    const code = takeLoginCode();
     const sel = $('event');
     for (const e of EVENTS) sel.add(new Option(e, e));
     readHash();
@@ -928,7 +975,10 @@
     window.addEventListener('hashchange', onHashChange);
     window.addEventListener('popstate', onHashChange);
     window.addEventListener('resize', () => { width = 0; drawHeat(); draw(); });
-    loadHeat().then(loadProfile);
+    login(code).then(() => loadHeat().then(loadProfile), (e) => {
+      api.error = e.message;
+      $('selection-info').textContent = e.message;
+    });
   }
 
   init();
