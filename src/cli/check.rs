@@ -508,6 +508,14 @@ pub fn destinations(raw: &crate::daemon::config::RawConfig) -> Vec<Item> {
                     status: Status::Degraded,
                     detail: e.to_string(),
                 },
+                Err(e @ crate::export::PushError::Untrusted { .. }) => Item {
+                    what,
+                    status: Status::Degraded,
+                    detail: format!(
+                        "{e}; if that user runs your collector, set {}_listener_user",
+                        d.protocol.name()
+                    ),
+                },
                 Err(e) => Item {
                     what,
                     status: Status::Degraded,

@@ -66,7 +66,13 @@ impl Installed {
 
     /// `emberd login` as a member of the group (user nobody otherwise).
     fn login(&self, d: &Daemon) -> String {
-        let out = as_nobody(
+        self.login_as(65534, d)
+    }
+
+    /// `emberd login` as `uid`, a member of the group.
+    fn login_as(&self, uid: u32, d: &Daemon) -> String {
+        let out = as_user(
+            uid,
             Some(self.gid),
             &format!(
                 "{} login --config {} --listen 127.0.0.1:{}",
@@ -78,7 +84,7 @@ impl Installed {
         let url = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         assert!(
             out.status.success()
-                && url.starts_with(&format!("http://127.0.0.1:{}/login?code=", d.port)),
+                && url.starts_with(&format!("http://127.0.0.1:{}/#login=", d.port)),
             "emberd login as a member of the group: {url} {}",
             String::from_utf8_lossy(&out.stderr)
         );
@@ -111,8 +117,14 @@ fn install_token(path: &std::path::Path, group: &str) {
 /// Runs `script` with `sh -c` as user nobody, in group `gid` besides
 /// nobody's own if given (a member of the token's group), else in none.
 fn as_nobody(gid: Option<u32>, script: &str) -> Output {
+    as_user(65534, gid, script)
+}
+
+/// Runs `script` with `sh -c` as `uid` (group 65534), in group `gid`
+/// besides if given, else in none.
+fn as_user(uid: u32, gid: Option<u32>, script: &str) -> Output {
     let mut c = Command::new("setpriv");
-    c.args(["--reuid=65534", "--regid=65534"]);
+    c.arg(format!("--reuid={uid}")).arg("--regid=65534");
     match gid {
         Some(g) => c.arg(format!("--groups={g}")),
         None => c.arg("--clear-groups"),
@@ -148,12 +160,24 @@ fn documented_curl(gid: Option<u32>, token: &std::path::Path, url: &str) -> (u16
 
 /// A raw request with extra header lines (each ending in CRLF).
 fn request(port: u16, method: &str, path: &str, headers: &str) -> HttpResponse {
+    request_with_body(port, method, path, headers, "")
+}
+
+/// A raw request with extra header lines and a body.
+fn request_with_body(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &str,
+) -> HttpResponse {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     write!(
         s,
-        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n{headers}\r\n"
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n{headers}\r\n{body}",
+        body.len()
     )
     .unwrap();
     let mut raw = Vec::new();
@@ -239,7 +263,7 @@ fn token_file_lets_only_root_and_its_group_read_profiles() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stdout.starts_with("401") && !stdout.contains("login?code") && !out.status.success(),
+        stdout.starts_with("401") && !stdout.contains("#login=") && !out.status.success(),
         "nobody gets no profile and no login: {stdout} {stderr}"
     );
     assert!(
@@ -288,13 +312,15 @@ fn token_file_lets_only_root_and_its_group_read_profiles() {
     );
 }
 
-/// `GET /login?code=` spends the code: the first visit sets an HttpOnly,
-/// SameSite=Strict session cookie that reads profiles, a second visit with
-/// the same code gets 401 with the reason, and so does a code older than
-/// 60 s. A session cannot mint codes (`POST /login` needs the token
-/// itself), and a made-up session reads nothing. Codes waiting and
-/// sessions are bounded in count, and 6,000 logins and bad codes leave RSS
-/// within 4 MiB.
+/// `emberd login` prints `http://HOST:PORT/#login=CODE`: the code rides in
+/// the fragment, never sent to a server. `POST /login/session` with the
+/// code spends it and answers a session in its body, setting no cookie;
+/// the session reads profiles as `X-Emberd-Session` (and not as a cookie),
+/// a second use of the code gets 401 with the reason, and so does a code
+/// older than 60 s. A session cannot mint codes (`POST /login` needs the
+/// token itself), a made-up session reads nothing, and the old form of the
+/// URL (`GET /login?code=`) spends nothing. Codes waiting and sessions are
+/// bounded in count, and 6,000 logins and bad codes leave RSS within 6 MiB.
 #[test]
 fn login_codes_work_once_and_expire() {
     require_root();
@@ -303,48 +329,67 @@ fn login_codes_work_once_and_expire() {
     let bearer = format!("Authorization: Bearer {}\r\n", token.trim());
     let d = inst.daemon();
     let minted = Instant::now();
-    let old = inst.login(&d);
-    let path = |url: &str| url[url.find("/login").unwrap()..].to_owned();
-    let old = path(&old);
+    let code_of = |url: &str| {
+        url[url
+            .find("#login=")
+            .unwrap_or_else(|| panic!("no #login= in {url}"))
+            + "#login=".len()..]
+            .trim()
+            .to_owned()
+    };
+    let redeem = |code: &str| request_with_body(d.port, "POST", "/login/session", "", code);
+    let old = code_of(&inst.login(&d));
 
-    let fresh = path(&inst.login(&d));
-    let r = request(d.port, "GET", &fresh, "");
-    assert_eq!(r.status, 303, "{}", r.text());
-    assert_eq!(r.header("location"), Some("/"));
-    let cookie = r.header("set-cookie").unwrap_or_default().to_owned();
-    for attr in ["HttpOnly", "SameSite=Strict", "Path=/"] {
-        assert!(cookie.contains(attr), "{attr} in {cookie}");
-    }
-    let session = cookie.split(';').next().unwrap().to_owned();
+    let fresh = code_of(&inst.login(&d));
+    let r = request(d.port, "GET", &format!("/login?code={fresh}"), "");
+    assert_eq!(
+        r.status,
+        410,
+        "the old URL form spends nothing: {}",
+        r.text()
+    );
+    let r = redeem(&fresh);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.header("set-cookie").is_none(),
+        "no cookie: {:?}",
+        r.headers
+    );
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    let session = r.text().trim().to_owned();
+    assert_eq!(session.len(), 32, "{session}");
+    let with_session = format!("X-Emberd-Session: {session}\r\n");
+    let r = request(d.port, "GET", "/folded?seconds=5", &with_session);
+    assert_eq!(r.status, 200, "the session reads profiles: {}", r.text());
     let r = request(
         d.port,
         "GET",
         "/folded?seconds=5",
-        &format!("Cookie: {session}\r\n"),
+        &format!("Cookie: emberd_session={session}\r\n"),
     );
-    assert_eq!(r.status, 200, "the session reads profiles: {}", r.text());
+    assert_eq!(r.status, 401, "a session is no cookie: {}", r.text());
 
-    let r = request(d.port, "GET", &fresh, "");
+    let r = redeem(&fresh);
     assert_eq!(r.status, 401, "a used code: {}", r.text());
     assert!(r.text().contains("used or expired"), "{}", r.text());
-    assert!(r.header("set-cookie").is_none());
 
-    let r = request(d.port, "POST", "/login", &format!("Cookie: {session}\r\n"));
+    let r = request(d.port, "POST", "/login", &with_session);
     assert_eq!(r.status, 401, "a session minting a code: {}", r.text());
     let r = request(
         d.port,
         "GET",
         "/folded?seconds=5",
-        "Cookie: emberd_session=00000000000000000000000000000000\r\n",
+        "X-Emberd-Session: 00000000000000000000000000000000\r\n",
     );
     assert_eq!(r.status, 401, "a made-up session: {}", r.text());
     let r = request(d.port, "POST", "/login", &bearer);
     assert_eq!(r.status, 200, "the token mints codes: {}", r.text());
+    assert!(r.text().starts_with("/#login="), "{}", r.text());
 
     // The first code, never used, after its 60 s.
     let left = Duration::from_secs(61).saturating_sub(minted.elapsed());
     std::thread::sleep(left);
-    let r = request(d.port, "GET", &old, "");
+    let r = redeem(&old);
     assert_eq!(r.status, 401, "a code after 61 s: {}", r.text());
     assert!(r.text().contains("used or expired"), "{}", r.text());
 
@@ -370,7 +415,7 @@ fn login_codes_work_once_and_expire() {
         .map(|_| request(d.port, "POST", "/login", &bearer))
         .map(|r| {
             assert_eq!(r.status, 200, "{}", r.text());
-            r.text().trim().to_owned()
+            code_of(&r.text())
         })
         .collect();
     let r = request(d.port, "POST", "/login", &bearer);
@@ -383,18 +428,15 @@ fn login_codes_work_once_and_expire() {
         r.text()
     );
     for code in &codes {
-        assert_eq!(request(d.port, "GET", code, "").status, 303);
+        assert_eq!(redeem(code).status, 200);
     }
     for i in 0..12000 {
-        let path = if i % 3 == 0 {
-            request(d.port, "POST", "/login", &bearer)
-                .text()
-                .trim()
-                .to_owned()
+        let code = if i % 3 == 0 {
+            code_of(&request(d.port, "POST", "/login", &bearer).text())
         } else {
-            format!("/login?code={i:032x}")
+            format!("{i:032x}")
         };
-        request(d.port, "GET", &path, "");
+        redeem(&code);
     }
     let after = rss(&d);
     let grown = store_kib(&d).saturating_sub(store_before);
@@ -408,21 +450,115 @@ fn login_codes_work_once_and_expire() {
         after.0 < before.0 + 6144 + grown && after.1 < before.1 + 6144 + grown,
         "RSS, HWM {before:?} KiB -> {after:?} KiB, the stores grew {grown} KiB"
     );
+    let r = request(d.port, "GET", "/folded?seconds=5", &with_session);
+    assert_eq!(r.status, 401, "the oldest session ended: {}", r.text());
+}
+
+/// Issue 41: a login URL seen by another local user (a browser's argv is
+/// readable by all in /proc) is worth nothing to them: the code is bound to
+/// the user who ran `emberd login`. Another unprivileged user (uid 65533)
+/// spending it gets 403 naming whom it is for, and the code is not spent:
+/// its own user (nobody, a member of the group) then logs in with it.
+#[test]
+fn a_login_code_works_only_for_the_user_who_asked() {
+    require_root();
+    let inst = Installed::new("u");
+    let d = inst.daemon();
+    let url = inst.login_as(65534, &d);
+    let code = &url[url.find("#login=").unwrap() + "#login=".len()..];
+    let spend = |uid: u32| {
+        let out = as_user(
+            uid,
+            None,
+            &format!(
+                "curl -sS -w '\\n%{{http_code}}' --data-binary '{code}' 'http://127.0.0.1:{}/login/session'",
+                d.port
+            ),
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+        assert!(
+            !status.trim().is_empty(),
+            "curl gave no status: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (status.trim().to_owned(), body.trim().to_owned())
+    };
+    let (status, body) = spend(65533);
+    assert_eq!(status, "403", "another user spending the code: {body}");
+    assert!(
+        body.contains("made for nobody") && body.contains("uid 65533"),
+        "the refusal says whose code it is: {body}"
+    );
+    let (status, session) = spend(65534);
+    assert_eq!(status, "200", "its own user, after the refusal: {session}");
     let r = request(
         d.port,
         "GET",
         "/folded?seconds=5",
-        &format!("Cookie: {session}\r\n"),
+        &format!("X-Emberd-Session: {session}\r\n"),
     );
-    assert_eq!(r.status, 401, "the oldest session ended: {}", r.text());
+    assert_eq!(r.status, 200, "the session reads profiles: {}", r.text());
 }
 
-/// Under the installed token, in Chromium: the page without a login is a
-/// 401 that says how to log in; the URL `emberd login` prints (run by a
-/// member of the group) logs the browser in, and the page loads with no
-/// console errors, nothing from elsewhere, a cookie its script cannot read,
-/// and a flame graph of cpu_70_30 drawn in proportion (hot_a ~70% of
-/// hot_a + hot_b).
+/// Issue 41: while emberd is down, a local user (nobody) holds its port.
+/// `emberd login`, run by a member of the token's group, connects, finds
+/// the port held by nobody, sends nothing (not the token, not a byte) and
+/// exits non-zero saying who holds it. It reads only the token file: push
+/// secrets in the same config (a password file only root may read) are not
+/// opened, so once the real daemon (root) is up the member logs in.
+#[test]
+fn emberd_login_sends_no_token_to_a_port_another_user_holds() {
+    require_root();
+    let inst = Installed::new("e");
+    let token = std::fs::read_to_string(&inst.token).unwrap();
+    let password = inst.dir.join("pyroscope-password");
+    std::fs::write(&password, "push-password-0123\n").unwrap();
+    std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut config = std::fs::read_to_string(&inst.config).unwrap();
+    config.push_str(&format!(
+        "pyroscope_url = \"http://127.0.0.1:9\"\npyroscope_basic_auth_user = \"1\"\npyroscope_basic_auth_password_file = {password:?}\n"
+    ));
+    std::fs::write(&inst.config, config).unwrap();
+
+    let spy = Eavesdropper::start(0);
+    let out = as_user(
+        65534,
+        Some(inst.gid),
+        &format!(
+            "{} login --config {} --listen 127.0.0.1:{}",
+            env!("CARGO_BIN_EXE_emberd"),
+            inst.config.display(),
+            spy.port
+        ),
+    );
+    let heard = spy.stop();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && out.stdout.is_empty(),
+        "emberd login against nobody's port: {} {stderr}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        stderr.contains("not sending the token") && stderr.contains("nobody"),
+        "it says why: {stderr}"
+    );
+    assert!(
+        !heard.contains(token.trim()) && heard.replace("\n[connection]\n", "").is_empty(),
+        "nobody's server received {heard:?}"
+    );
+
+    let d = inst.daemon();
+    inst.login(&d);
+}
+
+/// Under the installed token, in Chromium: the page without a login loads
+/// (it holds no profile) and says how to log in, reading nothing (401); the
+/// URL `emberd login` prints (run by a member of the group) logs the
+/// browser in, and the page loads with no console errors, nothing from
+/// elsewhere, no cookie at all, the code gone from the address bar, the
+/// session in this tab's sessionStorage, and a flame graph of cpu_70_30
+/// drawn in proportion (hot_a ~70% of hot_a + hot_b).
 #[test]
 fn web_page_works_after_login_under_the_installed_token() {
     require_root();
@@ -438,13 +574,25 @@ fn web_page_works_after_login_under_the_installed_token() {
 
     let b = Browser::start();
     b.goto(&format!("{origin}/"));
-    let v = b.eval(
-        "return [performance.getEntriesByType('navigation')[0].responseStatus, document.body.innerText, typeof window.emberd];",
-    );
-    assert_eq!(v[0].as_u64(), Some(401), "the page without a login: {v}");
+    let t0 = Instant::now();
+    let v = loop {
+        let v = b.eval(
+            "return [window.emberd ? window.emberd.error : '', document.body.innerText, window.emberd ? Object.keys(window.emberd.frameTotals()).length : -1];",
+        );
+        if !v[0].as_str().unwrap_or_default().is_empty() {
+            break v;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the page without a login says nothing: {v}"
+        );
+        wait(100);
+    };
     assert!(
-        v[1].as_str().unwrap_or_default().contains("emberd login") && v[2] == "undefined",
-        "the 401 says how to log in, and no page runs: {v}"
+        v[0].as_str().unwrap_or_default().contains("emberd login")
+            && v[1].as_str().unwrap_or_default().contains("emberd login")
+            && v[2] == 0,
+        "the page without a login says how to log in, and reads no profile: {v}"
     );
     // Read (and so cleared) before the login: the console holds the 401s.
     let before = b.console_errors();
@@ -453,20 +601,28 @@ fn web_page_works_after_login_under_the_installed_token() {
         "the browser saw the 401: {before:?}"
     );
 
+    // Opened in the same tab: a change of the fragment only, as when the
+    // URL is pasted over the page that asked for a login.
     let url = inst.login(&d);
     b.goto(&url);
-    // The page writes its state into the fragment once it runs.
-    let here = b.eval("return location.origin + location.pathname;");
-    assert_eq!(
-        here.as_str(),
-        Some(format!("{origin}/").as_str()),
-        "redirected to the page"
-    );
     page_loaded(&b, &origin, &shots.join("login-loaded.png"));
+    let here = b.eval(
+        "return [location.origin + location.pathname, location.hash, document.cookie, sessionStorage.getItem('emberd_session')];",
+    );
     assert_eq!(
-        b.eval("return document.cookie;").as_str(),
-        Some(""),
-        "the session cookie is HttpOnly"
+        here[0].as_str(),
+        Some(format!("{origin}/").as_str()),
+        "{here}"
+    );
+    assert!(
+        !here[1].as_str().unwrap_or_default().contains("login"),
+        "the code left the address bar: {here}"
+    );
+    assert_eq!(here[2].as_str(), Some(""), "no cookie: {here}");
+    assert_eq!(
+        here[3].as_str().map(str::len),
+        Some(32),
+        "the session is in this tab's sessionStorage: {here}"
     );
     let t = b.eval("return window.emberd.frameTotals();");
     let (a, bw) = (
@@ -487,4 +643,104 @@ fn web_page_works_after_login_under_the_installed_token() {
         warm.as_u64().unwrap_or(0) > 10_000,
         "the flame graph is drawn: {warm} warm pixels"
     );
+}
+
+/// Issue 41: after a browser login, another local user's web server on
+/// another loopback port (run as nobody) gets no credential. The logged-in
+/// emberd page fetches from it and loads an image from it, then the
+/// browser navigates to it: it receives no `emberd_session` cookie, no
+/// session header, no token, and any cookie it did receive is refused by
+/// the daemon (401). The page still works: the flame graph of cpu_70_30
+/// loads, and so does a differential view (an SVG in a frame, loaded by URL
+/// with a one-time view ticket, which a second load cannot reuse).
+#[test]
+fn a_browser_session_reaches_no_other_loopback_port() {
+    require_root();
+    let inst = Installed::new("s");
+    let token = std::fs::read_to_string(&inst.token).unwrap();
+    let bin = build_c("cpu_70_30");
+    let _w = Workload::spawn(Command::new(&bin).arg("40"));
+    let d = inst.daemon();
+    wait_for_samples(&d, token.trim(), 100);
+    let spy = Eavesdropper::start(0);
+    let elsewhere = format!("http://127.0.0.1:{}", spy.port);
+
+    let b = Browser::start();
+    b.goto(&inst.login(&d));
+    crate::web::wait_loads(&b, 1);
+    let t = b.eval("return window.emberd.frameTotals();");
+    assert!(
+        t["hot_a"].as_f64().unwrap_or(0.0) > 0.0,
+        "the page works after the login: {t}"
+    );
+
+    // A differential view of the last minute: a frame loaded by URL.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    b.eval(&format!(
+        "location.hash = 'event=cpu&range=300&from={}&to={}&before={},{}';",
+        now - 10,
+        now - 2,
+        now - 20,
+        now - 10
+    ));
+    let t0 = Instant::now();
+    let src = loop {
+        let v = b.eval(
+            "var f = document.getElementById('compared'), d = f.contentDocument;
+             return [f.getAttribute('src'), d ? d.querySelectorAll('g.f').length : 0];",
+        );
+        if v[1].as_u64().unwrap_or(0) > 0 {
+            break v[0].as_str().unwrap_or_default().to_owned();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no differential view shown: {v}"
+        );
+        wait(200);
+    };
+    assert!(
+        src.contains("&view="),
+        "the frame's URL carries a ticket: {src}"
+    );
+    let r = request(d.port, "GET", &format!("/{src}"), "");
+    assert_eq!(r.status, 401, "a spent ticket loads nothing: {}", r.text());
+
+    // The emberd page reaches out to the other port, then the browser goes there.
+    b.eval(&format!(
+        "fetch('{elsewhere}/fetched', {{credentials: 'include', mode: 'no-cors'}}).catch(function () {{}});
+         new Image().src = '{elsewhere}/image.png';"
+    ));
+    wait(1000);
+    b.goto(&format!("{elsewhere}/visited"));
+    wait(500);
+    let heard = spy.stop();
+    for path in ["/fetched", "/image.png", "/visited"] {
+        assert!(
+            heard.contains(&format!("GET {path} ")),
+            "the browser did reach the other port ({path}): {heard}"
+        );
+    }
+    let lower = heard.to_ascii_lowercase();
+    assert!(
+        !lower.contains("emberd_session")
+            && !lower.contains("x-emberd-session")
+            && !lower.contains("authorization")
+            && !heard.contains(token.trim()),
+        "the other port got a credential: {heard}"
+    );
+    for cookie in heard
+        .lines()
+        .filter_map(|l| l.strip_prefix("Cookie: ").or(l.strip_prefix("cookie: ")))
+    {
+        let r = request(
+            d.port,
+            "GET",
+            "/folded?seconds=5",
+            &format!("Cookie: {}\r\n", cookie.trim()),
+        );
+        assert_eq!(r.status, 401, "a cookie the other port got: {cookie}");
+    }
 }

@@ -415,3 +415,91 @@ pub fn metric(text: &str, name: &str) -> f64 {
         .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
         .unwrap_or(0.0)
 }
+
+/// A TCP server run as user `nobody` on a loopback port, as any local user
+/// may run one while the port's real server is down: it writes down every
+/// byte it receives, and answers each request head with a small HTML page
+/// (so a browser's navigation to it completes).
+pub struct Eavesdropper {
+    child: Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+    /// Its port.
+    pub port: u16,
+}
+
+const EAVESDROPPER: &str = r#"
+import socket, sys, threading
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(64)
+lock = threading.Lock()
+def say(text):
+    with lock:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+print("ready", flush=True)
+def serve(c):
+    c.settimeout(10)
+    got = b""
+    try:
+        while True:
+            b = c.recv(65536)
+            if not b:
+                break
+            say(b.decode("latin-1"))
+            got += b
+            if b"\r\n\r\n" in got:
+                c.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/html\r\n\r\n<p>another user's server</p>")
+                break
+    except Exception:
+        pass
+    c.close()
+while True:
+    c, _ = s.accept()
+    say("\n[connection]\n")
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+impl Eavesdropper {
+    /// Starts it as `nobody` on `port` (0: a free one).
+    pub fn start(port: u16) -> Eavesdropper {
+        use std::io::BufRead;
+        let port = if port == 0 { free_port() } else { port };
+        let mut child = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(["python3", "-c", EAVESDROPPER, &port.to_string()])
+            .env("HOME", "/")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("running setpriv (util-linux) and python3 as nobody");
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(
+            line.trim(),
+            "ready",
+            "the eavesdropper (python3 as nobody) did not start on port {port}"
+        );
+        Eavesdropper { child, out, port }
+    }
+
+    /// Stops it and returns all it received, each connection after a
+    /// `[connection]` line.
+    pub fn stop(mut self) -> String {
+        use std::io::Read;
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut text = String::new();
+        let _ = self.out.read_to_string(&mut text);
+        text
+    }
+}
+
+impl Drop for Eavesdropper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -12,7 +12,8 @@ use prost::Message;
 use serde_json::Value;
 
 use crate::common::{
-    Daemon, Workload, build_c_debian, go_pprof, metric, parse_folded, require_root, scratch, wait,
+    Daemon, Eavesdropper, Workload, build_c_debian, go_pprof, metric, parse_folded, require_root,
+    scratch, wait,
 };
 use emberd::render::pprof::proto;
 
@@ -806,4 +807,135 @@ fn a_receiver_that_never_answers_holds_no_connections() {
         "{open} connections left open by {failed} abandoned pushes"
     );
     drop(silent);
+}
+
+/// Issue 41: while the collector is down, a local user (`nobody`) binds its
+/// loopback port. The daemon connects, finds the far end owned by nobody,
+/// and sends nothing: no `Authorization`, no profile, not a byte. It counts
+/// each refusal (`result="refused_listener"`, not `failed`) and logs the
+/// streak once, saying who holds the port; `emberd check` says it too. A
+/// receiver run by root on the same port afterwards gets the pushes, with
+/// their credentials, and the queued intervals are not lost.
+#[test]
+fn a_push_port_held_by_another_user_gets_no_credentials_or_profiles() {
+    require_root();
+    let bin = build_c_debian("cpu_70_30");
+    let _busy = Workload::spawn(Command::new(&bin).arg("60"));
+    let dir = fresh_dir("push-eavesdropped");
+    let token = dir.join("push-token");
+    std::fs::write(&token, "push-secret-token-0123\n").unwrap();
+    let spy = Eavesdropper::start(0);
+    let port = spy.port;
+    let url = format!("http://127.0.0.1:{port}");
+    let mut d = Daemon::start(
+        &[
+            "--pyroscope-url",
+            &url,
+            "--pyroscope-bearer-token-file",
+            token.to_str().unwrap(),
+            "--push-interval-seconds",
+            "1",
+        ],
+        &[],
+    );
+    // Pushes at about 3 s, then retries after 1, 2, 4 s.
+    wait(10_000);
+    let m = d.get("/metrics").text();
+    let refused = metric(
+        &m,
+        "emberd_push_total{destination=\"pyroscope\",result=\"refused_listener\"}",
+    );
+    let failed = metric(
+        &m,
+        "emberd_push_total{destination=\"pyroscope\",result=\"failed\"}",
+    );
+    // emberd check, against the same port, refuses too and says why.
+    let config = dir.join("emberd.toml");
+    std::fs::write(&config, format!("pyroscope_url = \"{url}\"\n")).unwrap();
+    let out = crate::common::emberd()
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let check = String::from_utf8_lossy(&out.stdout).into_owned();
+    let heard = spy.stop();
+    let connections = heard.matches("[connection]").count();
+    eprintln!(
+        "{refused} pushes refused, {failed} failed; nobody's server saw {connections} connections and {} bytes",
+        heard.len() - connections * "\n[connection]\n".len()
+    );
+    assert!(
+        refused >= 2.0 && failed == 0.0,
+        "refusals are counted as such: {refused} refused, {failed} failed"
+    );
+    assert!(
+        connections >= 2,
+        "the daemon did connect to nobody's port (and then sent nothing): {heard:?}"
+    );
+    assert!(
+        heard.replace("\n[connection]\n", "").is_empty(),
+        "nobody's server received bytes (credentials or a profile): {heard:?}"
+    );
+    let line = check
+        .lines()
+        .find(|l| l.contains("push to pyroscope"))
+        .unwrap_or_else(|| panic!("no push line in: {check}"));
+    assert!(
+        line.starts_with("[limited]")
+            && line.contains("nobody")
+            && line.contains("pyroscope_listener_user"),
+        "emberd check says who holds the port: {line}"
+    );
+
+    // The collector is back, run by root, on the same port.
+    let rx = Receiver::start(&dir.join("rx"), Some(port));
+    let t0 = Instant::now();
+    loop {
+        let got = rx
+            .records()
+            .iter()
+            .filter(|r| r["status"] == 200 && r.get("error").is_none())
+            .count();
+        if got >= 2 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(40),
+            "no pushes reached root's receiver: {:?}",
+            rx.records()
+        );
+        wait(500);
+    }
+    let recs = rx.records();
+    assert_eq!(recs[0]["authorization"], "Bearer push-secret-token-0123");
+    assert!(
+        metric(
+            &d.get("/metrics").text(),
+            "emberd_push_total{destination=\"pyroscope\",result=\"ok\"}"
+        ) >= 2.0
+    );
+    d.terminate();
+    let _ = d.child.wait();
+    let mut log = String::new();
+    d.child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    let refusals: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("refused to push"))
+        .collect();
+    assert_eq!(
+        refusals.len(),
+        1,
+        "one log line for the streak of refusals: {log}"
+    );
+    assert!(
+        refusals[0].contains("nobody") && refusals[0].contains("nothing was sent"),
+        "{}",
+        refusals[0]
+    );
+    assert!(log.contains("works again"), "{log}");
 }

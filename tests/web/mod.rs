@@ -7,7 +7,7 @@ use crate::common::browser::Browser;
 use crate::common::*;
 
 /// Waits until the page has loaded `n` profiles (or fails with its error).
-fn wait_loads(b: &Browser, n: u64) {
+pub(crate) fn wait_loads(b: &Browser, n: u64) {
     let t0 = Instant::now();
     loop {
         let v = b.eval("return [window.emberd ? window.emberd.loads : 0, window.emberd ? window.emberd.error : ''];");

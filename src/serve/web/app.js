@@ -878,6 +878,12 @@
   // ---- wiring ----
 
   function onHashChange() {
+    // A login URL opened in a tab already showing this page.
+    const code = takeLoginCode();
+    if (code) {
+      login(code).then(() => loadHeat().then(loadProfile), showLoginError);
+      return;
+    }
     const key = () => [state.event, state.range, state.from, state.to, state.comm, state.unit,
       state.container, state.pid, state.tid, state.include, state.exclude, state.group].join();
     const before = key();
@@ -975,10 +981,12 @@
     window.addEventListener('hashchange', onHashChange);
     window.addEventListener('popstate', onHashChange);
     window.addEventListener('resize', () => { width = 0; drawHeat(); draw(); });
-    login(code).then(() => loadHeat().then(loadProfile), (e) => {
-      api.error = e.message;
-      $('selection-info').textContent = e.message;
-    });
+    login(code).then(() => loadHeat().then(loadProfile), showLoginError);
+  }
+
+  function showLoginError(e) {
+    api.error = e.message;
+    $('selection-info').textContent = e.message;
   }
 
   init();
