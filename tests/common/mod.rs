@@ -468,7 +468,7 @@ impl Eavesdropper {
         let port = if port == 0 { free_port() } else { port };
         let mut child = Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .args(["python3", "-c", EAVESDROPPER, &port.to_string()])
+            .args(["/usr/bin/python3", "-c", EAVESDROPPER, &port.to_string()])
             .env("HOME", "/")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
