@@ -236,6 +236,13 @@ impl Logins {
         Ok(value)
     }
 
+    /// Whether `code` is a live code (spends nothing): an unknown code is
+    /// refused before any lookup of who asks.
+    pub fn code_live(&self, code: &str, now: Instant) -> bool {
+        let h = self.lock();
+        position(&h.codes, code).is_some_and(|i| h.codes[i].expires > now)
+    }
+
     /// Whether `session` is a session that has not ended at `now`.
     pub fn session_ok(&self, session: &str, now: Instant) -> bool {
         let h = self.lock();
@@ -450,6 +457,14 @@ pub(super) async fn redeem(
         )
             .into_response();
     }
+    if !st.access.logins.code_live(&code, Instant::now()) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            format!("{}\n", LoginError::BadCode),
+        )
+            .into_response();
+    }
     let by = match owner_of(ends.and_then(|e| e.0)).await {
         Ok(by) => by,
         Err(e) => {
@@ -594,6 +609,7 @@ mod tests {
         let t0 = Instant::now();
         let code = l.mint_code(ME, t0).unwrap();
         assert_eq!(code.len(), 32);
+        assert!(l.code_live(&code, t0) && !l.code_live("0123", t0));
         let session = l
             .redeem(&code, Some(1000), t0 + Duration::from_secs(1))
             .unwrap();
@@ -602,6 +618,7 @@ mod tests {
             l.redeem(&code, Some(1000), t0 + Duration::from_secs(2)),
             Err(LoginError::BadCode)
         ));
+        assert!(!l.code_live(&code, t0), "a spent code is not live");
         let late = l.mint_code(ME, t0).unwrap();
         assert!(matches!(
             l.redeem(&late, Some(1000), t0 + CODE_TTL),
