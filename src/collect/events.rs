@@ -500,6 +500,16 @@ const HEAP_RING_BYTES: u32 = 1 << 20;
 /// (`ECOUNTER_BLOCKED_FULL`) and its off-CPU time not recorded.
 pub const BLOCKED_THREADS: u32 = 32768;
 
+/// The size of `blocked_by_tid`: [`BLOCKED_THREADS`], or
+/// `EMBERD_TEST_BLOCKED_THREADS` (at least 64): the tests fill a small
+/// table where filling 32768 entries would take minutes.
+fn blocked_threads() -> u32 {
+    std::env::var("EMBERD_TEST_BLOCKED_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .map_or(BLOCKED_THREADS, |n| n.max(64))
+}
+
 /// `DROPPED_LABEL` in `bpf/events.bpf.c`: events a full counts buffer could
 /// not take, kept by thread without stacks.
 const DROPPED_LABEL: &str = "!counts_full";
@@ -607,7 +617,11 @@ fn load(
         // is task storage, which grows with the threads).
         (
             &mut m.blocked_by_tid,
-            Some(if bounded && sched { BLOCKED_THREADS } else { 1 }),
+            Some(if bounded && sched {
+                blocked_threads()
+            } else {
+                1
+            }),
         ),
     ] {
         if let Some(n) = entries {

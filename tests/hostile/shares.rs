@@ -248,3 +248,125 @@ fn one_user_cannot_fill_the_blocked_stack_map() {
         "the blocking user's stacks past half the map should be refused (user_share = {refused}, map full = {full})"
     );
 }
+
+/// A thread that execs takes over its process's id, and its own thread id
+/// is gone without an exit: the bounded form (Linux 5.10 to 5.16) keeps
+/// off-CPU state by thread id, so each such exec used to leave an entry
+/// behind. One user's loop of 3000 thread+exec rounds (the table holds
+/// 1024 here, `EMBERD_TEST_BLOCKED_THREADS`; 32768 by default) leaves
+/// nothing behind, never reaches the user's share of the table (refusals
+/// counted as `blocked_user_share`), and another user's new thread started
+/// after it is charged its sleeps in full.
+#[test]
+fn a_thread_and_exec_loop_leaves_no_off_cpu_state_behind_in_the_bounded_form() {
+    require_root();
+    let _users = Users;
+    kill_user(HOSTILE);
+    let looper = build_c("exec_loop");
+    let sleepy = build_c_debian("sleepy");
+    let d = Daemon::start(
+        &[],
+        &[
+            ("EMBERD_PROGRAM_FORM", "bounded"),
+            ("EMBERD_TEST_BLOCKED_THREADS", "1024"),
+        ],
+    );
+    let mut hostile = as_user(HOSTILE, &looper)
+        .arg("3000")
+        .spawn()
+        .expect("running exec_loop");
+    let started = std::time::Instant::now();
+    let status = hostile.wait().unwrap();
+    assert!(status.success(), "exec_loop failed: {status}");
+    let looped = started.elapsed();
+    let w = Workload::spawn(Command::new(&sleepy).arg("0.2"));
+    let pid = w.pid();
+    // Five 200 ms sleeps from 0.2 s on; then the drain after them.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let (mut us, mut p);
+    loop {
+        wait(1000);
+        let r = d.get(&format!(
+            "/folded?seconds=20&event=offcpu&pid={pid}&group=thread"
+        ));
+        assert_eq!(r.status, 200, "{}", r.text());
+        p = parse_folded(&r.text());
+        us = sum_where(&p, |f| has_seq(f, &["sleeper_thread", "sleepy"]));
+        if us >= 950_000 || std::time::Instant::now() > deadline {
+            break;
+        }
+    }
+    let m = d.get("/metrics").text();
+    let unavailable = metric(
+        &m,
+        "emberd_samples_dropped_total{event=\"offcpu\",reason=\"blocked_state_unavailable\"}",
+    );
+    let refused = metric(
+        &m,
+        "emberd_samples_dropped_total{event=\"offcpu\",reason=\"blocked_user_share\"}",
+    );
+    assert!(
+        us >= 950_000 && us <= 1_150_000,
+        "root's thread started after {looped:?} of thread+exec rounds should be charged its 5 x 200 ms sleeps, got {us} us (periods lost to a full table: {unavailable}):\n{}",
+        top(&p, 6)
+    );
+    assert!(
+        refused == 0.0 && unavailable == 0.0,
+        "3000 thread+exec rounds should leave no entries behind: {refused} periods refused for the user's share, {unavailable} lost to a full table"
+    );
+}
+
+/// A user's fake interpreter churning code objects (tests/workloads/
+/// py_churn.py: tens of thousands of freshly compiled functions a second,
+/// each walked as it naps) cannot push another user's Python names out of
+/// `py_codes` or the daemon's code cache: root's busy.py beside it keeps
+/// its samples named (`leaf_arith (busy.py)`), not `[python: code
+/// evicted]`; the churner's records past its share (half of `py_codes`)
+/// are refused and counted.
+#[test]
+fn one_users_code_churn_cannot_evict_another_users_python_names() {
+    require_root();
+    let _users = Users;
+    kill_user(HOSTILE);
+    let dir = Path::new("/tmp/emberd-share-pycodes");
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let churn = dir.join("py_churn.py");
+    std::fs::copy(workload("py_churn.py"), &churn).unwrap();
+    let d = Daemon::start(&[], &[]);
+    let _hostile = Workload::spawn(
+        as_user(HOSTILE, Path::new("/usr/bin/python3"))
+            .arg(&churn)
+            .arg("30"),
+    );
+    wait(3000);
+    let w = Workload::spawn(
+        Command::new("/usr/bin/python3")
+            .arg(workload("busy.py"))
+            .arg("20"),
+    );
+    wait(12000);
+    let r = d.get(&format!("/folded?seconds=8&pid={}", w.pid()));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let p = parse_folded(&r.text());
+    let named = sum_where(&p, |f| f.iter().any(|x| x.ends_with("(busy.py)")));
+    let evicted = sum_where(&p, |f| f.contains(&"[python: code evicted]"));
+    let m = d.get("/metrics").text();
+    let churned = d
+        .get("/folded?seconds=8&event=offcpu&comm=python3")
+        .text()
+        .matches("(churn")
+        .count();
+    let _ = std::fs::remove_dir_all(dir);
+    assert!(
+        churned > 0,
+        "the churner's own frames should be named within its share:\n{m}"
+    );
+    let share = named as f64 / (named + evicted).max(1) as f64;
+    assert!(
+        named >= 300 && share >= 0.98,
+        "root's busy.py beside the churner: {named} samples named, {evicted} `[python: code evicted]` ({:.1}% named, expected >= 98%):\n{}",
+        share * 100.0,
+        top(&p, 6)
+    );
+}
