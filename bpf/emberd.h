@@ -23,6 +23,10 @@
 #define EMBERD_STACK_NONE 0ULL /* no stack of that kind: user-mode sample, kernel thread */
 #define EMBERD_STACK_LOST 1ULL /* there was a stack but it could not be stored */
 
+/* The key of the per-user counts (stacks_by_uid, blocked_by_uid,
+ * py_codes_by_uid) that users beyond a count map's size share. */
+#define EMBERD_OTHER_UIDS 0xffffffffU
+
 /* How a stack's walk ended. Keep in step with `StackEnd` in src/collect/stack.rs. */
 enum stack_end {
 	STACK_END_ROOT = 0,          /* reached the outermost frame */
@@ -81,8 +85,20 @@ struct stored_stack {
 #define EMBERD_FORM_LOOP 0
 #define EMBERD_FORM_BOUNDED 1
 /* x86_64's THREAD_SIZE without KASAN: a task's user registers are the top
- * pt_regs of its kernel stack. Checked (the saved cs must be user mode). */
+ * pt_regs of its kernel stack. Used only when the agent could not read the
+ * kernel's own (`thread_size` in the configs, from its BTF: see
+ * src/collect/forms.rs); the registers found are checked either way
+ * (bpf/unwind.h's user_regs_plausible). */
 #define EMBERD_THREAD_SIZE 16384
+/* x86_64's user segment selectors (arch/x86/include/asm/segment.h, the
+ * same since Linux 2.6.24): GDT entries 6 (__USER_DS, also the 32-bit
+ * one), 4 (__USER32_CS) and 6 (__USER_CS), each with RPL 3. */
+#define EMBERD_USER_CS 0x33
+#define EMBERD_USER32_CS 0x23
+#define EMBERD_USER_DS 0x2b
+/* The end of the user half of the address space with 4-level paging
+ * (TASK_SIZE_MAX + a page): no user stack or code lies above it. */
+#define EMBERD_USER_END 0x800000000000ULL
 
 /* One row of a file's unwind table; keep in step with src/unwind/table.rs. */
 struct unwind_row {
@@ -253,6 +269,9 @@ struct py_code {
 	__u8 qualname[EMBERD_PY_QUALNAME_LEN];
 	__u8 filename[EMBERD_PY_FILENAME_LEN];
 	__u8 linetable[EMBERD_PY_LINETABLE_LEN];
+	__u64 used;              /* ns (bpf_ktime_get_ns) the walker last met it: the agent collects old ones */
+	__u32 uid;               /* real uid of the walked thread: whose share it counts in */
+	__u32 _pad;
 };
 
 /* Indices of each object's `unwind_counters`; keep in step with
@@ -269,7 +288,9 @@ enum unwind_counter {
 	UCOUNTER_PY_MARK_BASE,       /* + enum py_mark: why Python frames were missing */
 	UCOUNTER_PY_MARK_END = UCOUNTER_PY_MARK_BASE + 6,
 	UCOUNTER_END_BASE = UCOUNTER_PY_MARK_END, /* + enum stack_end: how user walks ended */
-	UCOUNTER_MAX = UCOUNTER_END_BASE + STACK_END_MAX,
+	UCOUNTER_PY_CODE_SHARE = UCOUNTER_END_BASE + STACK_END_MAX, /* code records refused: their user holds their share of py_codes */
+	UCOUNTER_PY_CODE_FULL,       /* code records refused: py_codes full */
+	UCOUNTER_MAX,
 };
 
 /* One aggregation key per (thread, stacks). Value: u64 number of samples. */
@@ -312,6 +333,8 @@ struct emberd_config {
 	__u8 include_idle;  /* 1: keep samples of the idle task (pid 0) */
 	__u8 bounded;       /* the bounded form is loaded (see EMBERD_FORM_LOOP) */
 	__u8 _pad[2];
+	__u32 thread_size;  /* the kernel's THREAD_SIZE (bytes; 0: EMBERD_THREAD_SIZE) */
+	__u32 py_code_share; /* py_codes records one user other than root may hold (0: no limit) */
 };
 
 /* ---- events.bpf.c: off-CPU, wakeup, off-wake chains, page faults ---- */
@@ -367,7 +390,7 @@ struct blocked {
 	__u32 has_waker;       /* the waker's stacks were recorded */
 	__u32 short_run;       /* periods ended since the last long one (events.bpf.c) */
 	__u32 uid;             /* the blocked thread's real uid: whose share its stacks count in */
-	__u32 _pad;
+	__u32 owner;           /* bounded form: the uid whose share of blocked_by_tid the entry counts in */
 	char comm[EMBERD_COMM_LEN];
 	char waker_comm[EMBERD_COMM_LEN];
 };
@@ -413,6 +436,7 @@ enum emberd_event_counter {
 	ECOUNTER_NESTED_SKIPPED,   /* a program ran inside another on its CPU (an interrupt's wakeup, a preemption) and was skipped */
 	ECOUNTER_STACK_SHARE,      /* a new stack refused: its user holds their share of event_stacks */
 	ECOUNTER_DROPPED_FULL,     /* an event the counts map could not take, lost: the dropped map was full too */
+	ECOUNTER_BLOCKED_SHARE,    /* bounded form: a thread's off-CPU state refused, its user holds their share of blocked_by_tid: a period is lost */
 	ECOUNTER_MAX,
 };
 
@@ -438,6 +462,10 @@ struct events_config {
 	__u64 malloc_sample_bytes; /* mean bytes between malloc samples (0: every allocation) */
 	__u64 stack_share;       /* stacks one user may hold in event_stacks (0: no limit) */
 	__u64 drain_at;          /* keys in a counts buffer at which the agent is woken to drain */
+	__u32 thread_size;       /* the kernel's THREAD_SIZE (bytes; 0: EMBERD_THREAD_SIZE) */
+	__u32 py_code_share;     /* py_codes records one user other than root may hold (0: no limit) */
+	__u32 blocked_share;     /* bounded form: blocked_by_tid entries one user other than root may hold (0: no limit) */
+	__u32 _pad3;
 };
 
 /* A new-process ring notice that is no process: the events' counts buffer

@@ -139,7 +139,7 @@ struct {
  * here at each insert, recounted by the agent at each collection. Users
  * beyond this map's size share the last key.
  */
-#define STACKS_OTHER_UIDS 0xffffffffU
+#define STACKS_OTHER_UIDS EMBERD_OTHER_UIDS
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
@@ -161,9 +161,17 @@ struct {
 
 /*
  * The same state by thread id, for the bounded form (task storage in
- * tracing programs came with Linux 5.11): preallocated, sized by the agent,
- * an exiting thread's entry deleted at sched_process_exit. Not created
- * with task storage.
+ * tracing programs came with Linux 5.11): preallocated, sized by the agent.
+ * Nothing deletes an entry for the kernel, so every way a thread id goes
+ * away deletes it here: an exiting thread's at sched_process_exit, and an
+ * exiting thread never gets one again (it can still block on its way out,
+ * after that hook); a thread that execs takes over its process's id and
+ * its own id goes without an exit, so sched_process_exec deletes the old
+ * one (`old_pid`). Before that, a loop of thread + exec (issue 41) filled
+ * the table in minutes, and every thread on the host lost its off-CPU
+ * time. Whatever leaks still (an entry made between the agent's start and
+ * a thread's exit it did not see) the agent sweeps: entries whose thread
+ * is gone (src/collect/events.rs). Not created with task storage.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -171,6 +179,21 @@ struct {
 	__type(key, __u32);
 	__type(value, struct blocked);
 } blocked_by_tid SEC(".maps");
+
+/*
+ * Entries of `blocked_by_tid` each user (real uid, `struct blocked`'s
+ * `owner`) holds: a new one is refused past `config.blocked_share` (half
+ * the table) and counted (ECOUNTER_BLOCKED_SHARE), so one user's threads
+ * cannot take every place (root is not limited). Added to at each insert,
+ * taken from at each delete, recounted by the agent at each sweep. Users
+ * beyond this map's size share the last key.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} blocked_by_uid SEC(".maps");
 
 /* A blank `struct blocked` to create entries from: never written. Not on
  * the BPF stack, which sched_switch's calls already fill to near the
@@ -182,25 +205,72 @@ struct {
 	__type(value, struct blocked);
 } blocked_blank SEC(".maps");
 
-/* `task`'s off-CPU state (created if `create`), or 0 (counted by the
- * caller when creating). */
-static __always_inline struct blocked *blocked_of(struct task_struct *task, int create)
+/* The unwinder (and uid_count), and the exec and exit hooks. */
+#include "new_process.h"
+#include "unwind.h"
+
+/* `task`'s off-CPU state, or 0. */
+static __always_inline struct blocked *blocked_get(struct task_struct *task)
+{
+	__u32 tid;
+
+	if (!config.bounded)
+		return bpf_task_storage_get(&blocked_threads, task, 0, 0);
+	tid = BPF_CORE_READ(task, pid);
+	return bpf_map_lookup_elem(&blocked_by_tid, &tid);
+}
+
+/* The flag of an exiting task (PF_EXITING, set before sched_process_exit). */
+#define EMBERD_PF_EXITING 0x00000004
+
+/* Why blocked_create gave no state. */
+#define BLOCKED_NO_ROOM 0   /* the table is full (or task storage failed) */
+#define BLOCKED_SHARE 1     /* the user holds their share of the table */
+#define BLOCKED_EXITING 2   /* an exiting thread: not recorded, not counted */
+
+/*
+ * `task`'s off-CPU state, created if missing, in user `uid`'s share of the
+ * bounded form's table; 0 when it cannot be, with `*why` (BLOCKED_*).
+ */
+static __always_inline struct blocked *blocked_create(struct task_struct *task, __u32 uid,
+						      int *why)
 {
 	struct blocked *b, *blank;
 	__u32 tid, zero = 0;
+	__u64 *held = 0;
+	int added;
 
 	if (!config.bounded)
 		return bpf_task_storage_get(&blocked_threads, task, 0,
-					    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+					    BPF_LOCAL_STORAGE_GET_F_CREATE);
 	tid = BPF_CORE_READ(task, pid);
 	b = bpf_map_lookup_elem(&blocked_by_tid, &tid);
-	if (b || !create)
+	if (b)
 		return b;
+	/* An exiting thread may block again after sched_process_exit deleted
+	 * its entry: an entry made now would outlive it. */
+	if (BPF_CORE_READ((struct task_struct___emberd *)task, flags) & EMBERD_PF_EXITING) {
+		*why = BLOCKED_EXITING;
+		return 0;
+	}
+	if (config.blocked_share && uid != 0) {
+		held = uid_count(&blocked_by_uid, uid);
+		if (held && *held >= config.blocked_share) {
+			*why = BLOCKED_SHARE;
+			return 0;
+		}
+	}
 	blank = bpf_map_lookup_elem(&blocked_blank, &zero);
 	if (!blank)
 		return 0;
-	bpf_map_update_elem(&blocked_by_tid, &tid, blank, BPF_NOEXIST);
-	return bpf_map_lookup_elem(&blocked_by_tid, &tid);
+	added = bpf_map_update_elem(&blocked_by_tid, &tid, blank, BPF_NOEXIST) == 0;
+	b = bpf_map_lookup_elem(&blocked_by_tid, &tid);
+	if (b && added) {
+		b->owner = uid;
+		if (held)
+			__sync_fetch_and_add(held, 1);
+	}
+	return b;
 }
 
 /*
@@ -293,12 +363,28 @@ static __always_inline __u32 *scratch_claim(void)
 		ret_;                                \
 	})
 
-#include "new_process.h"
-#include "unwind.h"
 
 static __always_inline void on_new_process_dropped(void)
 {
 	ecount(ECOUNTER_NEW_PROCESS_DROPPED);
+}
+
+/* Deletes thread `tid`'s entry of the bounded form's table, and takes it
+ * from its owner's count. */
+static __always_inline void forget_blocked(__u32 tid)
+{
+	struct blocked *b = bpf_map_lookup_elem(&blocked_by_tid, &tid);
+	__u32 owner;
+	__u64 *n;
+
+	if (!b)
+		return;
+	owner = b->owner;
+	if (bpf_map_delete_elem(&blocked_by_tid, &tid) != 0 || !config.blocked_share || owner == 0)
+		return;
+	n = bpf_map_lookup_elem(&blocked_by_uid, &owner);
+	if (n && *n)
+		__sync_fetch_and_add(n, -1);
 }
 
 /* An exiting thread leaves no state behind (task storage goes with the
@@ -306,17 +392,21 @@ static __always_inline void on_new_process_dropped(void)
 static __always_inline void on_thread_exit(__u32 tid)
 {
 	if (config.bounded)
-		bpf_map_delete_elem(&blocked_by_tid, &tid);
+		forget_blocked(tid);
 }
 
 /* An exec makes the process new again: forget this CPU's last notice, so
- * its first event after the exec announces it (and its new mappings). */
-static __always_inline void on_exec(void)
+ * its first event after the exec announces it (and its new mappings). A
+ * thread that exec'd from another than the main thread had another id
+ * (`old_pid`), gone now: its off-CPU state goes too (see blocked_by_tid). */
+static __always_inline void on_exec(__u32 old_pid)
 {
 	__u32 zero = 0, *last = bpf_map_lookup_elem(&last_noted, &zero);
 
 	if (last)
 		*last = 0;
+	if (config.bounded && old_pid != (__u32)bpf_get_current_pid_tgid())
+		forget_blocked(old_pid);
 }
 
 /* note_process, skipped when this CPU announced the same process last. */
@@ -348,20 +438,9 @@ static __always_inline void stamp(__u64 key, __u64 now)
  * stacks: the host's services, the kernel's threads). */
 static __always_inline __u64 *held_by(__u32 uid)
 {
-	__u64 zero = 0, *n;
-
 	if (!config.stack_share || uid == 0)
 		return 0;
-	n = bpf_map_lookup_elem(&stacks_by_uid, &uid);
-	if (n)
-		return n;
-	if (bpf_map_update_elem(&stacks_by_uid, &uid, &zero, BPF_NOEXIST) != 0)
-		uid = STACKS_OTHER_UIDS;
-	n = bpf_map_lookup_elem(&stacks_by_uid, &uid);
-	if (n)
-		return n;
-	bpf_map_update_elem(&stacks_by_uid, &uid, &zero, BPF_NOEXIST);
-	return bpf_map_lookup_elem(&stacks_by_uid, &uid);
+	return uid_count(&stacks_by_uid, uid);
 }
 
 /* Stores the scratch stack `s` (0: none) in `uid`'s share, counting a loss
@@ -642,7 +721,9 @@ static __always_inline int on_switch_claimed(void *ctx, struct task_struct *prev
 		if (config.sample_one_in > 1 && bpf_get_prandom_u32() % config.sample_one_in) {
 			ecount(ECOUNTER_SAMPLED_OUT);
 		} else {
-			b = blocked_of(prev, 1);
+			int why = BLOCKED_NO_ROOM;
+
+			b = blocked_create(prev, (__u32)bpf_get_current_uid_gid(), &why);
 			if (b) {
 				__u32 u = predicted_for(prev_pid);
 
@@ -658,14 +739,16 @@ static __always_inline int on_switch_claimed(void *ctx, struct task_struct *prev
 				} else {
 					b->ustack_p = 0;
 				}
-			} else {
+			} else if (why == BLOCKED_SHARE) {
+				ecount(ECOUNTER_BLOCKED_SHARE);
+			} else if (why == BLOCKED_NO_ROOM) {
 				ecount(ECOUNTER_BLOCKED_FULL);
 			}
 		}
 	}
 
 	/* The thread coming back: charge its time off CPU. */
-	b = blocked_of(next, 0);
+	b = blocked_get(next);
 	if (b && b->ts) {
 		__u64 delta = now - b->ts;
 		__u32 pred = predict(delta, config.sample_below_ns);
@@ -771,7 +854,7 @@ static __always_inline int on_wakeup_claimed(void *ctx, struct task_struct *p, c
 		ecount(ECOUNTER_SHORT_WAKEUP_SAMPLED_OUT);
 		return 0;
 	}
-	b = blocked_of(p, 0);
+	b = blocked_get(p);
 	if (!b || !b->ts || b->has_waker)
 		return 0;
 	now = bpf_ktime_get_ns();
@@ -912,7 +995,7 @@ int refresh_held_stacks(struct bpf_iter__task *ctx)
 
 	if (!task)
 		return 0;
-	b = blocked_of(task, 0);
+	b = blocked_get(task);
 	if (!b || !b->ts)
 		return 0;
 	now = bpf_ktime_get_ns();

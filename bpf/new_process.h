@@ -27,8 +27,9 @@ struct {
 } new_tgids SEC(".maps");
 
 static __always_inline void on_new_process_dropped(void);
-/* Called by the exec handler below, for the includer's own caches. */
-static __always_inline void on_exec(void);
+/* Called by the exec handler below, for the includer's own caches, with
+ * the thread id the exec'ing thread had before (see the handler). */
+static __always_inline void on_exec(__u32 old_pid);
 /* Called by the exit handler below for every exiting thread. */
 static __always_inline void on_thread_exit(__u32 tid);
 
@@ -50,15 +51,17 @@ static __always_inline void note_process(__u32 tgid)
 /*
  * TP_PROTO(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
  * Runs in the exec'ing task: after exec its mappings are new, so it counts as
- * a new process again.
+ * a new process again. A thread other than the main one that execs takes
+ * over the process id (de_thread): `old_pid` (current->pid before, the
+ * global id) is a thread id that is gone without sched_process_exit.
  */
 SEC("raw_tracepoint/sched_process_exec")
-int handle__sched_process_exec(void *ctx)
+int handle__sched_process_exec(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 
 	bpf_map_delete_elem(&seen_tgids, &tgid);
-	on_exec();
+	on_exec((__u32)ctx->args[1]);
 	return 0;
 }
 

@@ -61,7 +61,7 @@ static __always_inline void count(__u32 which)
 
 /* After exec the process's mappings are another program's: its
  * proc_unwind entry (read before) must not be used (see exec_at). */
-static __always_inline void on_exec(void)
+static __always_inline void on_exec(__u32 old_pid)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u64 now = bpf_ktime_get_ns();

@@ -47,12 +47,34 @@ struct {
 	__type(value, struct py_proc);
 } py_procs SEC(".maps");
 
+/*
+ * Code records, shared by every process of every user, so each user other
+ * than root may hold at most `config.py_code_share` of them (half), counted
+ * in `py_codes_by_uid`. Not an LRU map: its evictions take whichever
+ * record the kernel's lists hold oldest, whoever's it is, so one user
+ * compiling thousands of new functions a second pushed every other user's
+ * names out before the drain named them (`[python: code evicted]`), share
+ * or none (issue 41). In a plain hash nothing is evicted: a user at their
+ * share, or anyone when it is full, has new records refused (counted,
+ * UCOUNTER_PY_CODE_SHARE / _FULL), and the agent deletes the records no
+ * walk has met for a few seconds (`used`, stamped at each lookup) and
+ * recounts the shares (src/collect/mod.rs). Preallocated (2 MiB at the
+ * default size), as perf_event programs need before Linux 6.1.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096); /* set by the agent */
 	__type(key, struct py_code_key);
 	__type(value, struct py_code);
 } py_codes SEC(".maps");
+
+/* Records of `py_codes` each user (real uid) holds; see above. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} py_codes_by_uid SEC(".maps");
 
 /* A field of a buffer read from the process; 0 when the offset is outside
  * it (a layout value the agent never writes). CPython's fields are
@@ -108,14 +130,26 @@ static __always_inline int py_str_data(struct py_layout *l, __u8 *hdr, __u64 obj
 		__n;                                                      \
 	})
 
-/* Copies what the agent needs to name a code object into py_codes. */
-static __always_inline void py_remember(struct py_scratch *sc, struct py_layout *l,
-					struct py_code_key *key, __u64 qualname, __u64 filename,
-					__u64 linetable)
+/* Copies what the agent needs to name a code object into py_codes, in the
+ * walked thread's user's share. */
+static __always_inline void py_remember(struct unwind_state *st, struct py_scratch *sc,
+					struct py_layout *l, struct py_code_key *key,
+					__u64 qualname, __u64 filename, __u64 linetable)
 {
 	struct py_code *rec = &sc->rec;
-	__u64 data = 0, len, n;
+	__u64 data = 0, len, n, *held = 0;
 	int kind;
+
+	if (config.py_code_share && st->uid != 0) {
+		held = uid_count(&py_codes_by_uid, st->uid);
+		if (held && *held >= config.py_code_share) {
+			ucount(UCOUNTER_PY_CODE_SHARE);
+			return;
+		}
+	}
+	rec->used = st->now;
+	rec->uid = st->uid;
+	rec->_pad = 0;
 
 	rec->firstlineno = PY_FIELD(sc->code, l->code_firstlineno, __u32);
 	rec->qualname_len = 0;
@@ -165,7 +199,12 @@ static __always_inline void py_remember(struct py_scratch *sc, struct py_layout 
 				rec->linetable_len = size;
 		}
 	}
-	bpf_map_update_elem(&py_codes, key, rec, BPF_NOEXIST);
+	if (bpf_map_update_elem(&py_codes, key, rec, BPF_NOEXIST) == 0) {
+		if (held)
+			__sync_fetch_and_add(held, 1);
+	} else if (!bpf_map_lookup_elem(&py_codes, key)) {
+		ucount(UCOUNTER_PY_CODE_FULL);
+	}
 	ucount(UCOUNTER_PY_CODES);
 }
 
@@ -295,14 +334,21 @@ static __always_inline void py_emit_one(struct unwind_state *st, struct stored_s
 	{
 		/* A record this CPU found (or wrote) in the last PY_SEEN_NS is
 		 * still there: skip the hash lookup, a fifth of a frame's cost.
-		 * Looking it up at least that often keeps it recent in the LRU
-		 * until the drain names it. */
+		 * Looking it up at least that often stamps it used, so the
+		 * agent keeps it until the drain names it. */
 		__u32 slot = key.fingerprint & (PY_SEEN_SLOTS - 1);
 		__u64 tag = (__u64)key.tgid << EMBERD_PY_FP_BITS | key.fingerprint;
 
 		if (st->py_seen[slot] != tag || st->now - st->py_seen_at[slot] > PY_SEEN_NS) {
-			if (!bpf_map_lookup_elem(&py_codes, &key))
-				py_remember(sc, l, &key, qualname, filename, linetable);
+			struct py_code *rec = bpf_map_lookup_elem(&py_codes, &key);
+
+			/* Met again: the agent keeps it (it collects records
+			 * unused for seconds). Written at most once per
+			 * PY_SEEN_NS per CPU. */
+			if (rec)
+				rec->used = st->now;
+			else
+				py_remember(st, sc, l, &key, qualname, filename, linetable);
 			st->py_seen[slot] = tag;
 			st->py_seen_at[slot] = st->now;
 		}

@@ -40,6 +40,7 @@ struct pt_regs___emberd {
 	unsigned long sp;
 	unsigned long ip;
 	unsigned long cs;
+	unsigned long ss;
 } __attribute__((preserve_access_index));
 
 struct thread_struct___emberd {
@@ -192,7 +193,7 @@ struct unwind_state {
 	__u64 fsbase;    /* the thread's TLS base (bpf/python.h) */
 	struct py_proc py; /* the process's interpreter, when py_state != 0 */
 	__u32 py_frames; /* Python frames pushed by this walk */
-	__u32 _pad2;
+	__u32 uid;       /* the walked (current) thread's real uid: whose share its code records count in */
 	__u64 now;       /* ns at the walk's start (bpf_ktime_get_ns) */
 	/* Code records this CPU found in py_codes lately (bpf/python.h):
 	 * tgid << 40 | fingerprint, and when. */
@@ -238,6 +239,24 @@ static __always_inline void ucount(__u32 which)
 
 	if (v)
 		*v += 1;
+}
+
+/* The count map `map`'s counter of user `uid` (created at 0), or of
+ * EMBERD_OTHER_UIDS when the map has no room for another user; 0 when
+ * neither can be had. */
+static __always_inline __u64 *uid_count(void *map, __u32 uid)
+{
+	__u64 zero = 0, *n = bpf_map_lookup_elem(map, &uid);
+
+	if (n)
+		return n;
+	if (bpf_map_update_elem(map, &uid, &zero, BPF_NOEXIST) != 0)
+		uid = EMBERD_OTHER_UIDS;
+	n = bpf_map_lookup_elem(map, &uid);
+	if (n)
+		return n;
+	bpf_map_update_elem(map, &uid, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(map, &uid);
 }
 
 static __always_inline struct stored_stack *scratch_stack(void)
@@ -690,17 +709,36 @@ static __always_inline void *current_task(void)
 /* Where `task`'s user registers are saved, or 0. */
 static __always_inline struct pt_regs___emberd *user_regs(struct task_struct___emberd *task)
 {
+	__u32 size = config.thread_size ? config.thread_size : EMBERD_THREAD_SIZE;
 	void *stack;
 
 	if (!config.bounded) /* bpf_task_pt_regs: Linux 5.15 */
 		return (void *)bpf_task_pt_regs((struct task_struct *)task);
 	/* What bpf_task_pt_regs computes on x86_64: the pt_regs at the top of
-	 * the task's kernel stack (no padding above them on 64-bit). */
+	 * the task's kernel stack (no padding above them on 64-bit), whose
+	 * size (THREAD_SIZE: 16 KiB, 32 KiB with KASAN) the agent read from
+	 * the kernel's BTF (src/collect/forms.rs, `thread_size`). */
 	stack = BPF_CORE_READ(task, stack);
 	if (!stack)
 		return 0;
-	return (void *)((char *)stack + EMBERD_THREAD_SIZE -
-			bpf_core_type_size(struct pt_regs___emberd));
+	return (void *)((char *)stack + size - bpf_core_type_size(struct pt_regs___emberd));
+}
+
+/*
+ * Whether registers found by address (the bounded form) are a user frame's:
+ * the code and stack segments are x86_64's user selectors (RPL 3), and the
+ * stack pointer lies in the user half of the address space. A kernel whose
+ * THREAD_SIZE the agent could not read, or a task that entered the kernel
+ * some other way, gives something else: the walk then ends at once, marked
+ * unreadable, never wrong. `cs` and `ss` are read whole (16-bit selectors
+ * in the low bits; FRED kernels keep flags above them).
+ */
+static __always_inline int user_regs_plausible(struct pt_regs___emberd *regs, __u64 sp)
+{
+	__u64 cs = BPF_CORE_READ(regs, cs) & 0xffff, ss = BPF_CORE_READ(regs, ss) & 0xffff;
+
+	return (cs == EMBERD_USER_CS || cs == EMBERD_USER32_CS) && ss == EMBERD_USER_DS &&
+	       sp != 0 && sp < EMBERD_USER_END;
 }
 
 /* Two independent 64-bit hashes of a stack (its frames and how it ended). */
@@ -798,10 +836,8 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 	st->pc = BPF_CORE_READ(regs, ip);
 	st->sp = BPF_CORE_READ(regs, sp);
 	st->bp = BPF_CORE_READ(regs, bp);
-	/* Registers found by address must be a user frame's (a kernel with
-	 * another THREAD_SIZE would give something else): else the walk
-	 * ends at once, marked unreadable, never wrong. */
-	if (config.bounded && (BPF_CORE_READ(regs, cs) & 3) != 3)
+	/* Registers found by address must be a user frame's. */
+	if (config.bounded && !user_regs_plausible(regs, st->sp))
 		st->pc = 0;
 	st->tgid = tgid;
 	st->nr = 0;
@@ -831,6 +867,8 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 			st->py = *py;
 			st->py_state = 1;
 			st->now = bpf_ktime_get_ns();
+			/* unwind_user walks the current task (prev at sched_switch). */
+			st->uid = (__u32)bpf_get_current_uid_gid();
 			st->walk_gen++;
 			st->fsbase = BPF_CORE_READ(task, thread.fsbase);
 		}

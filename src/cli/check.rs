@@ -111,9 +111,18 @@ pub fn run() -> Vec<Item> {
             what: "BPF + perf events",
             status: Status::Ok,
             detail: format!(
-                "sampler loaded and attached to cpu-clock on CPUs {:?}: {}{}",
+                "sampler loaded and attached to cpu-clock on CPUs {:?}: {}{}{}",
                 s.cpus(),
                 choice.describe(),
+                if choice.form == crate::collect::forms::ProgramForm::Bounded {
+                    let t = crate::collect::forms::thread_size();
+                    format!(
+                        "; kernel stacks of {} bytes (THREAD_SIZE, from {}), where user registers are found",
+                        t.bytes, t.source
+                    )
+                } else {
+                    String::new()
+                },
                 if choice.lazy_maps {
                     String::new()
                 } else {

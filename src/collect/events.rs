@@ -445,6 +445,12 @@ pub struct EventCounters {
     pub stacks_over_share: u64,
     /// Events lost because the dropped-events map was full too.
     pub dropped_full: u64,
+    /// Off-CPU periods lost because their user held their share of the
+    /// bounded form's blocked-thread table.
+    pub blocked_over_share: u64,
+    /// Entries of the bounded form's blocked-thread table whose thread was
+    /// gone, deleted by the agent's sweep; counted by the agent.
+    pub blocked_swept: u64,
     /// Stack keys of drained events the stack map no longer had (drawn
     /// as `[lost]`); counted by the agent, not the programs.
     pub missing_at_drain: u64,
@@ -470,6 +476,10 @@ pub struct EventSampler {
     drains: u64,
     /// See [`EventCounters::missing_at_drain`].
     missing_stacks: u64,
+    /// See [`EventCounters::blocked_swept`].
+    blocked_swept: u64,
+    /// The thread id the last sweep of `blocked_by_tid` checked up to.
+    sweep_from: u32,
     sched_switch_compat: bool,
     form: ProgramForm,
     /// The task iterator that stamps held stacks (None where iterators or
@@ -513,6 +523,14 @@ fn blocked_threads() -> u32 {
 /// `DROPPED_LABEL` in `bpf/events.bpf.c`: events a full counts buffer could
 /// not take, kept by thread without stacks.
 const DROPPED_LABEL: &str = "!counts_full";
+
+/// How often the bounded form's blocked-thread table is swept for threads
+/// that are gone, in drains.
+const SWEEP_EVERY: u64 = 5;
+
+/// Threads a sweep checks for (`/proc/TID`), at most: a few microseconds
+/// each.
+const SWEEP_CHECKS: usize = 4096;
 
 /// How often unused stacks are collected, in drains.
 const STACK_GC_EVERY: u64 = 2;
@@ -561,6 +579,10 @@ fn load(
     cfg.rq_after_queue = u8::from(hooks.rq_after_queue);
     cfg.malloc_sample_bytes = options.malloc_sample_bytes;
     cfg.stack_share = u64::from(options.stack_entries.max(64) / 2);
+    cfg.thread_size = forms::thread_size().bytes;
+    cfg.py_code_share = super::py_code_share(unwind.py_codes.max_entries());
+    let blocked = blocked_threads();
+    cfg.blocked_share = blocked / 2;
     // Woken to drain early once a buffer is half full: a busy thread pool
     // fills 16384 keys in well under the 1 s between drains.
     let counts = options.counts_entries.max(16);
@@ -585,6 +607,7 @@ fn load(
         ),
         (&mut open.maps.py_procs, &unwind.py_procs),
         (&mut open.maps.py_codes, &unwind.py_codes),
+        (&mut open.maps.py_codes_by_uid, &unwind.py_codes_by_uid),
         (&mut open.maps.file_tables, &unwind.files),
         (&mut open.maps.exec_at, &unwind.exec_at),
     ] {
@@ -617,12 +640,9 @@ fn load(
         // is task storage, which grows with the threads).
         (
             &mut m.blocked_by_tid,
-            Some(if bounded && sched {
-                blocked_threads()
-            } else {
-                1
-            }),
+            Some(if bounded && sched { blocked } else { 1 }),
         ),
+        (&mut m.blocked_by_uid, off(bounded && sched)),
     ] {
         if let Some(n) = entries {
             map.set_max_entries(n)
@@ -901,6 +921,8 @@ impl EventSampler {
             options,
             drains: 0,
             missing_stacks: 0,
+            blocked_swept: 0,
+            sweep_from: 0,
             sched_switch_compat: compat,
             form,
             held_stacks,
@@ -974,7 +996,7 @@ impl EventSampler {
     /// Cumulative counters, summed over CPUs.
     pub fn counters(&self) -> Result<EventCounters, CollectError> {
         let map = &self.skel.maps.event_counters;
-        let mut v = [0u64; 27];
+        let mut v = [0u64; 28];
         super::percpu_sums(map, "event_counters", &mut v)?;
         Ok(EventCounters {
             switches: v[0],
@@ -1004,6 +1026,8 @@ impl EventSampler {
             nested_skipped: v[24],
             stacks_over_share: v[25],
             dropped_full: v[26],
+            blocked_over_share: v[27],
+            blocked_swept: self.blocked_swept,
             missing_at_drain: self.missing_stacks,
         })
     }
@@ -1133,6 +1157,9 @@ impl EventSampler {
         if self.drains.is_multiple_of(STACK_GC_EVERY) {
             self.collect_stacks()?;
         }
+        if self.form == ProgramForm::Bounded && self.drains.is_multiple_of(SWEEP_EVERY) {
+            self.sweep_blocked();
+        }
         Ok(EventsDrain { events: out, heap })
     }
 
@@ -1216,41 +1243,51 @@ impl EventSampler {
     }
 
     /// Sets `stacks_by_uid` to the stacks each user holds after a
-    /// collection: the programs only add to it, so without this a user's
-    /// count would only grow. A stack stored between the walk and this
-    /// write goes uncounted until the next collection (2 s).
+    /// collection (see [`super::recount_uid_shares`]).
     fn recount_shares(&self, per_uid: &HashMap<u32, u64>) {
-        const OTHER_UIDS: u32 = u32::MAX;
-        let map = &self.skel.maps.stacks_by_uid;
-        let room = map.max_entries().saturating_sub(1) as usize;
-        let mut counts: HashMap<u32, u64> = HashMap::new();
-        // Users past the map's size share one key, as the programs do.
-        // Root is not limited (and not counted by the programs).
-        let mut by_size: Vec<(u32, u64)> = per_uid
-            .iter()
-            .filter(|&(u, _)| *u != 0)
-            .map(|(u, n)| (*u, *n))
-            .collect();
-        by_size.sort_unstable_by_key(|e| std::cmp::Reverse(e.1));
-        for (i, (uid, n)) in by_size.into_iter().enumerate() {
-            let key = if i < room && uid != OTHER_UIDS {
-                uid
-            } else {
-                OTHER_UIDS
-            };
-            *counts.entry(key).or_default() += n;
-        }
-        let present: Vec<u32> = map
-            .keys()
-            .filter_map(|k| k.try_into().ok().map(u32::from_ne_bytes))
-            .collect();
-        for uid in present {
-            if !counts.contains_key(&uid) {
-                let _ = map.delete(&uid.to_ne_bytes());
+        super::recount_uid_shares(&self.skel.maps.stacks_by_uid, per_uid);
+    }
+
+    /// Deletes the bounded form's off-CPU state of threads that are gone
+    /// (no `/proc/TID`), which the programs' own deletes (exit, exec) missed,
+    /// and recounts each user's share of the table. Checks at most
+    /// [`SWEEP_CHECKS`] threads a sweep, going on from where the last one
+    /// stopped, so a full table (32768) costs a few milliseconds a sweep.
+    fn sweep_blocked(&mut self) {
+        let map = &self.skel.maps.blocked_by_tid;
+        let owner_at = std::mem::offset_of!(types::blocked, owner);
+        let mut entries: Vec<(u32, u32)> = Vec::new();
+        let complete = super::batch_each(map, false, |k, v| {
+            if let (Some(k), Some(o)) = (k.get(..4), v.get(owner_at..owner_at + 4)) {
+                entries.push((
+                    u32::from_ne_bytes(k.try_into().expect("4 bytes")),
+                    u32::from_ne_bytes(o.try_into().expect("4 bytes")),
+                ));
+            }
+        });
+        entries.sort_unstable();
+        let start = entries.partition_point(|&(tid, _)| tid < self.sweep_from);
+        let n = entries.len();
+        let mut gone = std::collections::HashSet::new();
+        for i in 0..n.min(SWEEP_CHECKS) {
+            let (tid, _) = entries[(start + i) % n];
+            self.sweep_from = tid.wrapping_add(1);
+            if !std::path::Path::new(&format!("/proc/{tid}")).exists() {
+                gone.insert(tid);
             }
         }
-        for (uid, n) in counts {
-            let _ = map.update(&uid.to_ne_bytes(), &n.to_ne_bytes(), MapFlags::ANY);
+        let mut per_uid: HashMap<u32, u64> = HashMap::new();
+        for &(tid, owner) in &entries {
+            if gone.contains(&tid) {
+                if map.delete(&tid.to_ne_bytes()).is_ok() {
+                    self.blocked_swept += 1;
+                }
+            } else {
+                *per_uid.entry(owner).or_default() += 1;
+            }
+        }
+        if complete {
+            super::recount_uid_shares(&self.skel.maps.blocked_by_uid, &per_uid);
         }
     }
 }

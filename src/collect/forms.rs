@@ -281,6 +281,59 @@ pub fn chosen() -> &'static FormChoice {
     })
 }
 
+/// The size of a task's kernel stack (x86_64's `THREAD_SIZE`), where the
+/// bounded form finds a task's user registers (the top `pt_regs` of that
+/// stack: `bpf_task_pt_regs` does the same from Linux 5.15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadSize {
+    /// Bytes.
+    pub bytes: u32,
+    /// Where it came from, for `emberd check`.
+    pub source: &'static str,
+}
+
+/// x86_64's `THREAD_SIZE` without KASAN, used when the kernel's BTF does
+/// not say (`EMBERD_THREAD_SIZE` in `bpf/emberd.h`).
+pub const DEFAULT_THREAD_SIZE: u32 = 16384;
+
+/// The kernel's `THREAD_SIZE`, read once. THREAD_SIZE is a macro, in no
+/// BTF; but x86_64 sizes the interrupt stacks the same way
+/// (`arch/x86/include/asm/page_64_types.h`: `THREAD_SIZE_ORDER` and
+/// `IRQ_STACK_ORDER` are both `2 + KASAN_STACK_ORDER`, since Linux 4.9),
+/// and `struct irq_stack` (`char stack[IRQ_STACK_SIZE]`, Linux 5.2 on) is
+/// in the BTF of every kernel emberd loads on: 16 KiB here and on Debian's
+/// 5.10, 6.1 and 6.12, 32 KiB with KASAN. Kallsyms could say too
+/// (`__end_init_task - __start_init_task`), but only with
+/// CONFIG_KALLSYMS_ALL and readable addresses, which this kernel has not.
+/// A size that is not a power of two between 8 and 64 KiB is not believed.
+/// The bounded form checks the registers it finds either way.
+pub fn thread_size() -> ThreadSize {
+    static SIZE: OnceLock<ThreadSize> = OnceLock::new();
+    *SIZE.get_or_init(|| {
+        use libbpf_rs::btf::{Btf, HasSize, types::Struct};
+        let read = Btf::from_vmlinux().ok().and_then(|btf| {
+            btf.type_by_name::<Struct<'_>>("irq_stack")
+                .map(|s| u32::try_from(s.size()).unwrap_or(0))
+        });
+        match read {
+            Some(bytes) if bytes.is_power_of_two() && (8192..=65536).contains(&bytes) => {
+                ThreadSize {
+                    bytes,
+                    source: "the size of struct irq_stack in the kernel's BTF (x86_64 sizes it as THREAD_SIZE)",
+                }
+            }
+            Some(_) => ThreadSize {
+                bytes: DEFAULT_THREAD_SIZE,
+                source: "x86_64's default: struct irq_stack in the kernel's BTF has an unexpected size",
+            },
+            None => ThreadSize {
+                bytes: DEFAULT_THREAD_SIZE,
+                source: "x86_64's default: the kernel's BTF has no struct irq_stack",
+            },
+        }
+    })
+}
+
 /// The running kernel's (major, minor) version and release string.
 pub fn kernel_version() -> ((u32, u32), String) {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
@@ -333,6 +386,15 @@ pub fn load_hint() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// This kernel (x86_64, no KASAN) has 16 KiB kernel stacks, as
+    /// `bpf_task_pt_regs` finds them.
+    #[test]
+    fn thread_size_is_read_from_the_kernels_btf() {
+        let t = thread_size();
+        assert_eq!(t.bytes, 16384, "{t:?}");
+        assert!(t.source.contains("irq_stack in the kernel's BTF"), "{t:?}");
+    }
 
     #[test]
     fn description_names_what_is_missing_and_its_release() {

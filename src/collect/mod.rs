@@ -245,7 +245,23 @@ pub struct CpuSampler {
     cpus: Vec<u32>,
     options: SamplerOptions,
     form: forms::ProgramForm,
+    drains: u64,
 }
+
+/// The records of `py_codes` one user other than root may hold: half
+/// (`bpf/python.h`).
+pub(crate) fn py_code_share(entries: u32) -> u32 {
+    (entries / 2).max(1)
+}
+
+/// How often `py_codes` is collected, in drains.
+const PY_CODE_GC_EVERY: u64 = 2;
+
+/// Records of `py_codes` no walk has met for this long are deleted: a
+/// sampled frame's record was stamped within 100 ms of the sample
+/// (`PY_SEEN_NS`), and named at the drain after it (1 s); the daemon's own
+/// cache keeps the name beyond.
+const PY_CODE_HORIZON_NS: u64 = 4_000_000_000;
 
 impl fmt::Debug for CpuSampler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -281,6 +297,8 @@ pub struct UnwindMaps {
     pub py_procs: MapHandle,
     /// `py_codes`: code objects the walker met, named at drains.
     pub py_codes: MapHandle,
+    /// `py_codes_by_uid`: the records each user holds in `py_codes`.
+    pub py_codes_by_uid: MapHandle,
     /// `file_tables`: tables by mapped inode, for mappings not listed yet.
     pub files: MapHandle,
     /// `exec_at`: when each process last exec'd.
@@ -319,6 +337,8 @@ impl CpuSampler {
         let form = forms::chosen().form;
         let bounded = form == forms::ProgramForm::Bounded;
         rodata.config.bounded = u8::from(bounded);
+        rodata.config.thread_size = forms::thread_size().bytes;
+        rodata.config.py_code_share = py_code_share(options.python_code_entries);
         open.progs.handle__cpu_clock.set_autoload(!bounded);
         open.progs.handle__cpu_clock_bounded.set_autoload(bounded);
         for map in [&mut open.maps.stacks0, &mut open.maps.stacks1] {
@@ -384,6 +404,7 @@ impl CpuSampler {
             cpus,
             options,
             form,
+            drains: 0,
         })
     }
 
@@ -424,6 +445,7 @@ impl CpuSampler {
             refresh_pending: handle(&maps.unwind_refresh_pending, "unwind_refresh_pending")?,
             py_procs: handle(&maps.py_procs, "py_procs")?,
             py_codes: handle(&maps.py_codes, "py_codes")?,
+            py_codes_by_uid: handle(&maps.py_codes_by_uid, "py_codes_by_uid")?,
             files: handle(&maps.file_tables, "file_tables")?,
             exec_at: handle(&maps.exec_at, "exec_at")?,
         })
@@ -473,6 +495,10 @@ impl CpuSampler {
             .as_deref_mut()
             .expect("profile.bpf.c has a .bss");
         let old = flip_buffer(&mut bss.active_buffer, &bss.writers);
+        self.drains += 1;
+        if self.drains.is_multiple_of(PY_CODE_GC_EVERY) {
+            self.collect_py_codes();
+        }
         let maps = &mut self.skel.maps;
         let (counts, stacks) = if old == 0 {
             (&maps.counts0, &maps.stacks0)
@@ -480,6 +506,36 @@ impl CpuSampler {
             (&maps.counts1, &maps.stacks1)
         };
         drain_buffer(counts, stacks)
+    }
+
+    /// Deletes the `py_codes` records no walk has met lately and recounts
+    /// each user's share of the map (`bpf/python.h`): the walkers only add
+    /// to the counts, and a plain hash map keeps whatever is not deleted.
+    fn collect_py_codes(&mut self) {
+        let map = &self.skel.maps.py_codes;
+        let horizon = crate::shared::clock::ktime_ns().saturating_sub(PY_CODE_HORIZON_NS);
+        let used_at = std::mem::offset_of!(types::py_code, used);
+        let uid_at = std::mem::offset_of!(types::py_code, uid);
+        let mut stale: Vec<Vec<u8>> = Vec::new();
+        let mut per_uid: HashMap<u32, u64> = HashMap::new();
+        let complete = batch_each(map, false, |k, v| {
+            let used = v
+                .get(used_at..used_at + 8)
+                .map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
+            if used < horizon {
+                stale.push(k.to_vec());
+            } else if let Some(b) = v.get(uid_at..uid_at + 4) {
+                *per_uid
+                    .entry(u32::from_ne_bytes(b.try_into().expect("4 bytes")))
+                    .or_default() += 1;
+            }
+        });
+        for k in stale {
+            let _ = map.delete(&k);
+        }
+        if complete {
+            recount_uid_shares(&self.skel.maps.py_codes_by_uid, &per_uid);
+        }
     }
 }
 
@@ -567,6 +623,45 @@ fn drain_buffer(counts: &MapMut<'_>, stacks: &MapMut<'_>) -> Result<Drain, Colle
         });
     }
     Ok(drain)
+}
+
+/// Sets a per-user count map (`stacks_by_uid`, `blocked_by_uid`,
+/// `py_codes_by_uid`: u32 uid -> u64 entries) to `per_uid`, the entries
+/// each user holds as just counted: the programs add at each insert (and
+/// take away at some deletes), so without this a count would drift. Users
+/// past the map's size share one key, as the programs do; root is not
+/// limited, nor counted. An entry added between the count and this write
+/// goes uncounted until the next one.
+pub(crate) fn recount_uid_shares(map: &impl MapCore, per_uid: &HashMap<u32, u64>) {
+    const OTHER_UIDS: u32 = u32::MAX;
+    let room = map.max_entries().saturating_sub(1) as usize;
+    let mut counts: HashMap<u32, u64> = HashMap::new();
+    let mut by_size: Vec<(u32, u64)> = per_uid
+        .iter()
+        .filter(|&(u, _)| *u != 0)
+        .map(|(u, n)| (*u, *n))
+        .collect();
+    by_size.sort_unstable_by_key(|e| std::cmp::Reverse(e.1));
+    for (i, (uid, n)) in by_size.into_iter().enumerate() {
+        let key = if i < room && uid != OTHER_UIDS {
+            uid
+        } else {
+            OTHER_UIDS
+        };
+        *counts.entry(key).or_default() += n;
+    }
+    let present: Vec<u32> = map
+        .keys()
+        .filter_map(|k| k.try_into().ok().map(u32::from_ne_bytes))
+        .collect();
+    for uid in present {
+        if !counts.contains_key(&uid) {
+            let _ = map.delete(&uid.to_ne_bytes());
+        }
+    }
+    for (uid, n) in counts {
+        let _ = map.update(&uid.to_ne_bytes(), &n.to_ne_bytes(), MapFlags::ANY);
+    }
 }
 
 /// Reads every (key, count) of an idle counts map and empties it.

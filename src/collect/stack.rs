@@ -220,15 +220,20 @@ pub struct UnwindCounters {
     pub py_marks: [u64; 6],
     /// How user walks ended, in [`StackEnd::ALL`] order.
     pub ends: [u64; 11],
+    /// Code records refused because their user held their share of
+    /// `py_codes` (half of it; root is not limited).
+    pub py_code_share: u64,
+    /// Code records refused because `py_codes` was full.
+    pub py_code_full: u64,
 }
 
 impl UnwindCounters {
     /// Reads an `unwind_counters` per-CPU array, summed over CPUs.
     pub(crate) fn read(map: &impl MapCore) -> Result<Self, CollectError> {
-        let mut v = [0u64; 6 + 2 + 6 + 11];
+        let mut v = [0u64; 6 + 2 + 6 + 11 + 2];
         super::percpu_sums(map, "unwind_counters", &mut v)?;
         let mut ends = [0u64; 11];
-        ends.copy_from_slice(&v[14..]);
+        ends.copy_from_slice(&v[14..25]);
         let mut py_marks = [0u64; 6];
         py_marks.copy_from_slice(&v[8..14]);
         Ok(Self {
@@ -242,6 +247,8 @@ impl UnwindCounters {
             py_codes: v[7],
             py_marks,
             ends,
+            py_code_share: v[25],
+            py_code_full: v[26],
         })
     }
 }

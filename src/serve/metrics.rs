@@ -159,6 +159,7 @@ pub struct Metrics {
     collector_faults: Family<MissLabel, Counter>,
     python_frames: Family<EventLabel, Counter>,
     python_code_reads: Family<EventLabel, Counter>,
+    python_codes_refused: Family<ReasonLabel, Counter>,
     python_missing: Family<ReasonLabel, Counter>,
     python_names: Family<MissLabel, Counter>,
     python_processes: Family<MissLabel, Gauge>,
@@ -359,6 +360,12 @@ impl Metrics {
             "Python code objects copied to py_codes in BPF (met for the first time, or again after eviction)",
             python_code_reads.clone(),
         );
+        let python_codes_refused = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "python_codes_refused",
+            "Python code records not copied to py_codes (their frames read [python: code evicted]), by reason: user_share (their user, not root, holds half of py_codes), map_full",
+            python_codes_refused.clone(),
+        );
         let python_missing = Family::<ReasonLabel, Counter>::default();
         registry.register(
             "python_frames_missing",
@@ -433,6 +440,7 @@ impl Metrics {
             collector_faults,
             python_frames,
             python_code_reads,
+            python_codes_refused,
             python_missing,
             python_names,
             python_processes,
@@ -605,6 +613,16 @@ impl Metrics {
         self.dropped
             .get_or_create(&ev("blocked_state_unavailable"))
             .inc_by(c.blocked_full.saturating_sub(p.blocked_full));
+        // The bounded form's table of thread ids: refused to a user holding
+        // half of it; entries of threads gone deleted by the agent's sweep.
+        self.dropped
+            .get_or_create(&ev("blocked_user_share"))
+            .inc_by(c.blocked_over_share.saturating_sub(p.blocked_over_share));
+        self.collector_faults
+            .get_or_create(&MissLabel {
+                reason: "blocked_state_of_gone_thread_swept".into(),
+            })
+            .inc_by(c.blocked_swept.saturating_sub(p.blocked_swept));
         self.dropped
             .get_or_create(&ev("counts_map_full"))
             .inc_by(c.counts_full.saturating_sub(p.counts_full));
@@ -880,6 +898,17 @@ impl Metrics {
             self.python_code_reads
                 .get_or_create(&label)
                 .inc_by(now.py_codes.saturating_sub(prev.py_codes));
+            for (reason, n, p) in [
+                ("user_share", now.py_code_share, prev.py_code_share),
+                ("map_full", now.py_code_full, prev.py_code_full),
+            ] {
+                self.python_codes_refused
+                    .get_or_create(&ReasonLabel {
+                        event: event.into(),
+                        reason: reason.into(),
+                    })
+                    .inc_by(n.saturating_sub(p));
+            }
             for (i, reason) in PyMark::LABELS.iter().enumerate().skip(1) {
                 self.python_missing
                     .get_or_create(&ReasonLabel {

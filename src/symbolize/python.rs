@@ -94,14 +94,19 @@ struct Code {
     firstlineno: u32,
     /// The line table, as far as copied.
     linetable: Box<[u8]>,
+    /// Whose share of the caches it counts in (the walked thread's real uid).
+    uid: u32,
 }
 
-/// sizeof(struct py_code).
-const PY_CODE_BYTES: usize = 4 + 4 + 4 + 2 + 1 + 1 + 128 + 96 + 256;
+/// sizeof(struct py_code): the copied names and line table, then `used`
+/// and `uid` (at [`PY_CODE_UID_AT`]).
+const PY_CODE_BYTES: usize = 4 + 4 + 4 + 2 + 1 + 1 + 128 + 96 + 256 + 8 + 4 + 4;
+const PY_CODE_UID_AT: usize = std::mem::offset_of!(crate::bpf::types::py_code, uid);
 const _: () = assert!(std::mem::size_of::<crate::bpf::types::py_code>() == PY_CODE_BYTES);
 
 /// Code objects cached per (process, fingerprint): the bound on entries
-/// (each about 600 bytes with its line table: 2.4 MiB at most).
+/// (each about 600 bytes with its line table: 2.4 MiB at most). When full,
+/// the user holding the most entries gives theirs up (see [`evict_top`]).
 pub const MAX_CACHED_CODES: usize = 4096;
 
 /// Named slots cached (each about 150 bytes: key, frame, shared name).
@@ -128,9 +133,9 @@ pub struct PyNameStats {
 pub struct PythonNames {
     codes: Option<MapHandle>,
     cache: FastMap<(Pid, u64), Arc<Code>>,
-    /// Named slots (fingerprint and instruction index): the same few come
-    /// at every drain, and naming one allocates. Emptied with `cache`.
-    frames: FastMap<(Pid, u64), Arc<[Frame]>>,
+    /// Named slots (fingerprint and instruction index) and their code's
+    /// user: the same few come at every drain, and naming one allocates.
+    frames: FastMap<(Pid, u64), (u32, Arc<[Frame]>)>,
     cached_bytes: usize,
     stats: PyNameStats,
 }
@@ -175,7 +180,7 @@ impl PythonNames {
             self.stats.marks[(slot & 0xff).min(5) as usize] += 1;
             return one(Frame::new(m.text(), FrameKind::Marker));
         }
-        if let Some(f) = self.frames.get(&(pid, slot)) {
+        if let Some((_, f)) = self.frames.get(&(pid, slot)) {
             self.stats.named += 1;
             return f.clone();
         }
@@ -195,9 +200,9 @@ impl PythonNames {
             module: None,
         });
         if self.frames.len() >= MAX_CACHED_SLOTS {
-            self.frames.clear();
+            evict_top(&mut self.frames, |(uid, _)| *uid);
         }
-        self.frames.insert((pid, slot), f.clone());
+        self.frames.insert((pid, slot), (code.uid, f.clone()));
         f
     }
 
@@ -213,14 +218,32 @@ impl PythonNames {
         self.stats.records_read += 1;
         let code = Arc::new(parse_record(&value)?);
         if self.cache.len() >= MAX_CACHED_CODES {
-            // Emptied whole: a record still in BPF is read again.
-            self.cache.clear();
-            self.frames.clear();
-            self.cached_bytes = 0;
+            // A record still in BPF is read again.
+            evict_top(&mut self.cache, |c| c.uid);
+            self.cached_bytes = self.cache.values().map(|c| code_bytes(c)).sum();
         }
         self.cached_bytes += code_bytes(&code);
         self.cache.insert((pid, fp), code.clone());
         Some(code)
+    }
+}
+
+/// Makes room in a full cache shared by every user: the user holding the
+/// most entries gives all of theirs up, the others keep theirs. Emptying
+/// the whole cache (as before issue 41) let one user churning code objects
+/// (a fake interpreter compiling thousands of functions a second) take
+/// every other user's Python names with theirs at every fill; now they
+/// only evict their own. Linear in the cache, once per fill.
+fn evict_top<K, V>(map: &mut FastMap<K, V>, uid_of: impl Fn(&V) -> u32) {
+    let mut per_uid: FastMap<u32, usize> = FastMap::default();
+    for v in map.values() {
+        *per_uid.entry(uid_of(v)).or_default() += 1;
+    }
+    let top = per_uid.into_iter().max_by_key(|&(uid, n)| (n, uid));
+    match top {
+        Some((uid, n)) if n >= map.len() / 4 => map.retain(|_, v| uid_of(v) != uid),
+        // Many users, none holding much: start again.
+        _ => map.clear(),
     }
 }
 
@@ -249,6 +272,7 @@ fn parse_record(v: &[u8]) -> Option<Code> {
     let qualname = decode(&v[16..144], qualname_len, qkind, false);
     let filename = decode(&v[144..240], filename_len, fkind, true);
     let linetable = v[240..240 + linetable_len.min(256)].into();
+    let uid = u32::from_ne_bytes(v[PY_CODE_UID_AT..PY_CODE_UID_AT + 4].try_into().expect("4"));
     let qualname = qualname.unwrap_or_else(|| "[python: unreadable name]".into());
     let filename = filename.unwrap_or_else(|| "?".into());
     let short = filename.rsplit('/').next().unwrap_or(&filename);
@@ -257,6 +281,7 @@ fn parse_record(v: &[u8]) -> Option<Code> {
         file: Arc::from(filename.as_str()),
         firstlineno,
         linetable,
+        uid,
     })
 }
 

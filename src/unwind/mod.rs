@@ -1216,6 +1216,12 @@ impl Unwinder {
                 version: Some(p.version),
                 reason: "libc's thread-specific data not found",
             }),
+            (Some((p, _)), _) if !self.python_place_for(pid, state.uid) => {
+                Some(PythonState::Native {
+                    version: Some(p.version),
+                    reason: "user's share of Python processes",
+                })
+            }
             (Some((p, Some(bias))), Some(tls)) => {
                 let mut v = [0u8; python::PY_PROC_BYTES];
                 let tss = p.runtime.wrapping_add(u64::from(p.layout.runtime_tss));
@@ -1253,6 +1259,29 @@ impl Unwinder {
                 }
             }
         }
+    }
+}
+
+impl Unwinder {
+    /// Whether `pid` (of user `uid`) may have a place in `py_procs`, which
+    /// every user's Python processes share: a user other than root holds
+    /// at most half of it (issue 41), so one user's thousands of
+    /// interpreters cannot leave another's unnamed. Linear in the Python
+    /// processes, once per upload of one.
+    fn python_place_for(&self, pid: Pid, uid: u32) -> bool {
+        if uid == 0 || matches!(self.python.get(&pid), Some(PythonState::Unwound { .. })) {
+            return true;
+        }
+        let share = (self.py_procs.max_entries() / 2).max(1) as usize;
+        let held = self
+            .python
+            .iter()
+            .filter(|(q, st)| {
+                matches!(st, PythonState::Unwound { .. })
+                    && self.processes.get(q).is_some_and(|s| s.uid == uid)
+            })
+            .count();
+        held < share
     }
 }
 
