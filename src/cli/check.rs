@@ -172,7 +172,7 @@ pub fn run() -> Vec<Item> {
                 match e.form() {
                     crate::collect::forms::ProgramForm::Loop => "task storage".to_string(),
                     crate::collect::forms::ProgramForm::Bounded => format!(
-                        "a hash of thread ids (no task storage in tracing programs before Linux 5.11): {} threads at most",
+                        "a hash of thread ids (no task storage in tracing programs before Linux 5.11): {} threads at most, half of them for any one user but root",
                         crate::collect::events::BLOCKED_THREADS
                     ),
                 }

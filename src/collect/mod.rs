@@ -46,9 +46,10 @@ pub mod defaults {
     /// kernel memory each, allocated as processes appear).
     pub const MAX_PROCESSES: u32 = 8192;
     /// Code objects whose names the Python walker keeps in BPF (`py_codes`,
-    /// 504 bytes each: 2 MiB of kernel memory allocated at load). Each
-    /// sampled code object is held from the sample to the next drain (1 s);
-    /// one that is evicted before is shown as `[python: code evicted]`.
+    /// 512 bytes each: 2 MiB of kernel memory allocated at load). Each
+    /// sampled code object is held from the sample to the next drain (1 s)
+    /// and collected 4 s after its last use; one refused (its user holds
+    /// half of the map, or it is full) is shown as `[python: code evicted]`.
     pub const PYTHON_CODE_ENTRIES: u32 = 4096;
     /// Samples per second per CPU. 99, not 100, so sampling does not run in
     /// lock-step with work that is itself timed in round milliseconds.
@@ -194,8 +195,9 @@ pub struct SamplerOptions {
     /// Unwind user stacks with tables (default true); false leaves every
     /// process on frame pointers, for comparison.
     pub unwind_tables: bool,
-    /// Code objects whose names the Python walker keeps (`py_codes`, an
-    /// LRU map of ~500 bytes an entry, kernel memory allocated at load;
+    /// Code objects whose names the Python walker keeps (`py_codes`, a
+    /// hash map of 512 bytes an entry, kernel memory allocated at load,
+    /// half of it for any one user but root;
     /// default [`defaults::PYTHON_CODE_ENTRIES`]).
     pub python_code_entries: u32,
     /// Read Python frames (default true); false leaves interpreters native.

@@ -375,7 +375,7 @@ impl Metrics {
         let python_names = Family::<MissLabel, Counter>::default();
         registry.register(
             "python_names",
-            "Python frames named at drains (reason=named), or whose code record was evicted from py_codes before the drain (reason=evicted, shown as [python: code evicted])",
+            "Python frames named at drains (reason=named), or whose code record was missing from py_codes at the drain (reason=evicted: refused for its user's share or a full map, or collected; shown as [python: code evicted])",
             python_names.clone(),
         );
         let python_processes = Family::<MissLabel, Gauge>::default();

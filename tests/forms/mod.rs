@@ -107,8 +107,9 @@ fn bounded_form_reads_python_frames() {
     );
 }
 
-/// `emberd check` names the form, why it was chosen, and where off-CPU
-/// state lives.
+/// `emberd check` names the form, why it was chosen, where off-CPU state
+/// lives and, in the bounded form, the kernel stack size user registers are
+/// found by.
 #[test]
 fn check_names_the_form_and_why() {
     require_root();
@@ -124,6 +125,12 @@ fn check_names_the_form_and_why() {
     );
     assert!(
         text.contains("off-CPU state in a hash of thread ids"),
+        "{text}"
+    );
+    // Where the user registers are found: this kernel's 16 KiB stacks, as
+    // its BTF says (issue 41), not assumed.
+    assert!(
+        text.contains("kernel stacks of 16384 bytes (THREAD_SIZE, from the size of struct irq_stack in the kernel's BTF"),
         "{text}"
     );
     let out = emberd()

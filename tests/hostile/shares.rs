@@ -310,8 +310,11 @@ fn a_thread_and_exec_loop_leaves_no_off_cpu_state_behind_in_the_bounded_form() {
         &m,
         "emberd_samples_dropped_total{event=\"offcpu\",reason=\"blocked_user_share\"}",
     );
+    eprintln!(
+        "exec loop: 3000 rounds in {looped:?}; root's sleeps charged {us} us; refused {refused}, table full {unavailable}"
+    );
     assert!(
-        us >= 950_000 && us <= 1_150_000,
+        (950_000..=1_150_000).contains(&us),
         "root's thread started after {looped:?} of thread+exec rounds should be charged its 5 x 200 ms sleeps, got {us} us (periods lost to a full table: {unavailable}):\n{}",
         top(&p, 6)
     );
@@ -371,6 +374,9 @@ fn one_users_code_churn_cannot_evict_another_users_python_names() {
         .count();
     let _ = std::fs::remove_dir_all(dir);
     let share = named as f64 / all.max(1) as f64;
+    eprintln!(
+        "code churn: root's busy.py {named} of {all} samples named, {evicted} evicted; churner's records refused {refused}, its frames named {churned}"
+    );
     assert!(
         all >= 100 && share >= 0.9 && evicted * 100 <= all,
         "root's busy.py beside the churner: {named} of {all} samples named ({:.1}%, expected >= 90%), {evicted} `[python: code evicted]`:\n{}",
