@@ -363,7 +363,6 @@ static __always_inline __u32 *scratch_claim(void)
 		ret_;                                \
 	})
 
-
 static __always_inline void on_new_process_dropped(void)
 {
 	ecount(ECOUNTER_NEW_PROCESS_DROPPED);

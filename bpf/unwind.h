@@ -692,9 +692,15 @@ static long unwind_step(__u32 index, void *ctx)
 }
 
 /* The bounded form's step: a global function, which the verifier checks
- * once on its own rather than once per iteration of the loop calling it. */
+ * once on its own rather than once per iteration of the loop calling it.
+ * It reads `index`: clang passes an argument the callee never reads as
+ * undefined, whatever register held last, and Linux 5.10's verifier
+ * refuses a call whose scalar argument holds a pointer ("R1 is not a
+ * scalar"). */
 __attribute__((noinline)) int unwind_step_bounded(__u32 index)
 {
+	if (index > EMBERD_MAX_STACK_DEPTH)
+		return 1;
 	return unwind_step_in(EMBERD_FORM_BOUNDED);
 }
 

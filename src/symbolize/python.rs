@@ -386,6 +386,26 @@ pub fn line_of(table: &[u8], firstlineno: u32, index: u32) -> Option<u32> {
 mod tests {
     use super::*;
 
+    /// Issue 41: a full cache shared by every user drops the entries of the
+    /// user holding the most (a code churner), and keeps the others'.
+    #[test]
+    fn a_full_code_cache_drops_only_the_biggest_users_entries() {
+        let mut cache: FastMap<u32, u32> = FastMap::default();
+        for i in 0..90 {
+            cache.insert(i, 65530);
+        }
+        for i in 90..100 {
+            cache.insert(i, 0);
+        }
+        evict_top(&mut cache, |uid| *uid);
+        assert_eq!(cache.len(), 10);
+        assert!(cache.values().all(|&uid| uid == 0));
+        // Many users, none holding a quarter: emptied.
+        let mut spread: FastMap<u32, u32> = (0..100).map(|i| (i, i % 10)).collect();
+        evict_top(&mut spread, |uid| *uid);
+        assert!(spread.is_empty());
+    }
+
     #[test]
     fn line_table_entries_are_decoded() {
         // firstlineno 10: 2 units no-columns +0 (code 13, svarint 0), then 1
