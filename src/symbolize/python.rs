@@ -128,6 +128,9 @@ pub struct PyNameStats {
     pub cached_bytes: u64,
 }
 
+/// A named slot and the user whose share of the cache it counts in.
+type NamedSlot = (u32, Arc<[Frame]>);
+
 /// Names Python frame slots of drained stacks.
 #[derive(Default)]
 pub struct PythonNames {
@@ -135,7 +138,7 @@ pub struct PythonNames {
     cache: FastMap<(Pid, u64), Arc<Code>>,
     /// Named slots (fingerprint and instruction index) and their code's
     /// user: the same few come at every drain, and naming one allocates.
-    frames: FastMap<(Pid, u64), (u32, Arc<[Frame]>)>,
+    frames: FastMap<(Pid, u64), NamedSlot>,
     cached_bytes: usize,
     stats: PyNameStats,
 }
