@@ -412,21 +412,22 @@ fn cap_label_sets(rows: &mut [crate::store::Row], max: usize) -> usize {
         let service = Workload::service(&w.unit, &w.container, &r.process_comm);
         (w.unit.clone(), w.container.clone(), service.into_owned())
     };
-    let mut weight: HashMap<Set, u64> = HashMap::new();
-    for r in rows.iter() {
-        *weight.entry(set_of(r)).or_default() += r.value;
+    let sets: Vec<Set> = rows.iter().map(set_of).collect();
+    let mut weight: HashMap<&Set, u64> = HashMap::new();
+    for (set, r) in sets.iter().zip(rows.iter()) {
+        *weight.entry(set).or_default() += r.value;
     }
     if weight.len() <= max {
         return 0;
     }
-    let mut order: Vec<(Set, u64)> = weight.into_iter().collect();
+    let mut order: Vec<(&Set, u64)> = weight.into_iter().collect();
     // Heaviest first; ties by name, so a push does not flip between them.
-    order.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    order.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
     let folded = order.len() - max;
-    let kept: HashSet<Set> = order.into_iter().take(max).map(|(s, _)| s).collect();
+    let kept: HashSet<&Set> = order.into_iter().take(max).map(|(s, _)| s).collect();
     let other: Arc<str> = Arc::from(OTHER_SERVICES);
-    for r in rows.iter_mut() {
-        if !kept.contains(&set_of(r)) {
+    for (set, r) in sets.iter().zip(rows.iter_mut()) {
+        if !kept.contains(set) {
             r.workload = Workload {
                 unit: other.clone(),
                 container: Arc::from(""),

@@ -465,6 +465,8 @@ fn debug_offsets_at(version: PyVersion) -> Option<DebugOffsetsAt> {
 struct Elf {
     sections: Vec<Section>,
     loads: Vec<(u64, u64, u64)>, // vaddr, offset, filesz
+    /// The file's size: what any table it names must lie within.
+    len: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -481,7 +483,8 @@ impl Elf {
         file.read_exact_at(&mut h, 0).ok()?;
         // Entry sizes ELF64's own, tables inside the file: at most 7.5 MiB
         // of headers whatever the file (any user's) claims.
-        let header = ElfHeader::parse(&h, file.metadata().ok()?.len()).ok()?;
+        let len = file.metadata().ok()?.len();
+        let header = ElfHeader::parse(&h, len).ok()?;
         let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4"));
         let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
         let read = |(at, len): (u64, u64)| -> Option<Vec<u8>> {
@@ -490,14 +493,13 @@ impl Elf {
             Some(out)
         };
         let (ph, sh) = (read(header.ph_range())?, read(header.sh_range())?);
-        let (phentsize, shentsize) = (PHDR_BYTES, SHDR_BYTES);
         let loads = ph
-            .chunks_exact(phentsize as usize)
+            .chunks_exact(PHDR_BYTES as usize)
             .filter(|p| u32_at(p, 0) == 1)
             .map(|p| (u64_at(p, 16), u64_at(p, 8), u64_at(p, 32)))
             .collect();
         let sections = sh
-            .chunks_exact(shentsize as usize)
+            .chunks_exact(SHDR_BYTES as usize)
             .map(|s| Section {
                 kind: u32_at(s, 4),
                 offset: u64_at(s, 24),
@@ -505,7 +507,11 @@ impl Elf {
                 link: u32_at(s, 40),
             })
             .collect();
-        Some(Elf { sections, loads })
+        Some(Elf {
+            sections,
+            loads,
+            len,
+        })
     }
 
     /// `len` bytes at virtual address `vaddr`, from the file.
@@ -530,9 +536,8 @@ impl Elf {
             return None;
         }
         // Inside the file, or nothing is allocated for them.
-        let len = file.metadata().ok()?.len();
         for s in [dynsym, dynstr] {
-            if s.offset.checked_add(s.size)? > len {
+            if s.offset.checked_add(s.size)? > self.len {
                 return None;
             }
         }

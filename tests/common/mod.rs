@@ -503,3 +503,17 @@ impl Drop for Eavesdropper {
         let _ = self.child.wait();
     }
 }
+
+/// `program` run as `uid` with its own group and no others (`setpriv`), as
+/// a local user would run it; add its arguments to the command.
+pub fn run_as(uid: u32, program: &Path) -> Command {
+    let mut c = Command::new("setpriv");
+    c.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .args(["--clear-groups", "--"])
+        .arg(program);
+    c
+}
+
+/// uid of user `nobody`.
+pub const NOBODY: u32 = 65534;

@@ -746,10 +746,8 @@ fn files_mapped_as_code_are_read_only_as_far_as_needed() {
         .unwrap();
     let mut d = Daemon::start(&[], &[]);
     let before = d.status_kib("VmHWM");
-    let mut user = Command::new("setpriv");
-    user.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg("/usr/bin/python3")
-        .arg(workload("map_exec.py"))
+    let mut user = run_as(NOBODY, Path::new("/usr/bin/python3"));
+    user.arg(workload("map_exec.py"))
         .arg(&not_elf)
         .arg(&liar)
         .stdout(std::process::Stdio::null());
@@ -796,10 +794,8 @@ fn lying_elf_header_sizes_are_refused_unread() {
     let liar = dir.join("headers.so");
     let mut d = Daemon::start(&[], &[]);
     let before = d.status_kib("VmHWM");
-    let mut user = Command::new("setpriv");
-    user.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg("/usr/bin/python3")
-        .arg(workload("map_exec.py"))
+    let mut user = run_as(NOBODY, Path::new("/usr/bin/python3"));
+    user.arg(workload("map_exec.py"))
         .arg("--lying-headers")
         .arg(&liar)
         .stdout(std::process::Stdio::null());
@@ -845,10 +841,8 @@ fn a_process_with_huge_maps_costs_a_bounded_read() {
     std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
     let mut d = Daemon::start(&[], &[]);
     let before = d.status_kib("VmHWM");
-    let mut user = Command::new("setpriv");
-    user.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg("/usr/bin/python3")
-        .arg(workload("many_maps.py"))
+    let mut user = run_as(NOBODY, Path::new("/usr/bin/python3"));
+    user.arg(workload("many_maps.py"))
         .arg(dir.join("t"))
         .arg("60000")
         .stdout(std::process::Stdio::null());

@@ -12,16 +12,6 @@ use crate::common::*;
 const HOSTILE: u32 = 65530;
 const VICTIM: u32 = 65531;
 
-/// `program args` run as `uid` (its own group, no others).
-fn as_user(uid: u32, program: &Path) -> Command {
-    let mut c = Command::new("setpriv");
-    c.arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={uid}"))
-        .args(["--clear-groups", "--"])
-        .arg(program);
-    c
-}
-
 /// Kills every process of `uid` (the test's users own nothing else).
 fn kill_user(uid: u32) {
     let _ = Command::new("pkill")
@@ -77,7 +67,7 @@ fn one_user_cannot_fill_the_unwinders_process_places() {
     let victim = victim_program("emberd-share-procs");
     let d = Daemon::start(&["--unwind-processes", "32"], &[]);
     let _hostile = Workload::spawn(
-        as_user(HOSTILE, Path::new("/bin/sh"))
+        run_as(HOSTILE, Path::new("/bin/sh"))
             .args(["-c", "for i in $(seq 64); do sleep 60 & done; wait"]),
     );
     wait(3000);
@@ -87,7 +77,7 @@ fn one_user_cannot_fill_the_unwinders_process_places() {
         places >= 32.0,
         "64 sleeping processes should fill the 32 places ({places} held):\n{m}"
     );
-    let w = Workload::spawn(as_user(VICTIM, &victim).arg("12"));
+    let w = Workload::spawn(run_as(VICTIM, &victim).arg("12"));
     wait(8000);
     let (share, n, ctx) = victim_complete(&d, w.pid());
     let m = d.get("/metrics").text();
@@ -150,14 +140,10 @@ fn one_user_cannot_fill_the_unwind_table_budget() {
     let victim = dir.join("deep_chain");
     std::fs::copy(&big, &victim).unwrap();
     let d = Daemon::start(&["--unwind-table-budget-mib", "2"], &[]);
-    let _hostile = Workload::spawn(
-        as_user(HOSTILE, Path::new("/bin/sh"))
-            .arg("-c")
-            .arg(format!(
-                "for f in {}/user/*; do $f 60 & done; wait",
-                dir.display()
-            )),
-    );
+    let _hostile = Workload::spawn(run_as(HOSTILE, Path::new("/bin/sh")).arg("-c").arg(format!(
+        "for f in {}/user/*; do $f 60 & done; wait",
+        dir.display()
+    )));
     wait(5000);
     let m = d.get("/metrics").text();
     let refused = metric(
@@ -168,7 +154,7 @@ fn one_user_cannot_fill_the_unwind_table_budget() {
         refused >= 1.0,
         "40 programs should overflow the 2 MiB budget (budget_refused = {refused})"
     );
-    let w = Workload::spawn(as_user(VICTIM, &victim).arg("12"));
+    let w = Workload::spawn(run_as(VICTIM, &victim).arg("12"));
     wait(8000);
     let (share, n, ctx) = victim_complete(&d, w.pid());
     let m = d.get("/metrics").text();
@@ -202,8 +188,8 @@ fn one_user_cannot_fill_the_blocked_stack_map() {
     let hostile_bin = build_c("many_stacks");
     let sleepy = build_c_debian("sleepy");
     let d = Daemon::start(&["--stack-map-entries", "1024"], &[]);
-    let _hostile = Workload::spawn(as_user(HOSTILE, &hostile_bin).args(["16", "40"]));
-    let w = Workload::spawn(as_user(VICTIM, &sleepy).arg("4"));
+    let _hostile = Workload::spawn(run_as(HOSTILE, &hostile_bin).args(["16", "40"]));
+    let w = Workload::spawn(run_as(VICTIM, &sleepy).arg("4"));
     let pid = w.pid();
     // The sleeps end 5 s in; wait for the drain after them.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -271,7 +257,7 @@ fn a_thread_and_exec_loop_leaves_no_off_cpu_state_behind_in_the_bounded_form() {
             ("EMBERD_TEST_BLOCKED_THREADS", "1024"),
         ],
     );
-    let mut hostile = as_user(HOSTILE, &looper)
+    let mut hostile = run_as(HOSTILE, &looper)
         .arg("3000")
         .spawn()
         .expect("running exec_loop");
@@ -347,7 +333,7 @@ fn one_users_code_churn_cannot_evict_another_users_python_names() {
     // python3's table out (that would be another test's subject).
     let d = Daemon::start(&["--unwind-table-budget-mib", "64"], &[]);
     let _hostile = Workload::spawn(
-        as_user(HOSTILE, Path::new("/usr/bin/python3"))
+        run_as(HOSTILE, Path::new("/usr/bin/python3"))
             .arg(&churn)
             .arg("30"),
     );

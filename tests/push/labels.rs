@@ -2,13 +2,16 @@
 //! unit, and a scope a user's manager names after another's container.
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use super::{Cgroups, Receiver, decode_pprof, fresh_dir};
-use crate::common::{Daemon, Workload, build_c_debian, parse_folded, require_root, wait};
+use crate::common::{
+    Daemon, NOBODY, Workload, build_c_debian, parse_folded, require_root, run_as, wait,
+};
 
 /// Per pushed pprof sample: (service_name, container_id, pid).
 fn pushed_labels(p: &emberd::render::pprof::proto::Profile) -> Vec<(String, String, i64)> {
@@ -72,13 +75,7 @@ fn another_user_cannot_claim_a_service_or_a_container() {
 
     let victim = Workload::spawn(Command::new(&bin).arg("60"));
     cg.enter(victim.pid(), &victim_cg);
-    let as_nobody = |cmd: &mut Command| {
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
-        c.arg(cmd.get_program()).args(cmd.get_args());
-        c
-    };
-    let impostor = Workload::spawn(&mut as_nobody(Command::new(&renamed).arg("60")));
+    let impostor = Workload::spawn(run_as(NOBODY, &renamed).arg("60"));
     // The forger waits to be in its manager's cgroup, then does the rest
     // itself, as the user.
     let script = format!(
@@ -87,9 +84,7 @@ fn another_user_cannot_claim_a_service_or_a_container() {
         f = forged.display(),
         bin = bin.display()
     );
-    let forger = Workload::spawn(&mut as_nobody(
-        Command::new("/bin/sh").args(["-c", &script]),
-    ));
+    let forger = Workload::spawn(run_as(NOBODY, Path::new("/bin/sh")).args(["-c", &script]));
     cg.enter(forger.pid(), &manager);
     std::fs::write(&go, "").unwrap();
     cg.made.push(forged.parent().unwrap().to_owned());
