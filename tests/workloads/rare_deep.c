@@ -1,0 +1,52 @@
+/* A process whose rare stacks are very deep, as a compiler's or a
+ * recursive-descent parser's are: every 20 ms it descends 150-199 calls
+ * (descend -> descend -> ...) and spins about a millisecond at the bottom,
+ * then sleeps. On a busy host its few samples are thin towers, taller than
+ * anything else in the graph, until argv[1] s (default 30) have passed. */
+#include <signal.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t stop;
+static volatile unsigned long sink;
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+static void spin_us(long us)
+{
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	do {
+		for (int i = 0; i < 1000; i++)
+			sink++;
+		clock_gettime(CLOCK_MONOTONIC, &b);
+	} while ((b.tv_sec - a.tv_sec) * 1000000L + (b.tv_nsec - a.tv_nsec) / 1000 < us);
+}
+
+/* noclone and the work after the call keep each level a real frame. */
+__attribute__((noinline, noclone)) void descend(int left)
+{
+	if (left == 0)
+		spin_us(1000);
+	else
+		descend(left - 1);
+	sink += left;
+}
+
+int main(int argc, char **argv)
+{
+	signal(SIGALRM, on_alarm);
+	alarm(argc > 1 ? atoi(argv[1]) : 30);
+	srand(getpid());
+	const struct timespec nap = { 0, 20 * 1000 * 1000 };
+	while (!stop) {
+		descend(150 + rand() % 50);
+		nanosleep(&nap, NULL);
+	}
+	return 0;
+}
