@@ -9,6 +9,7 @@ use emberd::cli::{
     self,
     daemon::DaemonArgs,
     diff::{AnimateArgs, DiffArgs},
+    flamegraph::FlamegraphArgs,
     login::LoginArgs,
     record::RecordArgs,
 };
@@ -46,6 +47,10 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Flame graph of a folded file (`perf script | stackcollapse-perf.pl`
+    /// output, another host's /folded), as flamegraph.pl draws it:
+    /// `emberd flamegraph cpu.folded > cpu.svg`.
+    Flamegraph(FlamegraphArgs),
     /// Differential flame graph of two folded files (from perf +
     /// stackcollapse, another host, a nightly run), as difffolded.pl +
     /// flamegraph.pl draw it, plus the before graph with vanished paths.
@@ -104,6 +109,7 @@ fn main() -> ExitCode {
         Some(Command::Record(args)) => cli::record::run(args),
         Some(Command::Check { config }) => cli::check::command(config.as_deref()),
         Some(Command::UnwindTables { files }) => cli::unwind_tables::run(&files),
+        Some(Command::Flamegraph(args)) => cli::flamegraph::run(args),
         Some(Command::Diff(args)) => cli::diff::run_diff(args),
         Some(Command::Animate(args)) => cli::diff::run_animate(args),
         Some(Command::Login(args)) => cli::login::run(args),

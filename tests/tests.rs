@@ -39,6 +39,8 @@ mod push;
 /// CPython frames merged into native stacks: Debian's python3 and pyenv's
 /// 3.12 and 3.13 against py-spy, off-CPU, deep recursion.
 mod python;
+/// The README's quick start, run as printed in a fresh clone.
+mod quickstart;
 /// The symbolizer on real processes, without BPF: perf maps, fallbacks, ELF.
 mod symbolize;
 /// User stacks unwound from .eh_frame: programs without frame pointers

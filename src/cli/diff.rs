@@ -60,7 +60,22 @@ pub struct AnimateArgs {
 /// Reads a folded file as flamegraph.pl does, telling stderr what it skipped.
 fn read_folded_file(path: &std::path::Path) -> anyhow::Result<crate::profile::Profile> {
     let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let (profile, skipped) = crate::render::folded::read_lenient(std::io::BufReader::new(f))
+    read_folded(std::io::BufReader::new(f), path)
+}
+
+/// [`read_folded_file`], or standard input for `-`.
+pub(super) fn read_folded_input(path: &std::path::Path) -> anyhow::Result<crate::profile::Profile> {
+    if path.as_os_str() == "-" {
+        return read_folded(std::io::stdin().lock(), std::path::Path::new("stdin"));
+    }
+    read_folded_file(path)
+}
+
+fn read_folded(
+    r: impl std::io::BufRead,
+    path: &std::path::Path,
+) -> anyhow::Result<crate::profile::Profile> {
+    let (profile, skipped) = crate::render::folded::read_lenient(r)
         .with_context(|| format!("{}: not a folded profile", path.display()))?;
     if skipped.malformed > 0 {
         let first: Vec<String> = skipped.first.iter().map(ToString::to_string).collect();
@@ -88,7 +103,8 @@ fn wants_svg(output: &std::path::Path) -> anyhow::Result<bool> {
     }
 }
 
-fn write_output(output: &std::path::Path, body: &[u8]) -> anyhow::Result<()> {
+/// Writes `body` to `output`, or standard output for `-`.
+pub(super) fn write_output(output: &std::path::Path, body: &[u8]) -> anyhow::Result<()> {
     if output.as_os_str() == "-" {
         use std::io::Write;
         std::io::stdout().write_all(body)?;

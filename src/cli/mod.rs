@@ -4,6 +4,8 @@
 pub mod check;
 pub mod daemon;
 pub mod diff;
+pub mod flamegraph;
+pub mod launch;
 pub mod login;
 pub mod record;
 pub mod unwind_tables;

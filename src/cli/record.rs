@@ -70,6 +70,9 @@ pub struct RecordOptions {
     pub event_knobs: EventOptions,
     /// Python frames with their line (`--lines`).
     pub lines: bool,
+    /// Lets the command being profiled start once the programs are loaded
+    /// (`emberd record -- COMMAND`).
+    pub gate: Option<super::launch::Gate>,
 }
 
 /// What a recording collected, for the summary line.
@@ -201,6 +204,9 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
             "-e {} cannot be recorded here: its programs did not load (the log above says why; `emberd check` shows what this kernel runs)",
             options.event.name()
         );
+    }
+    if let Some(gate) = &options.gate {
+        gate.open();
     }
     catch_interrupt();
     let store_options = StoreOptions {
@@ -448,9 +454,10 @@ impl RecordSummary {
 /// `emberd record`'s flags.
 #[derive(Debug, clap::Args)]
 pub struct RecordArgs {
-    /// How long to sample, in seconds. Ctrl-C stops early and still writes.
-    #[arg(long, short = 's', default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    pub seconds: u64,
+    /// How long to sample, in seconds (default 10; with a COMMAND, until it
+    /// exits). Ctrl-C stops early and still writes.
+    #[arg(long, short = 's', value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub seconds: Option<u64>,
     /// Only this process (stops when it exits).
     #[arg(long, short = 'p')]
     pub pid: Option<u32>,
@@ -503,6 +510,11 @@ pub struct RecordArgs {
     /// (py-spy's default; without it, py-spy's `--nolineno` form).
     #[arg(long)]
     pub lines: bool,
+    /// A command to run and profile, after `--` (as `perf record -g --
+    /// COMMAND`): its process and threads, from its first instruction
+    /// until it exits. It runs as emberd does (root, with `sudo`).
+    #[arg(last = true, conflicts_with = "pid", value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 fn parse_event(s: &str) -> Result<Event, String> {
@@ -517,9 +529,18 @@ fn parse_event(s: &str) -> Result<Event, String> {
 /// Records and writes the profile, with its summary on stderr.
 pub fn run(args: RecordArgs) -> anyhow::Result<std::process::ExitCode> {
     use std::process::ExitCode;
+    let launched = if args.command.is_empty() {
+        None
+    } else {
+        Some(super::launch::launch(&args.command)?)
+    };
+    let pid = match &launched {
+        Some(l) => Some(l.child.id()),
+        None => args.pid,
+    };
     let sampler = SamplerOptions {
         frequency_hz: args.frequency,
-        pid: args.pid.map(Pid),
+        pid: pid.map(Pid),
         include_idle: args.idle,
         stack_map_entries: args.stack_map_entries,
         counts_map_entries: args.counts_map_entries,
@@ -529,7 +550,12 @@ pub fn run(args: RecordArgs) -> anyhow::Result<std::process::ExitCode> {
         ..Default::default()
     };
     let options = RecordOptions {
-        duration: Duration::from_secs(args.seconds),
+        // A command is recorded until it exits (or a day passes).
+        duration: Duration::from_secs(args.seconds.unwrap_or(if launched.is_some() {
+            86_400
+        } else {
+            10
+        })),
         sampler,
         grouping: args.group,
         output: args.output,
@@ -542,9 +568,33 @@ pub fn run(args: RecordArgs) -> anyhow::Result<std::process::ExitCode> {
             ..Default::default()
         },
         lines: args.lines,
+        gate: launched.as_ref().map(|l| l.gate.clone()),
     };
-    let summary = record(&options)?;
+    // Reaped as soon as it exits, so its /proc entry goes and the
+    // recording ends with it (a zombie would keep it going).
+    let reaper = launched.map(|l| {
+        let mut child = l.child;
+        std::thread::spawn(move || child.wait())
+    });
+    let result = record(&options);
+    let output = options.output.clone();
+    // Without an opened gate (the programs did not load) the command never
+    // runs: dropping the last copy lets it exit.
+    drop(options);
+    let status = reaper
+        .map(|r| r.join().expect("the reaper thread does not panic"))
+        .transpose()
+        .context("waiting for the command")?;
+    let summary = result?;
     eprintln!("{}", summary.report());
-    eprintln!("[ wrote {} ]", options.output.display());
-    Ok(ExitCode::SUCCESS)
+    eprintln!("[ wrote {} ]", output.display());
+    match status {
+        Some(s) if !s.success() => {
+            eprintln!("[ {} ended: {s} ]", args.command[0]);
+            Ok(ExitCode::from(
+                s.code().map_or(1, |c| c.clamp(1, 255) as u8),
+            ))
+        }
+        _ => Ok(ExitCode::SUCCESS),
+    }
 }

@@ -125,3 +125,195 @@ fn svg_output_names_hot_function() {
     assert!(svg.contains("hot_a"), "hot_a missing from the SVG");
     assert!(svg.contains("<script"), "the SVG should be interactive");
 }
+
+/// `emberd record -- COMMAND` profiles the command it starts, as `perf
+/// record -g -- COMMAND` does: from its start (held until the programs are
+/// loaded) until it exits, only its samples, and with its exit status.
+#[test]
+fn record_profiles_a_command_until_it_exits() {
+    require_root();
+    // One second in phase_one, then one in phase_two: a recording that
+    // missed the command's start would hold less of phase_one.
+    let bin = build_c("phases");
+    let path = scratch().join("command.folded");
+    let t0 = std::time::Instant::now();
+    let out = emberd()
+        .args(["record", "-o"])
+        .arg(&path)
+        .arg("--")
+        .arg(&bin)
+        .args(["1", "1"])
+        .output()
+        .expect("running emberd");
+    let took = t0.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // Ends with the command (2 s), not after record's default 10 s.
+    assert!(
+        took < std::time::Duration::from_secs(7),
+        "record ran {took:?} for a 2 s command: {err}"
+    );
+    let p = parse_folded(&std::fs::read_to_string(&path).unwrap());
+    let total = sum_where(&p, |_| true);
+    let one = sum_where(&p, |f| f.contains(&"phase_one"));
+    let two = sum_where(&p, |f| f.contains(&"phase_two"));
+    let others = sum_where(&p, |f| f.first() != Some(&"phases"));
+    // 2 s at 99 Hz is 198, fewer when the host is busy: the command gets
+    // less of a CPU, and this VM's cpu-clock misses ticks.
+    assert!(
+        total >= 50,
+        "{total} samples of a 2 s command:\n{}",
+        top(&p, 10)
+    );
+    assert_eq!(others, 0, "only the command's samples:\n{}", top(&p, 10));
+    let share = one as f64 / (one + two) as f64;
+    assert!(
+        (0.4..0.6).contains(&share),
+        "phase_one is half of the phases from the command's start: {share:.2}\n{}",
+        top(&p, 10)
+    );
+
+    // The command's failure is the recording's exit status; the profile
+    // is still written.
+    let failed = scratch().join("failed.folded");
+    let out = emberd()
+        .args(["record", "-o"])
+        .arg(&failed)
+        .args(["--", "sh", "-c", "exit 3"])
+        .output()
+        .expect("running emberd");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(failed.exists(), "the profile is written anyway");
+
+    // A command that is not there is named, and nothing is written.
+    let none = scratch().join("none.folded");
+    let _ = std::fs::remove_file(&none);
+    let out = emberd()
+        .args(["record", "-o"])
+        .arg(&none)
+        .args(["--", "no-such-command-anywhere"])
+        .output()
+        .expect("running emberd");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("no-such-command-anywhere"), "{err}");
+    assert!(!none.exists(), "no empty profile left behind");
+}
+
+/// `emberd flamegraph FILE` draws a folded file as flamegraph.pl does, with
+/// its options, from a file or stdin: the recorded workload's functions in
+/// proportion, malformed lines skipped and counted.
+#[test]
+fn flamegraph_draws_a_folded_file() {
+    require_root();
+    let bin = build_c("cpu_70_30");
+    let folded = scratch().join("to-draw.folded");
+    let out = emberd()
+        .args(["record", "-o"])
+        .arg(&folded)
+        .arg("--")
+        .arg(&bin)
+        .arg("2")
+        .output()
+        .expect("running emberd");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut text = std::fs::read_to_string(&folded).unwrap();
+    text.push_str("not a folded line\n");
+    std::fs::write(&folded, &text).unwrap();
+
+    // Widths of the frames named `name`, summed, in pixels.
+    let width_of = |svg: &str, name: &str| -> f64 {
+        svg.split("<g><title>")
+            .skip(1)
+            .filter(|g| g.starts_with(&format!("{name} (")))
+            .map(|g| {
+                let i = g.find(" width=\"").unwrap() + 8;
+                g[i..i + g[i..].find('"').unwrap()].parse::<f64>().unwrap()
+            })
+            .sum()
+    };
+    let out = emberd()
+        .arg("flamegraph")
+        .arg(&folded)
+        .output()
+        .expect("running emberd flamegraph");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("skipped 1 malformed line"), "{err}");
+    let svg = String::from_utf8(out.stdout).unwrap();
+    assert!(svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains(">Flame Graph</text>"), "default title");
+    let (a, b) = (width_of(&svg, "hot_a"), width_of(&svg, "hot_b"));
+    assert!(
+        (0.6..0.8).contains(&(a / (a + b))),
+        "hot_a {a} px vs hot_b {b} px"
+    );
+
+    // flamegraph.pl's options, the input on stdin.
+    let mut child = emberd()
+        .args([
+            "flamegraph",
+            "-",
+            "--title",
+            "Nightly",
+            "--width",
+            "800",
+            "--inverted",
+            "--minwidth",
+            "5",
+            "--colors",
+            "hot",
+            "--countname",
+            "ms",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running emberd flamegraph");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = String::from_utf8(out.stdout).unwrap();
+    assert!(svg.contains(r#"<svg version="1.1" width="800""#), "width");
+    assert!(svg.contains(r#"data-inverted="1""#), "icicle");
+    assert!(svg.contains(">Nightly</text>"), "title");
+    assert!(svg.contains(" ms, "), "count name in the titles");
+    let narrow = svg
+        .split("<g><title>")
+        .skip(1)
+        .filter_map(|g| {
+            let i = g.find(" width=\"")? + 8;
+            g[i..i + g[i..].find('"')?].parse::<f64>().ok()
+        })
+        .filter(|w| *w < 5.0)
+        .count();
+    assert_eq!(narrow, 0, "no frame under --minwidth 5 px is drawn");
+
+    // A bad option is refused, naming it.
+    let out = emberd()
+        .args(["flamegraph", "-", "--colors", "plaid"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("plaid"));
+}
