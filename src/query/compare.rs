@@ -238,7 +238,11 @@ fn parse_window(param: &str, v: &str, now: u64) -> Result<Window, QueryError> {
     if from >= to {
         return Err(bad(
             param,
-            format!("the window is empty: its start ({from}) is not before its end ({to})"),
+            format!(
+                "the window is empty: its start ({}) is not before its end ({})",
+                format_rfc3339(from),
+                format_rfc3339(to)
+            ),
         ));
     }
     Ok(Window { from, to })

@@ -327,7 +327,10 @@ impl Query {
                 let from = to.checked_sub(secs).ok_or_else(|| {
                     bad(
                         "seconds",
-                        format!("{secs} s before now ({now}) is before 1970-01-01"),
+                        format!(
+                            "{secs} s before now ({}) is before 1970-01-01",
+                            format_rfc3339(now)
+                        ),
                     )
                 })?;
                 (from, to)
@@ -506,7 +509,10 @@ pub(crate) fn window_end(param: &str, now: u64) -> Result<u64, QueryError> {
         .ok_or_else(|| {
             bad(
                 param,
-                format!("the clock ({now}) is past the last time a window can reach"),
+                format!(
+                    "the clock ({}) is past the last time a window can reach",
+                    format_rfc3339(now)
+                ),
             )
         })
 }
@@ -541,7 +547,10 @@ pub(crate) fn parse_time(param: &str, v: &str, now: u64) -> Result<u64, QueryErr
         now.checked_sub(back).ok_or_else(|| {
             bad(
                 param,
-                format!("{v:?} from now ({now}) is before 1970-01-01"),
+                format!(
+                    "{v:?} from now ({}) is before 1970-01-01",
+                    format_rfc3339(now)
+                ),
             )
         })?
     } else if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
@@ -561,7 +570,7 @@ pub(crate) fn parse_time(param: &str, v: &str, now: u64) -> Result<u64, QueryErr
         return Err(bad(
             param,
             format!(
-                "{t} is after the last time a window can reach ({MAX_UNIX_SECONDS}, 2262-04-11)"
+                "{t} is after the last time a window can reach (2262-04-11T23:47:16Z, {MAX_UNIX_SECONDS})"
             ),
         ));
     }
@@ -603,12 +612,15 @@ pub(crate) fn parse_time_ms(param: &str, v: &str, now: u64) -> Result<u64, Query
     Ok(secs * 1000 + ms)
 }
 
-/// Unix milliseconds as `SECONDS.mmm` (or `SECONDS` on a whole second).
+/// Unix milliseconds in RFC 3339, `2026-11-22T10:00:00.250Z` (no fraction
+/// on a whole second): error messages name times as users write them, not
+/// as raw unix seconds.
 fn format_ms(ms: u64) -> String {
+    let whole = format_rfc3339(ms / 1000);
     if ms.is_multiple_of(1000) {
-        (ms / 1000).to_string()
+        whole
     } else {
-        format!("{}.{:03}", ms / 1000, ms % 1000)
+        format!("{}.{:03}Z", whole.trim_end_matches('Z'), ms % 1000)
     }
 }
 
@@ -788,6 +800,24 @@ mod tests {
             assert_eq!(e.param, param, "{input}: {e}");
             assert!(!e.reason.is_empty());
         }
+    }
+
+    /// Times in window errors are RFC 3339, as users give them, not unix
+    /// seconds.
+    #[test]
+    fn window_errors_name_times_in_rfc3339() {
+        let now = 1_795_700_510; // 2026-11-26T13:41:50Z
+        let e = q_at("from=2030-01-01T00:00:00Z", now, 3600).unwrap_err();
+        assert_eq!(e.param, "from");
+        assert_eq!(
+            e.reason,
+            "from (2030-01-01T00:00:00Z) must be before to (2026-11-26T13:41:51Z)"
+        );
+        let e = q_at("from=1000.5&to=1000.25", now, 3600).unwrap_err();
+        assert_eq!(
+            e.reason,
+            "from (1970-01-01T00:16:40.500Z) must be before to (1970-01-01T00:16:40.250Z)"
+        );
     }
 
     fn q_at(s: &str, now: u64, retention: u64) -> Result<Query, QueryError> {

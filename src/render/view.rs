@@ -161,6 +161,106 @@ pub fn call_tree(q: &Query, src: Sources<'_>) -> Result<CallTree, Event> {
     Ok(tree)
 }
 
+/// Where history begins, in store seconds: the oldest CPU slot kept (the
+/// CPU store makes one at every drain, so eviction by age or budget shows
+/// here), or emberd's start before its first drain.
+pub fn history_start(src: Sources<'_>) -> u64 {
+    src.cpu
+        .and_then(|c| c.read().unwrap_or_else(|e| e.into_inner()).oldest())
+        .unwrap_or_else(crate::shared::clock::started)
+}
+
+/// The row filters of `sel` as a user wrote them (`pid 42 and comm
+/// "nginx"`), or `None` without any.
+fn filters(sel: &Selection) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(p) = sel.pid {
+        parts.push(format!("pid {p}"));
+    }
+    if let Some(t) = sel.tid {
+        parts.push(format!("tid {t}"));
+    }
+    if let Some(c) = &sel.comm {
+        parts.push(format!("comm {:?}", c.as_str()));
+    }
+    for (name, v) in [
+        ("unit", &sel.unit),
+        ("container", &sel.container),
+        ("service", &sel.service),
+    ] {
+        if let Some(v) = v {
+            parts.push(format!("{name} {v:?}"));
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join(" and "))
+}
+
+/// Why `q`'s answer holds no samples, in one line (for `X-Emberd-Note` and
+/// the SVG's subtitle): a window in the future or before history, a process
+/// never seen (or seen only at other times), line filters that left nothing,
+/// or plainly no samples. `now` is store time; times are shown as wall
+/// time in RFC 3339, as users give them.
+pub fn why_empty(q: &Query, src: Sources<'_>, now: u64) -> String {
+    use crate::query::format_rfc3339;
+    let iso = |t: u64| format_rfc3339(crate::shared::clock::to_wall(t));
+    let sel = &q.selection;
+    if sel.from > now {
+        return format!("the window starts after now ({})", iso(now));
+    }
+    let start = history_start(src);
+    if sel.to <= start {
+        return format!(
+            "the window ({} to {}) is before history starts: history starts at {}",
+            iso(sel.from),
+            iso(sel.to),
+            iso(start)
+        );
+    }
+    // Said after the main reason: part of the window has no history.
+    let partly = if sel.from < start {
+        format!("; history starts at {}", iso(start))
+    } else {
+        String::new()
+    };
+    if let Some(who) = filters(sel) {
+        let read = |st: &RwLock<Store>| st.read().unwrap_or_else(|e| e.into_inner()).seen(sel);
+        let store = match q.event {
+            Event::Cpu | Event::HotCold => src.cpu,
+            Event::MallocInUse | Event::MallocInUseObjects => src.malloc_bytes,
+            _ => src.event,
+        };
+        if let Some((a, b)) = store.and_then(read) {
+            return format!(
+                "{who} has no samples in this window; it has some between {} and {}{partly}",
+                iso(a),
+                iso(b)
+            );
+        }
+        if !matches!(q.event, Event::Cpu | Event::HotCold) && src.cpu.and_then(read).is_some() {
+            return format!(
+                "{who} has no {} samples since history starts ({}), though it ran on CPU",
+                q.event.name(),
+                iso(start)
+            );
+        }
+        return format!(
+            "{who} was never seen: no samples of it since history starts ({})",
+            iso(start)
+        );
+    }
+    if q.include.is_some() || q.exclude.is_some() {
+        let mut all = q.clone();
+        all.include = None;
+        all.exclude = None;
+        if fold(&all, src).is_ok_and(|p| !p.is_empty()) {
+            return format!(
+                "no stack in this window matches include/exclude (it has stacks without them){partly}"
+            );
+        }
+    }
+    format!("no samples in this window{partly}")
+}
+
 /// How an event's folded values are shown: the unit's name and the factor
 /// from folded units (microseconds for time events, shown as ms).
 pub fn display_unit(event: Event) -> (&'static str, f64) {

@@ -7,7 +7,10 @@ use axum::extract::{RawQuery, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
-use super::{AppError, AppState, Rendered, cached, folded_profile, render_now};
+use super::{
+    AppError, AppState, Rendered, cached, folded_profile, note_header, render_now, why_empty,
+    with_sources,
+};
 use crate::query::QueryError;
 use crate::query::columns::{Diff, Series};
 use crate::query::compare::{CompareKind, CompareQuery, Window};
@@ -99,11 +102,27 @@ fn window_profile(
     base: &crate::query::Query,
     w: Window,
 ) -> Result<Profile, AppError> {
+    folded_profile(st, &window_query(base, w))
+}
+
+/// `base` over one window, mapped onto the store's clock.
+fn window_query(base: &crate::query::Query, w: Window) -> crate::query::Query {
     let mut q = base.clone();
     q.selection.from = crate::shared::clock::to_store(w.from);
     q.selection.to = crate::shared::clock::to_store(w.to);
     q.seconds = w.seconds();
-    folded_profile(st, &q)
+    q
+}
+
+/// Why the profile of window `w` (`which`: before, after) is empty.
+fn window_note(
+    st: &AppState,
+    base: &crate::query::Query,
+    w: Window,
+    which: &str,
+) -> Result<String, AppError> {
+    let why = why_empty(st, &window_query(base, w))?;
+    Ok(format!("{which} ({}): {why}", w.label()))
 }
 
 fn span(cq: &CompareQuery) -> (u64, u64) {
@@ -159,6 +178,18 @@ fn render_diff(
         ),
     };
     let after_w = *cq.windows.last().expect("parse gives the after window");
+    // An empty side makes the whole diff one colour: say why it is empty.
+    let mut empty = Vec::new();
+    if before.is_empty() {
+        empty.push(if cq.windows.len() < 2 {
+            "before (the posted profile): it holds no samples".to_owned()
+        } else {
+            window_note(st, q, cq.windows[0], "before")?
+        });
+    }
+    if after.is_empty() {
+        empty.push(window_note(st, q, after_w, "after")?);
+    }
     let lengths_differ = cq.windows.len() < 2 || cq.windows[0].seconds() != after_w.seconds();
     // In-use views are states at two moments: growth between them is the
     // leak the diff is for, so it is not scaled away unless asked.
@@ -183,6 +214,7 @@ fn render_diff(
         after_w.label(),
         q.group
     )];
+    notes.extend(empty.iter().cloned());
     notes.extend(diff.notes(unit, show));
     let mut out = Vec::new();
     cuts.tree = match fmt {
@@ -215,7 +247,13 @@ fn render_diff(
         }
     }
     .map_err(|e| AppError::Internal(e.to_string()))?;
-    Ok(body_of(fmt, out, &notes, cuts))
+    let mut r = body_of(fmt, out, &notes, cuts);
+    if fmt == Format::Svg {
+        // The folded answer carries every note; the SVG shows them, and
+        // its headers say the ones a script needs to know.
+        r.headers.extend(empty.iter().map(|n| note_header(n)));
+    }
+    Ok(r)
 }
 
 fn render_animation(st: &AppState, cq: &CompareQuery, fmt: Format) -> Result<Rendered, AppError> {
@@ -227,7 +265,26 @@ fn render_animation(st: &AppState, cq: &CompareQuery, fmt: Format) -> Result<Ren
         .collect::<Result<Vec<_>, _>>()?;
     let series = Series::from_profiles(&profiles, cq.rewrite);
     let (unit, factor) = view::display_unit(q.event);
-    let labels: Vec<String> = cq.windows.iter().map(|w| w.label()).collect();
+    // A phase with no history is labelled so, not shown as a quiet phase.
+    let start = with_sources(st, q, view::history_start)?;
+    let now = crate::shared::clock::now();
+    let labels: Vec<String> = cq
+        .windows
+        .iter()
+        .map(|&w| {
+            let (from, to) = (
+                crate::shared::clock::to_store(w.from),
+                crate::shared::clock::to_store(w.to),
+            );
+            if to <= start {
+                format!("{} (before history)", w.label())
+            } else if from > now {
+                format!("{} (after now)", w.label())
+            } else {
+                w.label()
+            }
+        })
+        .collect();
     let notes = vec![format!(
         "{} phases of {}: {}",
         labels.len(),

@@ -637,6 +637,32 @@ fn switched_off(e: Event) -> AppError {
     })
 }
 
+/// An `X-Emberd-Note` header saying `note`; characters a header cannot
+/// carry (controls, non-ASCII from a comm regex) are escaped, not dropped.
+pub(crate) fn note_header(note: &str) -> (header::HeaderName, HeaderValue) {
+    let text: String = note
+        .chars()
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() {
+                c.to_string()
+            } else {
+                c.escape_unicode().to_string()
+            }
+        })
+        .collect();
+    (
+        header::HeaderName::from_static("x-emberd-note"),
+        HeaderValue::from_str(&text).unwrap_or(HeaderValue::from_static("no samples")),
+    )
+}
+
+/// Why `q`'s answer is empty (see [`view::why_empty`]).
+fn why_empty(st: &AppState, q: &Query) -> Result<String, AppError> {
+    with_sources(st, q, |src| {
+        view::why_empty(q, src, crate::shared::clock::now())
+    })
+}
+
 /// Selects (under short read locks) and folds.
 fn folded_profile(st: &AppState, q: &Query) -> Result<crate::query::profile::Profile, AppError> {
     with_sources(st, q, |src| view::fold(q, src))?.map_err(switched_off)
@@ -685,10 +711,7 @@ fn render_folded(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
     )];
     if profile.is_empty() {
         // Folded text has no comments; the header says why it is empty.
-        headers.push((
-            header::HeaderName::from_static("x-emberd-note"),
-            HeaderValue::from_static("no samples in this window"),
-        ));
+        headers.push(note_header(&why_empty(st, q)?));
     }
     Ok(Rendered {
         body: body.into(),
@@ -698,16 +721,23 @@ fn render_folded(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
 
 fn render_svg(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
     let tree = with_sources(st, q, |src| view::call_tree(q, src))?.map_err(switched_off)?;
-    let opts = view::svg_options(q, tree.lines(), &st.host, st.frequency_hz);
+    let mut opts = view::svg_options(q, tree.lines(), &st.host, st.frequency_hz);
+    let mut headers = vec![(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("image/svg+xml"),
+    )];
+    if tree.lines() == 0 {
+        // Said twice: to whoever looks at the picture, and to a script.
+        let note = why_empty(st, q)?;
+        headers.push(note_header(&note));
+        opts.subtitle = Some(note);
+    }
     let mut out = Vec::new();
     render::flamegraph::write_tree(&tree, &opts, &mut out)
         .map_err(|e| AppError::Internal(e.to_string()))?;
     Ok(Rendered {
         body: out.into(),
-        headers: vec![(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("image/svg+xml"),
-        )],
+        headers,
     })
 }
 
@@ -720,18 +750,22 @@ fn render_pprof(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
             }),
             e => switched_off(e),
         })?;
+    let mut headers = vec![
+        (
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        ),
+        (
+            header::CONTENT_DISPOSITION,
+            HeaderValue::from_static("attachment; filename=\"profile.pb.gz\""),
+        ),
+    ];
+    if proto.sample.is_empty() {
+        headers.push(note_header(&why_empty(st, q)?));
+    }
     Ok(Rendered {
         body: render::pprof::encode_gzip(&proto).into(),
-        headers: vec![
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/octet-stream"),
-            ),
-            (
-                header::CONTENT_DISPOSITION,
-                HeaderValue::from_static("attachment; filename=\"profile.pb.gz\""),
-            ),
-        ],
+        headers,
     })
 }
 

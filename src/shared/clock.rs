@@ -57,6 +57,12 @@ pub fn now() -> u64 {
     now_ms() / 1000
 }
 
+/// Store time (unix seconds) at which emberd's clock started: the first
+/// second its history can hold.
+pub fn started() -> u64 {
+    origin().wall_ms / 1000
+}
+
 /// Store time now in milliseconds.
 pub fn now_ms() -> u64 {
     let o = origin();

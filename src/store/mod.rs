@@ -768,6 +768,23 @@ impl Store {
             .collect()
     }
 
+    /// The span of history (first slot's start, last slot's end) whose
+    /// slots hold rows passing `sel`'s filters, whatever its window: how an
+    /// empty answer tells a process never seen from one seen at other
+    /// times. `None` if no row in the store passes.
+    pub fn seen(&self, sel: &Selection) -> Option<(u64, u64)> {
+        let mut comm_ok: FastMap<(NameId, NameId), bool> = FastMap::default();
+        let mut hit = |slot: &&Slot| slot.iter().any(|(k, _)| self.passes(k, sel, &mut comm_ok));
+        let first = self.slots.iter().find(&mut hit)?;
+        let last = self.slots.iter().rev().find(&mut hit)?;
+        Some((first.start, last.start + last.len))
+    }
+
+    /// The start of the oldest slot kept: where this store's history begins.
+    pub fn oldest(&self) -> Option<u64> {
+        self.slots.front().map(|s| s.start)
+    }
+
     fn passes(
         &self,
         k: &EntryKey,

@@ -72,17 +72,128 @@ fn serves_folded_svg_and_filters() {
     assert!(text.contains("hot_a") && text.contains("test graph"));
     assert_well_formed_xml(&text);
 
-    // A window with nothing in it: valid, empty, and saying so.
+    // A window with nothing in it: valid, empty, and saying why.
+    let never = "comm \"no-such-process-xyz\" was never seen";
     let empty = d.get("/folded?seconds=5&comm=no-such-process-xyz");
     assert_eq!(empty.status, 200);
     assert!(empty.body.is_empty());
-    assert_eq!(
-        empty.header("x-emberd-note"),
-        Some("no samples in this window")
-    );
+    let note = empty.header("x-emberd-note").unwrap_or_default();
+    assert!(note.starts_with(never), "{note}");
     let empty_svg = d.get("/flamegraph.svg?seconds=5&comm=no-such-process-xyz");
     assert_eq!(empty_svg.status, 200);
-    assert!(empty_svg.text().contains("no samples in this window"));
+    // The SVG escapes the quotes.
+    assert!(
+        empty_svg
+            .text()
+            .contains("comm &quot;no-such-process-xyz&quot; was never seen")
+    );
+}
+
+/// The `X-Emberd-Note` values of a response.
+fn notes(r: &HttpResponse) -> Vec<&str> {
+    r.headers
+        .iter()
+        .filter(|(k, _)| k == "x-emberd-note")
+        .map(|(_, v)| v.as_str())
+        .collect()
+}
+
+/// Every empty answer says why, on every route and format (issue 42): a
+/// pid never seen, a window in the future, a window before the daemon
+/// started; and a window given backwards names its times in RFC 3339.
+#[test]
+fn empty_answers_say_why() {
+    require_root();
+    let d = Daemon::start(&[], &[]);
+    wait(1500);
+    let iso = |t: u64| emberd::query::format_rfc3339(t);
+    let now = emberd::query::unix_now();
+
+    // A pid no process has had in this history: folded, SVG (header and
+    // subtitle) and pprof say so.
+    let never = "pid 999999 was never seen: no samples of it since history starts (20";
+    let r = d.get("/folded?pid=999999");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.body.is_empty());
+    assert!(
+        notes(&r).iter().any(|n| n.starts_with(never)),
+        "{:?}",
+        r.headers
+    );
+    let r = d.get("/flamegraph.svg?pid=999999");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        notes(&r).iter().any(|n| n.starts_with(never)),
+        "{:?}",
+        r.headers
+    );
+    assert!(r.text().contains(never), "the SVG does not say it");
+    assert_well_formed_xml(&r.text());
+    let r = d.get("/debug/pprof/profile?pid=999999&seconds=5");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        notes(&r).iter().any(|n| n.starts_with(never)),
+        "{:?}",
+        r.headers
+    );
+
+    // A window wholly in the future.
+    let r = d.get(&format!(
+        "/folded?from={}&to={}",
+        iso(now + 3600),
+        iso(now + 7200)
+    ));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let note = notes(&r).join(" | ");
+    assert!(
+        note.starts_with("the window starts after now (20"),
+        "{note}"
+    );
+    assert!(note.ends_with("Z)"), "{note}");
+
+    // A window before the daemon started: before its history.
+    let before = "is before history starts: history starts at 20";
+    let r = d.get("/folded?from=-10m&to=-5m");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let note = notes(&r).join(" | ");
+    assert!(note.contains(before), "{note}");
+    let r = d.get("/flamegraph.svg?from=-10m&to=-5m");
+    assert!(
+        notes(&r).iter().any(|n| n.contains(before)),
+        "{:?}",
+        r.headers
+    );
+    assert!(r.text().contains(before), "the SVG does not say it");
+
+    // A diff whose before window is before history: header and SVG.
+    let r = d.get("/diff.svg?before=-10m,-5m&after=-5s,now");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let note = notes(&r).join(" | ");
+    assert!(note.contains("before (") && note.contains(before), "{note}");
+    assert!(r.text().contains(before), "the diff SVG does not say it");
+    assert_well_formed_xml(&r.text());
+    let r = d.get("/diff.folded?before=-10m,-5m&after=-5s,now");
+    assert!(
+        notes(&r).iter().any(|n| n.contains(before)),
+        "{:?}",
+        r.headers
+    );
+
+    // An animation's phase before history is labelled so.
+    let r = d.get("/animation.svg?window=-10m,-5m&window=-5s,now");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("(before history)"), "no phase labelled");
+
+    // Times in errors are RFC 3339, as given, and the error names from.
+    let r = d.get("/folded?from=2030-01-01T00:00:00Z");
+    assert_eq!(r.status, 400, "{}", r.text());
+    let text = r.text();
+    assert!(text.contains("\"from\""), "{text}");
+    assert!(
+        text.contains("from (2030-01-01T00:00:00Z) must be before to (20"),
+        "{text}"
+    );
+    assert!(!text.contains("1893456000"), "{text}");
 }
 
 /// `emberd_memory_bytes{map="..."}` of a `/metrics` text (0 if absent).
