@@ -64,10 +64,10 @@ enum Command {
 }
 
 /// What to log: `EMBERD_LOG` (`info`, `warn,emberd::daemon=debug`, ...:
-/// a level, and levels by module), `info` if unset or empty. A value that
-/// does not parse is reported and `info` used.
-fn log_filter() -> tracing_subscriber::filter::Targets {
-    let info = || tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO);
+/// a level, and levels by module), `default` if unset or empty. A value
+/// that does not parse is reported and `default` used.
+fn log_filter(default: tracing::Level) -> tracing_subscriber::filter::Targets {
+    let info = || tracing_subscriber::filter::Targets::new().with_default(default);
     let Ok(v) = std::env::var("EMBERD_LOG") else {
         return info();
     };
@@ -88,7 +88,7 @@ fn log_filter() -> tracing_subscriber::filter::Targets {
         parts.join(",").parse().map_err(|e| format!("{e}"))
     };
     parsed.unwrap_or_else(|e| {
-        eprintln!("EMBERD_LOG={v:?} is not a log filter ({e}): logging at info");
+        eprintln!("EMBERD_LOG={v:?} is not a log filter ({e}): logging at {default}");
         info()
     })
 }
@@ -97,14 +97,21 @@ fn main() -> ExitCode {
     use std::io::IsTerminal;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
+    let cli = Cli::parse();
+    // `check` is a report: the info lines of what it loads to find out
+    // (its own malloc tracing) would come before the report's first line.
+    let default = if matches!(cli.command, Some(Command::Check { .. })) {
+        tracing::Level::WARN
+    } else {
+        tracing::Level::INFO
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_max_level(tracing::Level::TRACE)
         .finish()
-        .with(log_filter())
+        .with(log_filter(default))
         .init();
-    let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Record(args)) => cli::record::run(args),
         Some(Command::Check { config }) => cli::check::command(config.as_deref()),

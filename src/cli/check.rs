@@ -16,6 +16,9 @@ pub enum Status {
     Degraded,
     /// Missing, and emberd cannot sample without it.
     Fatal,
+    /// Not checked: this process lacks the privileges to find out, and
+    /// says so rather than guess.
+    Skipped,
 }
 
 /// One line of the preflight report.
@@ -35,6 +38,7 @@ impl fmt::Display for Item {
             Status::Ok => "ok     ",
             Status::Degraded => "limited",
             Status::Fatal => "MISSING",
+            Status::Skipped => "skipped",
         };
         write!(f, "[{tag}] {:<22} {}", self.what, self.detail)
     }
@@ -46,15 +50,41 @@ fn read_trim(path: &str) -> Option<String> {
         .map(|s| s.trim().to_owned())
 }
 
+/// Whether this process may load BPF programs: CAP_SYS_ADMIN, or CAP_BPF
+/// with CAP_PERFMON.
+pub fn may_load_bpf() -> bool {
+    has_cap(Cap::SysAdmin) || (has_cap(Cap::Bpf) && has_cap(Cap::Perfmon))
+}
+
+/// The one line `emberd check` opens with when it cannot load BPF
+/// programs, or `None` when it can.
+pub fn unprivileged_line() -> Option<String> {
+    if may_load_bpf() {
+        return None;
+    }
+    let uid = nix::unistd::geteuid();
+    let who = if uid.is_root() {
+        "root (uid 0) without CAP_SYS_ADMIN".to_owned()
+    } else {
+        format!("not root (uid {uid})")
+    };
+    Some(format!(
+        "emberd check: {who} and no CAP_BPF/CAP_PERFMON: cannot load BPF programs; run as root (sudo emberd check) for the full report"
+    ))
+}
+
 /// Runs every check. Loads (and unloads) the real sampler to prove BPF and
-/// perf events work.
+/// perf events work. Without the privileges to load it, what depends on
+/// them (the programs, malloc uprobes, other processes' Python, kernel
+/// symbols) is marked skipped, not guessed from what this user can read.
 pub fn run() -> Vec<Item> {
     let mut items = Vec::new();
     let euid = nix::unistd::geteuid();
     let caps = effective_caps();
+    let privileged = may_load_bpf();
     items.push(Item {
         what: "privileges",
-        status: if has_cap(Cap::SysAdmin) || (has_cap(Cap::Bpf) && has_cap(Cap::Perfmon)) {
+        status: if privileged {
             Status::Ok
         } else {
             Status::Fatal
@@ -103,6 +133,21 @@ pub fn run() -> Vec<Item> {
         ),
     });
     items.push(kernel_item());
+    if !privileged {
+        items.push(Item {
+            what: "BPF + perf events",
+            status: Status::Fatal,
+            detail: "not tried: loading BPF programs needs root or CAP_BPF+CAP_PERFMON".into(),
+        });
+        items.push(unwind_item());
+        items.push(Item {
+            what: "not checked",
+            status: Status::Skipped,
+            detail: "events and malloc uprobes (need BPF), Python processes and other users' processes (need CAP_SYS_PTRACE), kernel symbols (need CAP_SYSLOG): run as root to check them".into(),
+        });
+        items.push(tracefs_item());
+        return items;
+    }
     // Real load and attach: the only honest test of BPF and perf events.
     let sampler = crate::collect::CpuSampler::start(crate::collect::SamplerOptions::default());
     let choice = crate::collect::forms::chosen();
@@ -218,21 +263,7 @@ pub fn run() -> Vec<Item> {
             "without CAP_SYS_PTRACE other users' frames show as [exited]".into()
         },
     });
-    let tracefs = std::fs::read_to_string("/proc/mounts")
-        .map(|m| {
-            m.lines()
-                .any(|l| l.split_whitespace().nth(2) == Some("tracefs"))
-        })
-        .unwrap_or(false);
-    items.push(Item {
-        what: "tracefs",
-        status: if tracefs { Status::Ok } else { Status::Degraded },
-        detail: if tracefs {
-            "mounted".into()
-        } else {
-            "not mounted: classic tracepoints unavailable, so brk/mmap/munmap use the raw sys_enter/sys_exit tracepoints, which run (briefly) on every syscall; mount -t tracefs nodev /sys/kernel/tracing and restart emberd to hook only those three calls".into()
-        },
-    });
+    items.push(tracefs_item());
     let bpffs = std::fs::read_to_string("/proc/mounts")
         .map(|m| {
             m.lines()
@@ -249,6 +280,29 @@ pub fn run() -> Vec<Item> {
         },
     });
     items
+}
+
+/// Whether tracefs is mounted (the cheaper brk/mmap/munmap hooks need it).
+fn tracefs_item() -> Item {
+    let tracefs = std::fs::read_to_string("/proc/mounts")
+        .map(|m| {
+            m.lines()
+                .any(|l| l.split_whitespace().nth(2) == Some("tracefs"))
+        })
+        .unwrap_or(false);
+    Item {
+        what: "tracefs",
+        status: if tracefs {
+            Status::Ok
+        } else {
+            Status::Degraded
+        },
+        detail: if tracefs {
+            "mounted".into()
+        } else {
+            "not mounted: classic tracepoints unavailable, so brk/mmap/munmap use the raw sys_enter/sys_exit tracepoints, which run (briefly) on every syscall; mount -t tracefs nodev /sys/kernel/tracing and restart emberd to hook only those three calls".into()
+        },
+    }
 }
 
 /// The running kernel's release, and whether it is one emberd loads on.
@@ -542,6 +596,9 @@ pub fn destinations(raw: &crate::daemon::config::RawConfig) -> Vec<Item> {
 pub fn command(config: Option<&std::path::Path>) -> anyhow::Result<std::process::ExitCode> {
     use crate::daemon::config::RawConfig;
     use std::process::ExitCode;
+    if let Some(line) = unprivileged_line() {
+        println!("{line}");
+    }
     let mut items = run();
     match RawConfig::load(config) {
         Ok(raw) => {
@@ -558,7 +615,10 @@ pub fn command(config: Option<&std::path::Path>) -> anyhow::Result<std::process:
         println!("{item}");
     }
     let fatal = items.iter().filter(|i| i.status == Status::Fatal).count();
-    if fatal > 0 {
+    if !may_load_bpf() {
+        println!("\nemberd cannot sample as this user: run it as root.");
+        Ok(ExitCode::FAILURE)
+    } else if fatal > 0 {
         println!("\nemberd cannot sample here: fix the MISSING items above.");
         Ok(ExitCode::FAILURE)
     } else {

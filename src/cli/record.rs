@@ -36,20 +36,67 @@ pub enum OutputFormat {
 }
 
 impl OutputFormat {
-    /// The format for `path`, or an error naming the extensions known.
-    pub fn for_path(path: &std::path::Path) -> anyhow::Result<Self> {
-        if path.to_str().is_some_and(|p| p.ends_with(".pb.gz")) {
-            return Ok(OutputFormat::Pprof);
-        }
-        match path.extension().and_then(|e| e.to_str()) {
-            Some("folded") | Some("txt") => Ok(OutputFormat::Folded),
-            Some("svg") => Ok(OutputFormat::Svg),
-            _ => bail!(
-                "cannot tell the output format of {}: name it *.folded (folded stacks), *.svg (flame graph) or *.pb.gz (pprof)",
-                path.display()
-            ),
-        }
+    /// Every format: the file suffixes that choose it and what it holds.
+    /// `--help` and the errors are made from this list, so they name
+    /// every format there is.
+    pub const ALL: [(OutputFormat, &'static [&'static str], &'static str); 3] = [
+        (OutputFormat::Folded, &[".folded", ".txt"], "folded stacks"),
+        (OutputFormat::Svg, &[".svg"], "flame graph"),
+        (
+            OutputFormat::Pprof,
+            &[".pb.gz"],
+            "gzipped pprof; Go's heap profile for malloc",
+        ),
+    ];
+
+    /// The suffixes and what each holds: `*.folded or *.txt (folded
+    /// stacks), *.svg (flame graph), ...`.
+    pub fn known() -> String {
+        Self::ALL
+            .iter()
+            .map(|(_, suffixes, what)| {
+                let names: Vec<String> = suffixes.iter().map(|s| format!("*{s}")).collect();
+                format!("{} ({what})", names.join(" or "))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
+
+    /// The format for `path`, or an error naming the suffixes known.
+    pub fn for_path(path: &std::path::Path) -> anyhow::Result<Self> {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        Self::ALL
+            .iter()
+            .find(|(_, suffixes, _)| {
+                suffixes
+                    .iter()
+                    .any(|s| name.len() > s.len() && name.ends_with(s))
+            })
+            .map(|(f, ..)| *f)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "cannot tell the output format of {}: name it {}",
+                    path.display(),
+                    Self::known()
+                )
+            })
+    }
+}
+
+/// `--output`'s help, from [`OutputFormat::ALL`].
+fn output_help() -> String {
+    format!(
+        "Output file, its format chosen by its suffix: {}",
+        OutputFormat::known()
+    )
+}
+
+/// `--event`'s help, from [`Event::ALL`].
+fn event_help() -> String {
+    format!(
+        "What to record: {} (malloc*: allocations of the processes given by --pid, sampled)",
+        Event::ALL.map(Event::name).join(", ")
+    )
 }
 
 /// What to record.
@@ -427,8 +474,19 @@ impl RecordSummary {
                 e.short_offcpu_sampled_out, e.short_wakeups_sampled_out
             )
         });
+        // Kept values are in the event's folded unit (us of off-CPU time,
+        // bytes of malloc); the counts in brackets are the CPU sampler's.
+        let event = self.query.event;
+        let (kept, sampler) = if event == Event::Cpu {
+            ("samples".to_owned(), "")
+        } else {
+            (
+                format!("{} of {}", event.folded_unit(), event.name()),
+                "CPU samples: ",
+            )
+        };
         format!(
-            "[ emberd record: {:.1} s, {} samples kept in {} stacks ({} seen, {} idle skipped, {} other processes) ]\n\
+            "[ emberd record: {:.1} s, {} {kept} kept in {} stacks ({sampler}{} seen, {} idle skipped, {} other processes) ]\n\
              [ lost: {} stack collisions, {} stack-map full, {} counts-map full, {} missing at drain; unnamed addresses: {} ]",
             self.elapsed.as_secs_f64(),
             self.profile.total(),
@@ -464,8 +522,8 @@ pub struct RecordArgs {
     /// Samples per second per CPU; 99 avoids lock-step with timed work.
     #[arg(long, short = 'F', default_value_t = crate::collect::defaults::FREQUENCY_HZ)]
     pub frequency: u64,
-    /// Output file: *.folded for folded stacks, *.svg for a flame graph.
-    #[arg(long, short = 'o')]
+    /// Output file; `--help` lists the formats ([`OutputFormat::ALL`]).
+    #[arg(long, short = 'o', help = output_help())]
     pub output: PathBuf,
     /// First frame of each stack: process (comm), pid (comm-PID) or thread (comm-PID/TID).
     #[arg(long, default_value_t = Grouping::Process)]
@@ -473,8 +531,8 @@ pub struct RecordArgs {
     /// Keep samples of the idle task.
     #[arg(long)]
     pub idle: bool,
-    /// What to record: cpu, offcpu, wakeup, offwake, pagefault or hotcold.
-    #[arg(long, short = 'e', default_value = "cpu", value_parser = parse_event)]
+    /// What to record; `--help` lists every event ([`Event::ALL`]).
+    #[arg(long, short = 'e', default_value = "cpu", value_parser = parse_event, help = event_help())]
     pub event: Event,
     /// Page faults per page-fault sample (values are scaled back to faults).
     #[arg(long, default_value_t = crate::collect::events::defaults::PAGEFAULT_PERIOD)]

@@ -281,6 +281,30 @@ pub struct Hooks {
     pub rq_after_queue: bool,
 }
 
+/// In words, for the daemon's log: `brk/mmap/munmap: off; block I/O:
+/// block_io_start/block_io_done`.
+impl std::fmt::Display for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let syscalls = match self.syscalls {
+            Some(SyscallHooks::Tracepoints) => "classic syscalls:sys_{enter,exit}_* tracepoints",
+            Some(SyscallHooks::RawSyscalls) => {
+                "raw sys_enter/sys_exit tracepoints (tracefs not mounted: every syscall runs a program)"
+            }
+            None => "off",
+        };
+        let block = match self.block {
+            Some(BlockHooks::IoStartDone) => "block_io_start/block_io_done",
+            Some(BlockHooks::RqIssueComplete) => "block_rq_issue/block_rq_complete",
+            None => "off",
+        };
+        write!(f, "brk/mmap/munmap: {syscalls}; block I/O: {block}")?;
+        if self.block == Some(BlockHooks::RqIssueComplete) && self.rq_merge {
+            f.write_str(" (merged requests left uncharged)")?;
+        }
+        Ok(())
+    }
+}
+
 impl Hooks {
     /// The hooks this kernel and mount table offer for `options`.
     /// `EMBERD_TEST_NO_TRACEFS=1` and `EMBERD_TEST_BLOCK_RQ=1` force the
@@ -1295,6 +1319,28 @@ impl EventSampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The daemon logs its hooks in words, not as a Debug struct.
+    #[test]
+    fn hooks_read_as_words() {
+        let off = Hooks {
+            syscalls: None,
+            block: None,
+            rq_merge: false,
+            rq_after_queue: false,
+        };
+        assert_eq!(off.to_string(), "brk/mmap/munmap: off; block I/O: off");
+        let on = Hooks {
+            syscalls: Some(SyscallHooks::Tracepoints),
+            block: Some(BlockHooks::RqIssueComplete),
+            rq_merge: true,
+            rq_after_queue: false,
+        };
+        assert_eq!(
+            on.to_string(),
+            "brk/mmap/munmap: classic syscalls:sys_{enter,exit}_* tracepoints; block I/O: block_rq_issue/block_rq_complete (merged requests left uncharged)"
+        );
+    }
 
     /// Reads this machine's BTF: block_rq_issue lost its queue argument in
     /// Linux 5.11, sched_switch gained prev_state in 5.18.

@@ -136,7 +136,7 @@ impl Pipeline {
             None
         };
         if let Some(e) = &events {
-            tracing::info!("event hooks: {:?}", e.hooks());
+            tracing::info!("event hooks: {}", e.hooks());
         }
         let mut rings = vec![sampler.new_tgids()?];
         if let Some(e) = &events {

@@ -1,3 +1,4 @@
+use std::path::Path;
 use std::process::Command;
 
 use crate::common::*;
@@ -100,6 +101,87 @@ fn check_reports_a_working_sampler() {
     assert!(text.contains("[ok     ] BPF + perf events"), "{text}");
     assert!(text.contains("[ok     ] kallsyms"), "{text}");
     assert!(text.contains("emberd can sample here"), "{text}");
+    // The report is all it prints: no log line (its own malloc tracing)
+    // before its first line.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.trim().is_empty(), "check logged: {err}");
+    assert!(text.starts_with("[ok     ] privileges"), "{text}");
+}
+
+/// `emberd check` as a user who cannot load BPF says so in its first line,
+/// and reports nothing it could not find out: no libbpf advice, no count
+/// of Python processes it could not see, no sysctl to set.
+#[test]
+fn unprivileged_check_says_so_first() {
+    require_root();
+    let out = run_as(NOBODY, Path::new(env!("CARGO_BIN_EXE_emberd")))
+        .arg("check")
+        .output()
+        .expect("running setpriv (util-linux)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    let first = text.lines().next().unwrap_or_default();
+    assert_eq!(
+        first,
+        "emberd check: not root (uid 65534) and no CAP_BPF/CAP_PERFMON: cannot load BPF programs; run as root (sudo emberd check) for the full report",
+        "{text}"
+    );
+    assert!(err.trim().is_empty(), "stderr: {err}");
+    for guess in [
+        "Python processes running",
+        "kptr_restrict",
+        "RLIMIT_MEMLOCK",
+    ] {
+        assert!(!text.contains(guess), "{guess:?} in\n{text}");
+    }
+    assert!(text.contains("[skipped]"), "{text}");
+}
+
+/// `emberd record --help` names every event `-e` takes and every output
+/// suffix `-o` knows, malloc and .pb.gz included.
+#[test]
+fn record_help_lists_every_event_and_format() {
+    let out = emberd()
+        .args(["record", "--help"])
+        .output()
+        .expect("running emberd");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for e in emberd::query::Event::ALL {
+        assert!(help.contains(e.name()), "{} missing from\n{help}", e.name());
+    }
+    for suffix in ["*.folded", "*.txt", "*.svg", "*.pb.gz"] {
+        assert!(help.contains(suffix), "{suffix} missing from\n{help}");
+    }
+}
+
+/// `emberd record -e offcpu` counts what it kept in microseconds, the
+/// folded file's unit, not in samples; the figure is the file's total.
+#[test]
+fn record_summary_names_the_unit() {
+    require_root();
+    // A shell waiting on short sleeps: blocked most of the time, woken
+    // ten times a second (a period is charged when it ends).
+    let w = Workload::spawn(Command::new("sh").args(["-c", "while :; do sleep 0.1; done"]));
+    let path = scratch().join("sleep-offcpu.folded");
+    let pid = w.pid().to_string();
+    let out = run_record(&path, &["-s", "2", "-e", "offcpu", "-p", &pid]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("samples kept"), "{err}");
+    // [ emberd record: 2.0 s, 1999512 us of offcpu kept in 1 stacks (...
+    let kept: u64 = err
+        .lines()
+        .find_map(|l| l.strip_prefix("[ emberd record: "))
+        .and_then(|l| l.split_once(" s, "))
+        .and_then(|(_, rest)| rest.split_once(" us of offcpu kept in "))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no \"N us of offcpu kept\" in {err}"));
+    let text = std::fs::read(&path).unwrap();
+    let profile = emberd::render::folded::read(&text[..]).unwrap();
+    assert_eq!(kept, profile.total(), "{err}");
+    assert!(kept > 500_000, "the shell blocked {kept} us of 2 s: {err}");
 }
 
 /// `-o x.svg` writes an inferno flame graph naming the hot function, with a

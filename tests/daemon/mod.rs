@@ -194,6 +194,25 @@ fn empty_answers_say_why() {
         "{text}"
     );
     assert!(!text.contains("1893456000"), "{text}");
+
+    // Its log says what it hooked in words, with no Debug-printed struct.
+    d.terminate();
+    let mut log = String::new();
+    use std::io::Read;
+    let mut d = d;
+    d.child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(log.contains("event hooks: brk/mmap/munmap: "), "{log}");
+    for line in log.lines().filter(|l| l.contains(" INFO ")) {
+        assert!(
+            !line.contains(" { ") && !line.contains("Some("),
+            "a Debug-printed struct in the log: {line}"
+        );
+    }
 }
 
 /// `emberd_memory_bytes{map="..."}` of a `/metrics` text (0 if absent).
