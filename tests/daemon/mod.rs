@@ -105,6 +105,12 @@ fn notes(r: &HttpResponse) -> Vec<&str> {
 fn empty_answers_say_why() {
     require_root();
     let d = Daemon::start(&[], &[]);
+    // A process that spins for about a second, then exits: seen, but not
+    // in a later window.
+    let mut spin = Workload::spawn(
+        Command::new("sh").args(["-c", "i=0; while [ $i -lt 1000000 ]; do i=$((i+1)); done"]),
+    );
+    let spin_pid = spin.pid();
     wait(1500);
     let iso = |t: u64| emberd::query::format_rfc3339(t);
     let now = emberd::query::unix_now();
@@ -194,6 +200,19 @@ fn empty_answers_say_why() {
         "{text}"
     );
     assert!(!text.contains("1893456000"), "{text}");
+
+    // The spinning process, over a window after it ended: seen, elsewhere.
+    spin.0.wait().expect("waiting for the spinner");
+    wait(3500);
+    let r = d.get(&format!("/folded?seconds=2&pid={spin_pid}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let note = notes(&r).join(" | ");
+    assert!(
+        note.starts_with(&format!(
+            "pid {spin_pid} has no samples in this window; it has some between 20"
+        )),
+        "{note}"
+    );
 
     // Its log says what it hooked in words, with no Debug-printed struct.
     d.terminate();
