@@ -121,6 +121,12 @@ pub struct Heatmap {
     pub from: u64,
     /// Window end, unix seconds (exclusive).
     pub to: u64,
+    /// Where the history begins, unix seconds: the daemon's start, or
+    /// later once retention or the memory budget dropped the oldest
+    /// slots; `null` before the first drain. A window reaching further
+    /// back shows no samples there because none were recorded, which
+    /// the page marks.
+    pub history_from: Option<u64>,
     /// `[start, seconds, value]` per slot, oldest first: 1 s slots for the
     /// recent history, 10 s and 60 s slots for older (the store's
     /// resolution there).
@@ -148,6 +154,7 @@ impl Heatmap {
             unit,
             from: window.0,
             to: window.1,
+            history_from: None,
             slots: slots.iter().map(|s| [s.start, s.len, s.value]).collect(),
             tick_ms: crate::store::TICK_MS,
             ticks: slots

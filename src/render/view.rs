@@ -365,10 +365,11 @@ pub fn heap_pprof(q: &Query, src: Sources<'_>) -> Result<pprof::proto::Profile, 
     ))
 }
 
-/// Per-slot totals of `q`'s event over its window (the heat map); `None`
+/// Per-slot totals of `q`'s event over its window (the heat map), and
+/// where its store's history begins; `Err`
 /// names an event whose store is missing, or that has no timeline
 /// (hot/cold mixes two, in-use is a state).
-pub fn timeline(q: &Query, src: Sources<'_>) -> Result<Vec<crate::store::TimeSlot>, Event> {
+pub fn timeline(q: &Query, src: Sources<'_>) -> Result<Timeline, Event> {
     let store = match q.event {
         Event::Cpu => src.cpu,
         Event::HotCold | Event::MallocInUse | Event::MallocInUseObjects => None,
@@ -376,7 +377,19 @@ pub fn timeline(q: &Query, src: Sources<'_>) -> Result<Vec<crate::store::TimeSlo
     }
     .ok_or(q.event)?;
     let store = store.read().unwrap_or_else(|e| e.into_inner());
-    Ok(store.timeline(&q.selection))
+    Ok(Timeline {
+        slots: store.timeline(&q.selection),
+        oldest: store.oldest(),
+    })
+}
+
+/// A store's slots within a query's window, and where its history begins.
+#[derive(Debug)]
+pub struct Timeline {
+    /// See [`crate::store::Store::timeline`].
+    pub slots: Vec<crate::store::TimeSlot>,
+    /// See [`crate::store::Store::oldest`].
+    pub oldest: Option<u64>,
 }
 
 #[cfg(test)]

@@ -79,7 +79,7 @@ fn store_unit(event: Event) -> &'static str {
 }
 
 fn render_heatmap(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
-    let slots = with_sources(st, q, |src| view::timeline(q, src))?.map_err(|e| {
+    let line = with_sources(st, q, |src| view::timeline(q, src))?.map_err(|e| {
         AppError::BadRequest(QueryError {
             param: "event".into(),
             reason: match e {
@@ -101,7 +101,8 @@ fn render_heatmap(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
     // Only CPU samples carry their tick; the event stores' slots have none
     // (an empty one would show as a blank column).
     let cpu = q.event == Event::Cpu;
-    let slots: Vec<crate::store::TimeSlot> = slots
+    let slots: Vec<crate::store::TimeSlot> = line
+        .slots
         .into_iter()
         .map(|s| crate::store::TimeSlot {
             start: crate::shared::clock::to_wall(s.start),
@@ -109,12 +110,9 @@ fn render_heatmap(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
             ..s
         })
         .collect();
-    json_body(&Heatmap::new(
-        q.event.name(),
-        store_unit(q.event),
-        window,
-        &slots,
-    ))
+    let mut heatmap = Heatmap::new(q.event.name(), store_unit(q.event), window, &slots);
+    heatmap.history_from = line.oldest.map(crate::shared::clock::to_wall);
+    json_body(&heatmap)
 }
 
 fn render_profile(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
@@ -133,9 +131,9 @@ fn render_profile(st: &AppState, q: &Query) -> Result<Rendered, AppError> {
     json_body(&tree)
 }
 
-/// `GET /heatmap.json`: `{event, unit, from, to, slots: [[start, seconds,
-/// value], ...], tick_ms, ticks: [[start, [value, ...]], ...]}`, values in
-/// the store's unit (samples, ns, pages, bytes).
+/// `GET /heatmap.json`: `{event, unit, from, to, history_from, slots:
+/// [[start, seconds, value], ...], tick_ms, ticks: [[start, [value, ...]],
+/// ...]}`, values in the store's unit (samples, ns, pages, bytes).
 pub async fn heatmap(
     State(st): State<AppState>,
     RawQuery(raw): RawQuery,

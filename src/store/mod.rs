@@ -720,6 +720,12 @@ impl Store {
             + self.slots.len() * std::mem::size_of::<Slot>()
     }
 
+    /// Where the store's history begins (store seconds): the start of its
+    /// oldest slot, as every drain makes one; `None` before the first.
+    pub fn oldest(&self) -> Option<u64> {
+        self.slots.front().map(|s| s.start)
+    }
+
     /// Size and shape, for metrics.
     pub fn stats(&self) -> StoreStats {
         StoreStats {
@@ -730,7 +736,7 @@ impl Store {
             stacks: self.interner.stack_count(),
             dropped_for_budget: self.dropped_for_budget,
             ticks_dropped_for_budget: self.ticks_dropped_for_budget,
-            oldest: self.slots.front().map(|s| s.start),
+            oldest: self.oldest(),
         }
     }
 
