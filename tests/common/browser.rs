@@ -114,6 +114,17 @@ impl Browser {
         )
     }
 
+    /// Sizes the window to `width` x `height` CSS pixels (its outer size,
+    /// as a desktop window's), for tests about what shows without
+    /// scrolling.
+    pub fn set_window_size(&self, width: u32, height: u32) {
+        self.call(
+            "POST",
+            "/window/rect",
+            Some(&json!({ "width": width, "height": height })),
+        );
+    }
+
     /// Loads `url` and waits for it.
     pub fn goto(&self, url: &str) {
         self.call("POST", "/url", Some(&json!({ "url": url })));

@@ -515,3 +515,239 @@ fn flamegraph_svg_zooms_and_searches_in_a_browser() {
         .collect();
     assert_eq!(errors, Vec::<String>::new(), "no console errors");
 }
+
+/// The first screen of the page on a host whose rare stacks are very deep
+/// (issue 42): a user saw an empty white box, the root 1,700 px down the
+/// flame panel under a few 129-frame towers. With cpu_70_30 (hot_a under
+/// main) and rare_deep (towers ~130 frames tall) profiled, the page at
+/// 1400x900 shows the root and hot_a, its name written, without scrolling;
+/// a search scrolls its heaviest match into view, in flame and icicle
+/// order (the tower's top, off screen before); the history strip hatches
+/// the time before the daemon's history began and edges the selection;
+/// both heat maps have a legend whose maximum is the busiest one's.
+#[test]
+fn web_page_first_screen_shows_the_hot_paths() {
+    require_root();
+    let hot = build_c("cpu_70_30");
+    let deep = build_c("rare_deep");
+    let before_start = unix_now();
+    let d = Daemon::start(&[], &[]);
+    let after_start = unix_now();
+    let _w1 = Workload::spawn(Command::new(&hot).arg("60"));
+    let _w2 = Workload::spawn(Command::new(&deep).arg("60"));
+    // Both programs' samples drained, the towers among them: a test whose
+    // data has no deep stack could not fail on the old page.
+    let t0 = Instant::now();
+    let tallest = loop {
+        wait(1_000);
+        let p = parse_folded(&d.get("/folded?seconds=30").text());
+        let hot_a = sum_where(&p, |f| f.contains(&"hot_a"));
+        let towers = sum_where(&p, |f| f.len() >= 120 && f.contains(&"descend"));
+        let tallest = p
+            .sorted()
+            .iter()
+            .map(|(s, _)| s.frames().count())
+            .max()
+            .unwrap_or(0);
+        if t0.elapsed() >= Duration::from_secs(8) && hot_a >= 200 && towers >= 10 {
+            break tallest;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "after {:?} the daemon holds {hot_a} samples in hot_a and {towers} in stacks of \
+             >= 120 frames (tallest {tallest}), expected >= 200 and >= 10:\n{}",
+            t0.elapsed(),
+            top(&p, 10)
+        );
+    };
+    assert!(tallest >= 120, "{tallest}");
+
+    let b = Browser::start();
+    b.set_window_size(1400, 900);
+    let origin = format!("http://127.0.0.1:{}", d.port);
+    b.goto(&format!("{origin}/"));
+    wait_loads(&b, 1);
+    let shots = scratch().join("web-first-screen");
+    std::fs::create_dir_all(&shots).unwrap();
+    b.screenshot(&shots.join("page-first.png"));
+
+    // Where a frame shows: the first point of the flame panel's part in
+    // the window whose hover tooltip names it, as a user finds it (the
+    // page's layout aside), and the page's own account of the frame
+    // (frameRect: where it is drawn, whether its name is written whole).
+    let place = |name: &str| {
+        b.eval(&format!(
+            "var c = document.getElementById('flame'), cb = c.getBoundingClientRect();
+             var pb = c.parentElement.getBoundingClientRect(), tip = document.getElementById('tooltip');
+             var top = Math.max(cb.top, pb.top, 0), bottom = Math.min(cb.bottom, pb.bottom, innerHeight);
+             var hover = null;
+             for (var y = top + 4; y < bottom && !hover; y += 8)
+               for (var x = cb.left + 2; x < cb.right && !hover; x += 8) {{
+                 c.dispatchEvent(new MouseEvent('mousemove', {{clientX: x, clientY: y, bubbles: true}}));
+                 if (!tip.hidden && tip.textContent.split('\\n')[0] === {name:?}) hover = [x, y];
+               }}
+             c.dispatchEvent(new MouseEvent('mouseleave'));
+             var e = window.emberd;
+             return {{hover: hover, frame: e.frameRect ? e.frameRect({name:?}) : null,
+                      scrollY: window.scrollY, inner: [innerWidth, innerHeight],
+                      panel: [pb.top, Math.min(pb.bottom, innerHeight)], canvas: [cb.top, cb.height],
+                      status: document.getElementById('status').textContent}};"
+        ))
+    };
+    let shown = |v: &Value| {
+        v["hover"]
+            .as_array()
+            .is_some_and(|p| p[1].as_f64().unwrap() <= 900.0)
+    };
+    let first = place("hot_a");
+    assert_eq!(first["inner"][0], 1400, "the window's width: {first}");
+    assert_eq!(first["scrollY"], 0, "{first}");
+    assert!(
+        shown(&first),
+        "hot_a shows in the first 900 px of the window without scrolling: {first}"
+    );
+    assert_eq!(
+        first["frame"]["label"], true,
+        "hot_a's name is written on it: {first}"
+    );
+    let root = place("all");
+    assert!(shown(&root), "the root shows: {root}");
+
+    // The tower's top: its leaf, spin_us (inlined or not).
+    let totals = b.eval("return window.emberd.frameTotals();");
+    let leaf = totals
+        .as_object()
+        .unwrap()
+        .keys()
+        .find(|k| k.starts_with("spin_us"))
+        .unwrap_or_else(|| panic!("rare_deep's leaf in the page's profile: {totals}"))
+        .clone();
+    let search = |re: &str| {
+        b.eval(&format!(
+            "var s = document.getElementById('search'); s.value = {re:?};
+             s.dispatchEvent(new Event('input', {{bubbles: true}}));"
+        ));
+    };
+    let off = place(&leaf);
+    assert!(
+        !off["frame"].is_null() && off["hover"].is_null(),
+        "{leaf} is off screen before the search (else the search proves nothing): {off}"
+    );
+    search("^spin_us");
+    let found = place(&leaf);
+    b.screenshot(&shots.join("page-search.png"));
+    assert!(
+        shown(&found),
+        "the search brought {leaf} into view: {found}"
+    );
+    assert_eq!(
+        b.eval("return window.emberd.firstMatch;").as_str(),
+        Some(leaf.as_str())
+    );
+
+    // Icicle order: the root on top, the towers' tops below, a search
+    // brings them up.
+    search("");
+    b.click("#icicle");
+    let ice = place("hot_a");
+    assert!(shown(&ice), "hot_a shows in icicle order: {ice}");
+    let off = place(&leaf);
+    assert!(
+        off["hover"].is_null(),
+        "{leaf} is off screen in icicle order: {off}"
+    );
+    search("^spin_us");
+    let found = place(&leaf);
+    assert!(
+        shown(&found),
+        "the search brought {leaf} into view in icicle order: {found}"
+    );
+    b.screenshot(&shots.join("page-search-icicle.png"));
+
+    // Where the history begins: the daemon's start, told in words, the
+    // strip hatched before it; the selection's edge drawn solid.
+    let strip = b.eval(
+        "var e = window.emberd, h = e.heat, c = document.getElementById('heatmap');
+         var ctx = c.getContext('2d'), d = window.devicePixelRatio || 1;
+         function px(x, y) { return Array.from(ctx.getImageData(Math.floor(x * d), Math.floor(y * d), 1, 1).data); }
+         return {from: h.from, history_from: h.history_from === undefined ? null : h.history_from,
+                 clock: h.history_from ? new Date(h.history_from * 1000).toLocaleTimeString() : null,
+                 note: document.getElementById('history-start').textContent,
+                 before: px(3, 20), edge: px(e.timeToX(e.state.from), 5)};",
+    );
+    let hf = strip["history_from"].as_f64().unwrap_or(0.0);
+    assert!(
+        hf >= before_start.floor() - 1.0 && hf <= after_start + 2.0,
+        "history_from is the daemon's start ({before_start:.0}..{after_start:.0}): {strip}"
+    );
+    let note = strip["note"].as_str().unwrap();
+    assert!(
+        note.contains("no history before") && note.contains(strip["clock"].as_str().unwrap()),
+        "the page says where the history begins: {strip}"
+    );
+    let grey = |p: &Value| {
+        let v: Vec<u64> = p
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect();
+        v[3] == 255 && v[0] == v[1] && v[1] == v[2] && (150..250).contains(&v[0])
+    };
+    assert!(
+        grey(&strip["before"]),
+        "the hour before the daemon started is hatched grey: {strip}"
+    );
+    assert_eq!(
+        strip["edge"],
+        serde_json::json!([40, 90, 220, 255]),
+        "the selection's edge is solid: {strip}"
+    );
+
+    // The legends: the busiest cell's samples, the busiest slot's rate.
+    let legend = b.eval(
+        "var h = window.emberd.heat, cell = 0, rate = 0;
+         h.ticks.forEach(function (t) { t[1].forEach(function (v) { cell = Math.max(cell, v); }); });
+         h.slots.forEach(function (s) { rate = Math.max(rate, s[2] / s[1]); });
+         function text(id) { var e = document.querySelector(id); return e && e.offsetParent !== null ? e.textContent : null; }
+         return {cell: cell, rate: rate, ticks: text('#ticks-legend'), ticks_max: text('#ticks-legend .max'),
+                 heat: text('#heat-legend'), heat_max: text('#heat-legend .max')};",
+    );
+    let cell = legend["cell"].as_f64().unwrap();
+    assert!(cell > 0.0, "{legend}");
+    assert_eq!(
+        legend["ticks_max"].as_str(),
+        Some(format!("{cell}").as_str()),
+        "the sub-second map's legend tops at the busiest cell: {legend}"
+    );
+    assert!(
+        legend["ticks"]
+            .as_str()
+            .unwrap()
+            .contains("samples per 20 ms cell"),
+        "{legend}"
+    );
+    let rate = legend["rate"].as_f64().unwrap();
+    let rate_text = if rate.fract() == 0.0 {
+        format!("{rate}")
+    } else {
+        format!("{rate:.1}")
+    };
+    assert_eq!(
+        legend["heat_max"].as_str(),
+        Some(rate_text.as_str()),
+        "the strip's legend tops at the busiest slot's rate: {legend}"
+    );
+    assert!(
+        legend["heat"]
+            .as_str()
+            .unwrap()
+            .contains("samples per second"),
+        "{legend}"
+    );
+    assert_eq!(
+        b.console_errors(),
+        Vec::<String>::new(),
+        "no console errors"
+    );
+}

@@ -2,7 +2,8 @@
 // (drag to choose a time range), the recent seconds as a FlameScope heat
 // map of 20 ms rows (drag from cell to cell to choose a part of a second),
 // and the flame graph of that range drawn on
-// a canvas (hover, click to zoom, browser back to unzoom, search). All state
+// a canvas in a panel that fits the window and opens on its root (hover,
+// click to zoom, browser back to unzoom, search). All state
 // lives in the URL's fragment, so a view can be shared as a link. Data
 // comes from /heatmap.json and /profile.json of this daemon only.
 'use strict';
@@ -154,9 +155,11 @@
     return width;
   }
 
-  function fitCanvas(c, cssHeight) {
+  // `cssWidth`: the flame panel's inside, narrower than the page by its
+  // scrollbar's gutter.
+  function fitCanvas(c, cssHeight, cssWidth) {
     const dpr = window.devicePixelRatio || 1;
-    const w = canvasWidth();
+    const w = cssWidth || canvasWidth();
     const pw = Math.round(w * dpr), ph = Math.round(cssHeight * dpr);
     // Resizing reallocates the canvas: only when the size changes.
     if (c.width !== pw || c.height !== ph) {
@@ -167,6 +170,17 @@
     const ctx = c.getContext('2d');
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     return { ctx, w, h: cssHeight };
+  }
+
+  // The unix second the daemon's history begins, if it told (older
+  // daemons did not).
+  function historyFrom() {
+    return heat && typeof heat.history_from === 'number' ? heat.history_from : 0;
+  }
+
+  // A count as the legends write it: whole, or to a tenth.
+  function num(x) {
+    return Number.isInteger(x) ? String(x) : x.toFixed(1);
   }
 
   function timeToX(t) {
@@ -184,6 +198,7 @@
     p.set('seconds', state.range);
     try {
       heat = await fetchJson('heatmap.json?' + p);
+      api.heat = heat;
       api.error = '';
     } catch (e) {
       heat = null;
@@ -191,6 +206,8 @@
       $('selection-info').textContent = e.message;
     }
     drawHeat();
+    // The sub-second map may have come or gone above the flame graph.
+    boxHeight = 0;
   }
 
   function drawHeat() {
@@ -220,12 +237,75 @@
     for (let t = heat.from; t < heat.to; t += step) {
       ctx.fillText(new Date(t * 1000).toLocaleTimeString(), timeToX(t) + 2, h - 3);
     }
+    drawHistoryStart(ctx, h - 14);
     const sel = drag ? [Math.min(drag.t0, drag.t1), Math.max(drag.t0, drag.t1)] : [state.from, state.to];
     if (sel[1] > sel[0]) {
+      // Filled and edged: a one-second selection in an hour is a pixel
+      // wide, and the edges still show it.
+      const x0 = timeToX(sel[0]), x1 = Math.max(x0 + 2, timeToX(sel[1]));
       ctx.fillStyle = 'rgba(40,90,220,0.25)';
-      ctx.fillRect(timeToX(sel[0]), 0, Math.max(2, timeToX(sel[1]) - timeToX(sel[0])), h - 14);
+      ctx.fillRect(x0, 0, x1 - x0, h - 14);
+      ctx.fillStyle = 'rgb(40,90,220)';
+      ctx.fillRect(x0 - 1, 0, 2, h - 14);
+      ctx.fillRect(x1 - 1, 0, 2, h - 14);
+      ctx.font = 'bold 11px sans-serif';
+      const label = 'selected';
+      const lw = ctx.measureText(label).width;
+      ctx.fillText(label, x1 + 4 + lw < w ? x1 + 4 : Math.max(0, x0 - 4 - lw), 11);
     }
+    heatLegend(max);
     drawTicks();
+  }
+
+  // Before the daemon's history begins the strip is empty because
+  // nothing was recorded, not because nothing ran: hatched, with a line
+  // and its time where the history begins.
+  function drawHistoryStart(ctx, h) {
+    const t0 = historyFrom();
+    const note = $('history-start');
+    if (!t0) {
+      note.textContent = '';
+      return;
+    }
+    const clock = new Date(t0 * 1000).toLocaleTimeString();
+    if (t0 <= heat.from) {
+      note.textContent = `history since ${clock}`;
+      return;
+    }
+    note.textContent = `no history before ${clock} (hatched): the daemon's history begins there`;
+    const x = Math.min(timeToX(t0), canvasWidth());
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(0, 0, x, h);
+    ctx.clip();
+    ctx.fillStyle = '#ececec';
+    ctx.fillRect(0, 0, x, h);
+    ctx.strokeStyle = '#d2d2d2';
+    ctx.lineWidth = 1;
+    ctx.beginPath();
+    for (let k = -h; k < x; k += 7) {
+      ctx.moveTo(k, h);
+      ctx.lineTo(k + h, 0);
+    }
+    ctx.stroke();
+    ctx.restore();
+    ctx.fillStyle = '#555';
+    ctx.fillRect(x - 1, 0, 2, h);
+    ctx.font = '11px sans-serif';
+    const label = `no history before ${clock}`;
+    const lw = ctx.measureText(label).width;
+    ctx.fillStyle = '#333';
+    ctx.fillText(label, x - 6 - lw > 0 ? x - 6 - lw : x + 6, h - 6);
+  }
+
+  // The strip's colour is a slot's rate: its value per second.
+  function heatLegend(max) {
+    const lg = $('heat-legend');
+    lg.hidden = !heat;
+    if (!heat) return;
+    lg.querySelector('.what').textContent = `${heat.unit} per second`;
+    lg.querySelector('.max').textContent = num(max);
+    lg.title = `the lightest: a slot with few ${heat.unit} per second; the darkest: the busiest slot shown, ${num(max)}`;
   }
 
   // ---- the sub-second heat map: a column per second, a row per tick ----
@@ -253,6 +333,7 @@
     for (const [, v] of cols) for (const x of v) if (x > 0) all.push(x);
     all.sort((a, b) => a - b);
     const max = all.length ? all[Math.min(all.length - 1, Math.floor(all.length * 0.99))] : 0;
+    ticksLegend(max, all.length ? all[all.length - 1] : 0);
     const sel = tickDrag
       ? [Math.min(...tickDrag), Math.max(...tickDrag) + heat.tick_ms]
       : [Math.round(state.from * 1000), Math.round(state.to * 1000)];
@@ -278,6 +359,20 @@
     for (let i = 0; i < cols.length; i += every) {
       ctx.fillText(new Date(cols[i][0] * 1000).toLocaleTimeString(), i * cw + 2, h - 3);
     }
+  }
+
+  // Cells from 1 to `scale` samples shade from light to dark; busier ones
+  // (up to `busiest`) are as dark as `scale`: the bar shows both parts.
+  function ticksLegend(scale, busiest) {
+    const lg = $('ticks-legend');
+    lg.querySelector('.what').textContent = `${heat.unit} per ${heat.tick_ms} ms cell`;
+    lg.querySelector('.max').textContent = num(busiest);
+    const at = busiest > 0 ? Math.round(scale / busiest * 100) : 100;
+    lg.querySelector('.bar').style.background =
+      `linear-gradient(to right, rgb(255,235,210), rgb(255,35,0) ${at}%, rgb(255,35,0))`;
+    lg.title = at < 100
+      ? `the darkest colour from ${num(scale)} (99% of the cells have fewer) to the busiest cell's ${num(busiest)}`
+      : `the darkest colour: the busiest cell, ${num(busiest)}`;
   }
 
   // The start (unix ms) of the cell under a mouse event, or null.
@@ -495,17 +590,35 @@
     }
   }
 
-  // Draws tree `p` (laid out) on canvas `c`, zoomed to node `z`: the
-  // zoomed node's ancestors whole width, then its subtree, skipping every
-  // subtree narrower than a third of a pixel, so the cost follows what is
-  // visible, not the profile's size. Keeps the rectangles for hit tests.
-  function drawTree(c, p, z, icicle, hit) {
-    const rows = p.maxDepth + 1;
-    const { ctx, w, h } = fitCanvas(c, rows * ROW + 4);
+  // Draws tree `p` (laid out) on canvas `c`, `w` CSS pixels wide, zoomed
+  // to node `z`: the zoomed node's ancestors whole width, then its
+  // subtree, skipping every subtree narrower than a third of a pixel, so
+  // the cost follows what is visible, not the profile's size. The canvas
+  // is as tall as the deepest frame drawn (one too thin to draw adds no
+  // empty rows). Keeps the rectangles for hit tests, each with whether
+  // its whole name is written on it.
+  function drawTree(c, p, z, icicle, hit, w) {
+    w = w || canvasWidth();
+    const zx = p.x[z], zw = p.nodes[z][1] || 1;
+    const todo = [];
+    for (let a = p.nodes[z][3]; a >= 0; a = p.nodes[a][3]) todo.push(a, 0, w);
+    todo.push(z, 0, w);
+    let deepest = p.depth[z];
+    for (let i = z + 1; i < p.end[z];) {
+      const pw = p.nodes[i][1] / zw * w;
+      if (pw < 0.3) {
+        i = p.end[i];
+        continue;
+      }
+      todo.push(i, (p.x[i] - zx) / zw * w, pw);
+      if (p.depth[i] > deepest) deepest = p.depth[i];
+      i++;
+    }
+    const rows = deepest + 1;
+    const { ctx, h } = fitCanvas(c, rows * ROW + 4, w);
     ctx.clearRect(0, 0, w, h);
     ctx.font = '11px monospace';
     ctx.textBaseline = 'middle';
-    const zx = p.x[z], zw = p.nodes[z][1] || 1;
     const out = [];
     // Colours by name index, computed once per tree.
     const colors = p.colors || (p.colors = []);
@@ -515,28 +628,91 @@
       const py = icicle ? d * ROW : (rows - 1 - d) * ROW;
       ctx.fillStyle = hit && hit[name] ? HIT : colors[name] || (colors[name] = color(p.names[name], false));
       ctx.fillRect(px, py, Math.max(pw - 0.5, 0.3), ROW - 1);
+      const label = p.names[name];
+      const fit = Math.floor((pw - 6) / 6.6);
       if (pw > 28) {
         ctx.fillStyle = '#000';
-        const label = p.names[name];
-        const fit = Math.floor((pw - 6) / 6.6);
         ctx.fillText(label.length > fit ? label.slice(0, Math.max(fit - 2, 0)) + '..' : label, px + 3, py + ROW / 2);
       }
-      out.push([px, py, pw, i]);
+      out.push([px, py, pw, i, pw > 28 && label.length <= fit]);
     };
-    for (let a = p.nodes[z][3]; a >= 0; a = p.nodes[a][3]) box(a, 0, w);
-    box(z, 0, w);
-    for (let i = z + 1; i < p.end[z];) {
-      const pw = p.nodes[i][1] / zw * w;
-      if (pw < 0.3) {
-        i = p.end[i];
-        continue;
-      }
-      box(i, (p.x[i] - zx) / zw * w, pw);
-      i++;
-    }
+    for (let k = 0; k < todo.length; k += 3) box(todo[k], todo[k + 1], todo[k + 2]);
     c._rects = out;
     c._prof = p;
+    c._rows = rows;
   }
+
+  // ---- where the flame panel scrolls to ----
+
+  // The panel is as tall as the window leaves below its top (at least
+  // MIN_BOX): its first screen shows the root and the widest frames
+  // whatever the deepest stack, which scrolls inside it.
+  const MIN_BOX = 320;
+  let boxHeight = 0, flameWidth = 0;
+  function fitBox() {
+    const box = $('flame-box');
+    if (!boxHeight) {
+      const top = box.getBoundingClientRect().top + window.scrollY;
+      boxHeight = Math.max(MIN_BOX, Math.floor(window.innerHeight - top - 10));
+      box.style.maxHeight = boxHeight + 'px';
+    }
+    if (!flameWidth) flameWidth = box.clientWidth;
+    return box;
+  }
+
+  // Scrolls the panel so that canvas row `py` shows; `near` keeps it
+  // as near that end of the panel as it goes (a root stays at the
+  // bottom in flame order), else it is centred.
+  function reveal(box, py, near) {
+    const view = box.clientHeight;
+    if (py >= box.scrollTop && py + ROW <= box.scrollTop + view) return;
+    box.scrollTop = near === 'bottom' ? py + 3 * ROW - view
+      : near === 'top' ? py - 2 * ROW : py + ROW / 2 - view / 2;
+  }
+
+  // What the panel last scrolled for: a new profile, zoom, orientation
+  // or sandwich goes back to the root (the hot paths); a new search to
+  // its heaviest match (most samples; the first drawn among equals), as
+  // the matches of a flame graph on a busy host are mostly off screen.
+  let placed = { prof: null, view: '', search: '' };
+  function place(box, c, p, z, hit) {
+    const view = [state.zoom, state.icicle, state.sandwich].join('\u0000');
+    // A sandwich's trees are made anew at every draw: the profile tells.
+    const fresh = placed.prof !== prof || placed.view !== view;
+    const searched = state.search !== placed.search;
+    placed = { prof, view, search: state.search };
+    if (!fresh && !searched) return;
+    let best = null;
+    if (hit) {
+      for (const r of c._rects) {
+        if (hit[p.nodes[r[3]][0]] && (!best || p.nodes[r[3]][1] > p.nodes[best[3]][1])) best = r;
+      }
+    }
+    // The match scrolled to, for tests.
+    api.firstMatch = best ? p.names[p.nodes[best[3]][0]] : '';
+    if (best) {
+      reveal(box, best[1], '');
+      box.scrollIntoView({ block: 'nearest' });
+    } else if (fresh) {
+      const zr = c._rects.find((r) => r[3] === z);
+      box.scrollTop = state.icicle ? 0 : box.scrollHeight;
+      if (zr) reveal(box, zr[1], state.icicle ? 'top' : 'bottom');
+    }
+  }
+
+  // Where the heaviest drawn frame named `name` is, in client
+  // coordinates, and whether its whole name is written on it (for tests).
+  api.frameRect = function (name) {
+    const c = $('flame'), p = c._prof;
+    if (!c._rects) return null;
+    let best = null;
+    for (const r of c._rects) {
+      if (p.names[p.nodes[r[3]][0]] === name && (!best || r[2] > best[2])) best = r;
+    }
+    if (!best) return null;
+    const b = c.getBoundingClientRect();
+    return { left: b.left + best[0], top: b.top + best[1], width: best[2], height: ROW - 1, label: best[4] };
+  };
 
   // The share of the total in frames matching the search (a frame inside
   // a matching one counted once), per tree and search.
@@ -562,14 +738,16 @@
     const comparing = state.before || state.phases > 1;
     frame.hidden = !comparing;
     c.hidden = !!comparing;
+    $('flame-box').hidden = !!comparing;
     callers.hidden = !state.sandwich || !!comparing;
     $('sandwich-head').hidden = !state.sandwich || !!comparing;
     if (comparing) {
       showComparison();
       return;
     }
+    const box = fitBox();
     if (!prof) {
-      fitCanvas(c, 40);
+      fitCanvas(c, 40, flameWidth);
       return;
     }
     const re = matcher();
@@ -583,14 +761,17 @@
       drawTree(callers, callerTree, 0, true, hit);
       api.sandwich = { callees: treeNames(callees), callers: treeNames(callerTree) };
     }
-    drawTree(c, shown, z, state.icicle, hit);
+    drawTree(c, shown, z, state.icicle, hit, flameWidth);
     rects = c._rects;
+    place(box, c, shown, z, hit);
     const matched = hit ? matchedShare(shown, hit, state.search) : 0;
     const total = shown.nodes.length ? shown.nodes[0][1] : 0;
     api.matchedShare = re && total ? matched / total : 0;
     $('matched').textContent = re ? `matched ${(api.matchedShare * 100).toFixed(1)}% of total` : '';
+    const more = c._rows * ROW + 4 > box.clientHeight
+      ? `; ${c._rows} levels: scroll ${state.icicle ? 'down' : 'up'} for the deeper` : '';
     status(`${prof.nodes.length - 1} frames, ${fmt(prof.nodes[0][1])} in all` +
-      (z ? `, zoomed to ${prof.names[prof.nodes[z][0]]}` : ''));
+      (z ? `, zoomed to ${prof.names[prof.nodes[z][0]]}` : '') + more);
     // A zoom leaves the table as it is.
     const key = [state.sort, state.search].join('\u0000');
     if (tableOf !== prof || tableKey !== key) {
@@ -980,7 +1161,14 @@
     fl.addEventListener('click', onFlameClick);
     window.addEventListener('hashchange', onHashChange);
     window.addEventListener('popstate', onHashChange);
-    window.addEventListener('resize', () => { width = 0; drawHeat(); draw(); });
+    window.addEventListener('resize', () => {
+      width = 0;
+      boxHeight = 0;
+      flameWidth = 0;
+      placed.prof = null;
+      drawHeat();
+      draw();
+    });
     login(code).then(() => loadHeat().then(loadProfile), showLoginError);
   }
 
