@@ -786,11 +786,6 @@ impl Store {
         Some((first.start, last.start + last.len))
     }
 
-    /// The start of the oldest slot kept: where this store's history begins.
-    pub fn oldest(&self) -> Option<u64> {
-        self.slots.front().map(|s| s.start)
-    }
-
     fn passes(
         &self,
         k: &EntryKey,
