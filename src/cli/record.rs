@@ -94,7 +94,7 @@ fn output_help() -> String {
 /// `--event`'s help, from [`Event::ALL`].
 fn event_help() -> String {
     format!(
-        "What to record: {} (malloc*: allocations of the processes given by --pid, sampled)",
+        "What to record: {} (malloc*: allocations of the processes given by --pid or the COMMAND, sampled)",
         Event::ALL.map(Event::name).join(", ")
     )
 }
@@ -221,7 +221,7 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
     }
     if options.event.is_malloc() && options.sampler.pid.is_none() {
         bail!(
-            "-e {} traces one process's allocations (a uprobe on every call): name it with -p PID",
+            "-e {} traces one process's allocations (a uprobe on every call): name it with -p PID or run it with -- COMMAND",
             options.event.name()
         );
     }
