@@ -16,7 +16,10 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use super::tree::{FRAME_H, FrameTree, PAD, escape, fit_label, hot_color};
+use super::tree::{
+    FRAME_H, FrameTree, PAD, READABLE_PX, SCREEN_H, cut_depth, deeper_label, escape, fit_label,
+    hot_color,
+};
 use crate::query::columns::Series;
 
 /// What an animation says and how it is drawn.
@@ -78,6 +81,22 @@ fn js_string(s: &str) -> String {
     out
 }
 
+/// The label of a frame standing for `levels` cut levels: `name`
+/// (`[deeper: N frames]`) if it fits `width_px`, else `+N` if that fits.
+fn deeper_fit(name: &str, levels: usize, width_px: f64) -> String {
+    let label = fit_label(name, width_px);
+    if !label.ends_with("..") {
+        return label;
+    }
+    let short = format!("+{levels}");
+    let label = fit_label(&short, width_px);
+    if label.ends_with("..") {
+        String::new()
+    } else {
+        label
+    }
+}
+
 /// Writes the animated SVG of `series` (one column per phase). Returns the
 /// stacks cut short at [`super::tree::MAX_TREE_NODES`].
 pub fn write<W: Write>(series: &Series, opts: &AnimationOptions, mut w: W) -> io::Result<usize> {
@@ -104,7 +123,31 @@ pub fn render(series: &Series, opts: &AnimationOptions) -> (String, usize) {
     let visible = tree.visible(&rel_scale, opts.min_width);
     let depth = tree.max_depth(&visible);
     let top = 96.0 + if opts.subtitle.is_some() { 16.0 } else { 0.0 };
-    let bottom = top + (depth + 1) as f64 * FRAME_H;
+    // The deepest node kept under each node (nodes come after their
+    // parents: one pass from the last), and the deepest readable one.
+    let mut deepest = vec![0usize; tree.nodes.len()];
+    let mut readable_depth = 0;
+    for i in (0..tree.nodes.len()).rev() {
+        if !visible[i] {
+            continue;
+        }
+        let n = &tree.nodes[i];
+        deepest[i] = deepest[i].max(n.depth);
+        if i > 0 {
+            deepest[n.parent] = deepest[n.parent].max(deepest[i]);
+        }
+        let wide = tree
+            .total(i)
+            .iter()
+            .zip(&rel_scale)
+            .any(|(&v, &s)| v as f64 * s >= READABLE_PX);
+        if wide {
+            readable_depth = readable_depth.max(n.depth);
+        }
+    }
+    let rows = ((SCREEN_H - top - 30.0) / FRAME_H).floor() as usize;
+    let cut = cut_depth(depth, readable_depth, rows);
+    let bottom = top + (cut.unwrap_or(depth) + 1) as f64 * FRAME_H;
     let height = bottom + 30.0;
     let first = if opts.relative {
         rel_scale.first().copied().unwrap_or(0.0)
@@ -120,7 +163,7 @@ pub fn render(series: &Series, opts: &AnimationOptions) -> (String, usize) {
     let _ = write!(
         s,
         r#"<?xml version="1.0" standalone="no"?>
-<svg version="1.1" width="{w}" height="{height}" viewBox="0 0 {w} {height}" xmlns="http://www.w3.org/2000/svg" data-t="0" data-playing="0" data-relative="{rel}">
+<svg version="1.1" width="{w}" height="{height}" viewBox="0 0 {w} {height}" xmlns="http://www.w3.org/2000/svg" data-t="0" data-playing="0" data-relative="{rel}" data-grow="{grow}">
 <style type="text/css">
 text {{ font-family: Verdana, sans-serif; font-size: 12px; fill: rgb(0,0,0); }}
 .title {{ font-size: 17px; text-anchor: middle; }}
@@ -144,6 +187,8 @@ g.f text {{ pointer-events: none; }}
         cx = opts.width / 2.0,
         rel = u8::from(opts.relative),
         title = escape(&opts.title),
+        // What the script grows the image by to show what was cut.
+        grow = cut.map_or(0.0, |c| (depth - c) as f64 * FRAME_H),
     );
     if let Some(sub) = &opts.subtitle {
         let _ = writeln!(
@@ -244,17 +289,36 @@ g.f text {{ pointer-events: none; }}
             hot_color(n.name)
         };
         let values: Vec<String> = tree.total(i).iter().map(u64::to_string).collect();
-        let hidden = if wd < 0.05 { r#" display="none""# } else { "" };
+        // Past the cut, hidden (placed as in the uncut graph, above its
+        // top); at the cut, a frame with callees past it says how many
+        // levels are cut instead of its name.
+        let (class, deeper, label) = match cut {
+            Some(c) if n.depth > c => ("f deep", String::new(), fit_label(n.name, wd)),
+            Some(c) if n.depth == c && deepest[i] > c => {
+                let levels = deepest[i] - c + 1;
+                (
+                    "f cut",
+                    format!(r#" data-deeper="{levels}""#),
+                    deeper_fit(&deeper_label(levels), levels, wd),
+                )
+            }
+            _ => ("f", String::new(), fit_label(n.name, wd)),
+        };
+        let hidden = if wd < 0.05 || class == "f deep" {
+            r#" display="none""#
+        } else {
+            ""
+        };
         let _ = writeln!(
             s,
-            r#"<g class="f" data-d="{}" data-v="{}"{gap}{hidden}><title>{}</title><rect x="{x:.1}" y="{y:.1}" width="{wd:.1}" height="{}" fill="rgb({r},{g},{b})"/><text x="{:.1}" y="{:.1}">{}</text></g>"#,
+            r#"<g class="{class}"{deeper} data-d="{}" data-v="{}"{gap}{hidden}><title>{}</title><rect x="{x:.1}" y="{y:.1}" width="{wd:.1}" height="{}" fill="rgb({r},{g},{b})"/><text x="{:.1}" y="{:.1}">{}</text></g>"#,
             n.depth,
             values.join(","),
             escape(n.name),
             FRAME_H - 1.0,
             x + 3.0,
             y + 11.5,
-            escape(&fit_label(n.name, wd)),
+            escape(&label),
         );
     }
     s.push_str("</g>\n");
@@ -271,6 +335,7 @@ g.f text {{ pointer-events: none; }}
   var root = document.documentElement;
   var gs = document.querySelectorAll("#frames g.f");
   var n = gs.length, depth = [], vals = [], gaps = [], parent = [], rects = [], texts = [], names = [], shown = [];
+  var deep = [], cutN = [], grow = +root.getAttribute("data-grow");
   if (n === 0) return;
   var stack = [];
   for (var i = 0; i < n; i++) {{
@@ -286,6 +351,23 @@ g.f text {{ pointer-events: none; }}
     texts.push(g.querySelector("text"));
     names.push(g.querySelector("title").textContent);
     shown.push(g.hasAttribute("display") ? -2 : -1);
+    deep.push(g.classList.contains("deep"));
+    cutN.push(g.getAttribute("data-deeper"));
+  }}
+  // Frames past the cut show once a [deeper] frame is clicked: the image
+  // grows by `grow` and the frames (placed from the root, at the bottom)
+  // move down with it.
+  function uncut() {{
+    if (!grow) return;
+    var h = +root.getAttribute("height") + grow;
+    root.setAttribute("height", h);
+    root.setAttribute("viewBox", "0 0 " + root.getAttribute("width") + " " + h);
+    document.getElementById("frames").setAttribute("transform", "translate(0," + grow + ")");
+    var d = document.getElementById("details");
+    d.setAttribute("y", +d.getAttribute("y") + grow);
+    grow = 0;
+    for (var i = 0; i < n; i++) if (cutN[i]) {{ cutN[i] = null; shown[i] = -1; }}
+    draw();
   }}
   var X, W, relative = root.getAttribute("data-relative") === "1";
   function layout() {{
@@ -311,6 +393,10 @@ g.f text {{ pointer-events: none; }}
     if (c < 3) return "";
     return name.length <= c ? name : name.substring(0, c - 2) + "..";
   }}
+  function fitDeeper(levels, w) {{
+    var full = "[deeper: " + levels + " frames]", c = Math.floor((w - 6) / 7.08);
+    return full.length <= c ? full : (levels.length + 1 <= c && c >= 3 ? "+" + levels : "");
+  }}
   var t = 0, playing = false, speed = 1, last = null;
   function fmt(v) {{ v = v * FACTOR; return Math.abs(v - Math.round(v)) < 1e-9 ? String(Math.round(v)) : v.toFixed(3); }}
   function draw() {{
@@ -322,13 +408,13 @@ g.f text {{ pointer-events: none; }}
       var a = i * K + i0, b = i * K + i1;
       var x = X[a] + (X[b] - X[a]) * e, w = W[a] + (W[b] - W[a]) * e;
       var g = gs[i];
-      if (w < 0.05) {{ if (shown[i] !== -2) {{ g.setAttribute("display", "none"); shown[i] = -2; }} continue; }}
+      if (w < 0.05 || (grow && deep[i])) {{ if (shown[i] !== -2) {{ g.setAttribute("display", "none"); shown[i] = -2; }} continue; }}
       if (shown[i] === -2) g.removeAttribute("display");
       var r = rects[i];
       r.setAttribute("x", x.toFixed(1)); r.setAttribute("width", w.toFixed(1));
       texts[i].setAttribute("x", (x + 3).toFixed(1));
       var c = Math.floor((w - 6) / 7.08);
-      if (c !== shown[i]) {{ texts[i].textContent = fit(names[i], w); shown[i] = c; }}
+      if (c !== shown[i]) {{ texts[i].textContent = cutN[i] ? fitDeeper(cutN[i], w) : fit(names[i], w); shown[i] = c; }}
       var pa = f > 0 ? i0 : Math.max(0, i0 - 1), pb = f > 0 ? i1 : i0;
       var from = vals[i][pa], to = vals[i][pb];
       if (relative) {{
@@ -389,10 +475,14 @@ g.f text {{ pointer-events: none; }}
   document.getElementById("frames").addEventListener("mouseover", function (e) {{
     var g = e.target.parentNode; var i = Array.prototype.indexOf.call(gs, g); if (i < 0) return;
     var p = Math.min(K - 1, Math.round(t)), tot = vals[0][p];
-    details.textContent = names[i] + ": " + fmt(vals[i][p]) + " " + UNIT + " in phase " + (p + 1) +
+    details.textContent = (cutN[i] ? "[deeper: " + cutN[i] + " frames, click to show them] " : "") + names[i] + ": " + fmt(vals[i][p]) + " " + UNIT + " in phase " + (p + 1) +
       " (" + (tot > 0 ? (100 * vals[i][p] / tot).toFixed(2) : "0") + "% of it); by phase: " + vals[i].map(fmt).join(", ");
   }});
   document.getElementById("frames").addEventListener("mouseout", function () {{ details.textContent = " "; }});
+  document.getElementById("frames").addEventListener("click", function (e) {{
+    var i = Array.prototype.indexOf.call(gs, e.target.parentNode);
+    if (i >= 0 && cutN[i]) uncut();
+  }});
   layout();
   draw();
 }})();
@@ -445,5 +535,36 @@ mod tests {
             js_string("a\"]]></script>"),
             r#""a\u0022]]\u003e\u003c/script\u003e""#
         );
+    }
+
+    #[test]
+    fn thin_deep_towers_are_cut_to_one_screen() {
+        let mut deep = String::from("rare");
+        for _ in 0..130 {
+            deep.push_str(";descend");
+        }
+        let phases = vec![
+            profile(&[("main;hot", 5000), (deep.as_str(), 1)]),
+            profile(&[("main;hot", 5000), (deep.as_str(), 2)]),
+        ];
+        let s = Series::from_profiles(&phases, Rewrite::default());
+        let opts = AnimationOptions::new("t", vec!["a".into(), "b".into()], "samples");
+        let (svg, _) = render(&s, &opts);
+        let height: f64 = {
+            let i = svg.find(" height=\"").unwrap() + 9;
+            svg[i..i + svg[i..].find('"').unwrap()].parse().unwrap()
+        };
+        // 96 px of controls, 30 under: 48 rows, depths 0 to 47.
+        assert_eq!(height, 96.0 + 48.0 * 16.0 + 30.0);
+        assert!(height <= SCREEN_H);
+        // rare is depth 1, descend 2..=131: cut at 47, 85 levels.
+        assert!(
+            svg.contains(r#"class="f cut" data-deeper="85""#),
+            "a cut frame"
+        );
+        assert_eq!(svg.matches(r#"<g class="f deep""#).count(), 131 - 47);
+        assert!(svg.contains(&format!(r#"data-grow="{}""#, 84 * 16)));
+        // Every frame of the tower is in the document.
+        assert_eq!(svg.matches("<title>descend</title>").count(), 130);
     }
 }

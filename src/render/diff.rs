@@ -16,7 +16,9 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use super::tree::{FRAME_H, FrameTree, PAD, escape, fit_label};
+use super::tree::{
+    FRAME_H, FrameTree, PAD, READABLE_PX, SCREEN_H, cut_depth, deeper_label, escape, fit_label,
+};
 use crate::query::columns::Diff;
 
 /// What a differential SVG says and how it is drawn.
@@ -116,13 +118,44 @@ pub fn render(diff: &Diff, opts: &DiffSvgOptions) -> (String, usize) {
     px_per_unit[1] = scale[1];
     let visible = tree.visible(&px_per_unit, opts.min_width);
     let depth = tree.max_depth(&visible);
-    let graph_h = (depth + 1) as f64 * FRAME_H;
     let max_delta = (0..tree.nodes.len())
         .map(|i| (tree.own(i)[1] as i128 - tree.own(i)[0] as i128).abs())
         .max()
         .unwrap_or(0);
     let header_h = 34.0 + 16.0 * opts.notes.len() as f64 + 22.0;
     let after_top = header_h + 20.0;
+    // Whether node `i` is drawn in graph `col`, and how wide.
+    let width_in = |i: usize, col: usize| tree.total(i)[geo(col)] as f64 * scale[col];
+    let drawn_in = |i: usize, col: usize| {
+        visible[i] && tree.total(i)[geo(col)] > 0 && width_in(i, col) >= opts.min_width
+    };
+    // The deepest node drawn in each node's subtree, per graph (nodes come
+    // after their parents, so one pass from the last).
+    let mut deepest = [
+        vec![0usize; tree.nodes.len()],
+        vec![0usize; tree.nodes.len()],
+    ];
+    let mut readable_depth = 0;
+    for i in (0..tree.nodes.len()).rev() {
+        let n = &tree.nodes[i];
+        for (col, deepest) in deepest.iter_mut().enumerate() {
+            if drawn_in(i, col) {
+                let d = deepest[i].max(n.depth);
+                deepest[i] = d;
+                if i > 0 {
+                    deepest[n.parent] = deepest[n.parent].max(d);
+                }
+                if width_in(i, col) >= READABLE_PX {
+                    readable_depth = readable_depth.max(n.depth);
+                }
+            }
+        }
+    }
+    // The after graph's root on the first screen: as many rows as fit
+    // under the header, unless readable frames go deeper.
+    let rows = ((SCREEN_H - after_top - 8.0) / FRAME_H).floor() as usize;
+    let cut = cut_depth(depth, readable_depth, rows);
+    let graph_h = (cut.unwrap_or(depth) + 1) as f64 * FRAME_H;
     let before_top = after_top + graph_h + 40.0;
     let height = before_top + graph_h + 36.0;
 
@@ -131,7 +164,7 @@ pub fn render(diff: &Diff, opts: &DiffSvgOptions) -> (String, usize) {
     let _ = write!(
         s,
         r#"<?xml version="1.0" standalone="no"?>
-<svg version="1.1" width="{w}" height="{height}" viewBox="0 0 {w} {height}" xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">
+<svg version="1.1" width="{w}" height="{height}" viewBox="0 0 {w} {height}" xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" data-after-root="{after_root}" data-grow="{grow}">
 <defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="1.5" height="6" fill="rgba(0,0,40,0.5)"/></pattern></defs>
 <style type="text/css">
 text {{ font-family: Verdana, sans-serif; font-size: 12px; fill: rgb(0,0,0); }}
@@ -143,13 +176,19 @@ g.f.new rect.b {{ stroke: rgb(60,0,0); stroke-width: 1.5; }}
 g.f:hover rect.b, g.f.hl rect.b {{ stroke: rgb(0,0,0); stroke-width: 1.5; }}
 g.f text {{ pointer-events: none; }}
 g.f text.inv {{ fill: rgb(255,255,255); }}
+g.f.deeper {{ cursor: pointer; }}
+g.f.deeper rect.b {{ stroke: rgb(110,110,110); stroke-dasharray: 2 2; }}
+.hide {{ display: none; }}
 </style>
 <rect x="0" y="0" width="{w}" height="{height}" fill="rgb(248,248,248)"/>
 <text class="title" x="{cx}" y="24">{title}</text>
 "#,
         w = opts.width,
         cx = opts.width / 2.0,
-        title = escape(&opts.title)
+        title = escape(&opts.title),
+        after_root = after_top + graph_h,
+        // What the script grows each graph by to show what was cut.
+        grow = cut.map_or(0.0, |c| (depth - c) as f64 * FRAME_H),
     );
     for (i, note) in opts.notes.iter().enumerate() {
         let _ = writeln!(
@@ -194,7 +233,7 @@ g.f text.inv {{ fill: rgb(255,255,255); }}
     ] {
         let _ = writeln!(
             s,
-            r#"<text class="head" x="{PAD}" y="{}">{}</text>"#,
+            r#"<g class="top" data-col="{col}"><text class="head" x="{PAD}" y="{}">{}</text>"#,
             top - 6.0,
             escape(&label)
         );
@@ -202,12 +241,13 @@ g.f text.inv {{ fill: rgb(255,255,255); }}
         if tree.total(0)[gcol] == 0 {
             let _ = writeln!(
                 s,
-                r#"<text x="{PAD}" y="{}">no {} in this window: nothing to draw</text>"#,
+                r#"<text x="{PAD}" y="{}">no {} in this window: nothing to draw</text></g>"#,
                 top + FRAME_H,
                 escape(unit)
             );
             continue;
         }
+        s.push_str("</g>\n");
         let starts = tree.starts(gcol);
         let bottom = top + graph_h;
         let _ = writeln!(s, r#"<g class="graph" data-col="{col}">"#);
@@ -235,6 +275,42 @@ g.f text.inv {{ fill: rgb(255,255,255); }}
                 "f gone"
             } else {
                 "f"
+            };
+            // Past the cut, hidden (placed as in the uncut graph, above its
+            // top); at the cut, a [deeper] frame stands in for a tower.
+            let hidden = match cut {
+                Some(c) if n.depth > c => true,
+                Some(c) if n.depth == c && deepest[col][i] > c => {
+                    let levels = deepest[col][i] - c + 1;
+                    let name = deeper_label(levels);
+                    let mut label = fit_label(&name, wd);
+                    if label.ends_with("..") {
+                        label = fit_label(&format!("+{levels}"), wd);
+                        if label.ends_with("..") {
+                            label.clear();
+                        }
+                    }
+                    let _ = writeln!(
+                        s,
+                        r#"<g class="f deeper" data-n="{i}"><title>{name}
+under {under}: click to show every frame</title><rect class="b" x="{x:.1}" y="{y:.1}" width="{wd:.1}" height="{h}" fill="rgb(228,228,228)"/><text x="{:.1}" y="{:.1}">{label}</text></g>"#,
+                        x + 3.0,
+                        y + 11.5,
+                        under = escape(n.name),
+                        h = FRAME_H - 1.0,
+                    );
+                    true
+                }
+                _ => false,
+            };
+            let class = if hidden {
+                match class {
+                    "f new" => "f new hide deep",
+                    "f gone" => "f gone hide deep",
+                    _ => "f hide deep",
+                }
+            } else {
+                class
             };
             let pct = |v: u64, t: u64| {
                 if t == 0 {
@@ -269,7 +345,7 @@ delta: {sign}{dv} {u} ({sign}{share:.2}% of the total)</title><rect class="b" x=
                 u = escape(unit),
                 h = FRAME_H - 1.0,
             );
-            if class == "f gone" {
+            if class.starts_with("f gone") {
                 let _ = write!(
                     s,
                     r#"<rect x="{x:.1}" y="{y:.1}" width="{wd:.1}" height="{h}" fill="url(#hatch)" pointer-events="none"/>"#,
@@ -298,7 +374,48 @@ delta: {sign}{dv} {u} ({sign}{share:.2}% of the total)</title><rect class="b" x=
         r#"<text id="details" x="{PAD}" y="{}"> </text>
 <script type="text/ecmascript"><![CDATA[
 (function () {{
+  var svg = document.documentElement;
   var details = document.getElementById("details");
+  var height0 = +svg.getAttribute("height"), height = height0;
+  var afterRoot = +svg.getAttribute("data-after-root"), grow = +svg.getAttribute("data-grow");
+  // Keeps the details line on screen when the image is taller than the window.
+  function pin() {{
+    var wh = window.innerHeight;
+    var y = height > wh + 1 ? Math.min(height, window.scrollY + wh) : height;
+    details.setAttribute("y", y - 12);
+  }}
+  // Opens with the after graph's root on screen.
+  function toRoot() {{
+    if (afterRoot + 24 > window.innerHeight) window.scrollTo(0, afterRoot + 24 - window.innerHeight);
+    pin();
+  }}
+  // Shows the frames past the cut: each graph grows by `grow`, its frames
+  // (placed from its root, at the bottom) moving down with it.
+  function uncut(marker) {{
+    if (!grow) return;
+    var was = marker.getBoundingClientRect().top;
+    var moves = [['g.graph[data-col="1"]', grow], ['g.top[data-col="0"]', grow], ['g.graph[data-col="0"]', 2 * grow]];
+    for (var i = 0; i < moves.length; i++) {{
+      var el = document.querySelector(moves[i][0]);
+      if (el) el.setAttribute("transform", "translate(0," + moves[i][1] + ")");
+    }}
+    var deep = document.querySelectorAll("g.f.deep");
+    for (var i = 0; i < deep.length; i++) deep[i].classList.remove("hide");
+    var marks = document.querySelectorAll("g.f.deeper");
+    for (var i = 0; i < marks.length; i++) marks[i].classList.add("hide");
+    height = height0 + 2 * grow; grow = 0;
+    svg.setAttribute("height", height);
+    svg.setAttribute("viewBox", "0 0 " + svg.getAttribute("width") + " " + height);
+    var same = marker.parentNode.querySelector('g.f.deep[data-n="' + marker.getAttribute("data-n") + '"]');
+    if (same) window.scrollBy(0, same.getBoundingClientRect().top - was);
+    pin();
+  }}
+  document.addEventListener("click", function (e) {{
+    var g = group(e); if (g && g.classList.contains("deeper")) uncut(g);
+  }});
+  window.addEventListener("scroll", pin);
+  window.addEventListener("resize", pin);
+  window.addEventListener("load", toRoot);
   function group(e) {{ var t = e.target; while (t && !(t.classList && t.classList.contains("f"))) t = t.parentNode; return t; }}
   function mark(n, on) {{
     var all = document.querySelectorAll('g.f[data-n="' + n + '"]');
@@ -315,6 +432,7 @@ delta: {sign}{dv} {u} ({sign}{share:.2}% of the total)</title><rect class="b" x=
     details.textContent = " ";
     mark(g.getAttribute("data-n"), false);
   }});
+  toRoot();
 }})();
 ]]></script>
 </svg>
@@ -330,6 +448,7 @@ mod tests {
     use super::*;
     use crate::query::columns::Rewrite;
     use crate::query::profile::{Profile, test_profile as profile};
+    use crate::render::tree::SCREEN_H;
 
     fn svg_of(before: &Profile, after: &Profile, normalize: bool) -> String {
         let d = Diff::new(before, after, Rewrite::default(), Some(normalize), false);
@@ -381,5 +500,45 @@ mod tests {
     fn empty_side_is_a_note() {
         let svg = svg_of(&Profile::new(), &profile(&[("a", 1)]), false);
         assert!(svg.contains("no samples in this window"));
+    }
+
+    #[test]
+    fn thin_deep_towers_are_cut_and_the_after_root_fits_a_screen() {
+        let mut deep = String::from("rare");
+        for _ in 0..130 {
+            deep.push_str(";descend");
+        }
+        let before = profile(&[("main;hot_a", 7000), (deep.as_str(), 2)]);
+        let after = profile(&[("main;hot_a", 6000), (deep.as_str(), 1)]);
+        let svg = svg_of(&before, &after, false);
+        let attr = |name: &str| -> f64 {
+            let i = svg.find(&format!(" {name}=\"")).unwrap() + name.len() + 3;
+            svg[i..i + svg[i..].find('"').unwrap()].parse().unwrap()
+        };
+        // The after graph's root within one screen, under the header.
+        assert!(
+            attr("data-after-root") <= SCREEN_H - 8.0,
+            "{}",
+            attr("data-after-root")
+        );
+        // A [deeper] frame in each graph; the tower's frames all there, those
+        // past the cut hidden.
+        assert_eq!(svg.matches("<g class=\"f deeper\"").count(), 2);
+        assert!(svg.contains("under descend: click to show every frame"));
+        assert_eq!(svg.matches("<title>descend\n").count(), 2 * 130);
+        let hidden = svg.matches(" hide deep\" data-n=").count();
+        let cut = svg.matches("<title>[deeper: ").count();
+        assert_eq!(cut, 2);
+        // The script grows each graph by what was cut.
+        // No notes: the header is 56 px, the after graph 20 below it.
+        let shown_rows = (attr("data-after-root") - 56.0 - 20.0) / 16.0;
+        assert_eq!(attr("data-grow"), (131.0 - (shown_rows - 1.0)) * 16.0);
+        assert_eq!(hidden, 2 * (131 - (shown_rows as usize - 1) + 1));
+
+        // A readable tower is not cut.
+        let before = profile(&[(deep.as_str(), 7000)]);
+        let after = profile(&[(deep.as_str(), 6000), ("main", 10)]);
+        let svg = svg_of(&before, &after, false);
+        assert!(!svg.contains("<title>[deeper: "));
     }
 }

@@ -24,6 +24,35 @@ pub const MAX_TREE_NODES: usize = 1 << 18;
 /// hundred bytes, once per graph). A screen shows far fewer.
 pub const MAX_DRAWN_FRAMES: usize = 1 << 14;
 
+/// The window a graph's first screen is: a 1400x900 browser window. A
+/// graph no taller than this shows its root and title together.
+pub const SCREEN_H: f64 = 900.0;
+
+/// Frames at least this wide keep their tower whole, however deep: an
+/// eight-character label fits them (12 px Verdana at flamegraph.pl's
+/// 0.59 em a character, 3 px each side), a name one can read. Thinner
+/// towers (a compiler's one-sample stacks of 129 frames, a recursion seen a
+/// few times) are cut where one screen's rows end, under a
+/// `[deeper: N frames]` frame, rather than setting the graph's height.
+pub const READABLE_PX: f64 = 6.0 + 8.0 * 12.0 * 0.59;
+
+/// The depth where a graph's towers are cut, if any: the deepest that
+/// `rows` rows (what one screen holds) draw, or the deepest of a frame at
+/// least [`READABLE_PX`] wide (`readable_depth`) if that is deeper. `None`
+/// when the deepest frame (`max_depth`) is not past it: nothing is cut.
+/// Frames at the cut depth with callees drawn deeper stand in as
+/// [`deeper_label`] frames; the frames past it stay in the document,
+/// hidden, for the script to show.
+pub fn cut_depth(max_depth: usize, readable_depth: usize, rows: usize) -> Option<usize> {
+    let cut = readable_depth.max(rows.saturating_sub(1)).max(1);
+    (max_depth > cut).then_some(cut)
+}
+
+/// The name of the frame standing for a tower cut `levels` frames short.
+pub fn deeper_label(levels: usize) -> String {
+    format!("[deeper: {levels} frames]")
+}
+
 /// One frame under one path. Its values are [`FrameTree::total`] and
 /// [`FrameTree::own`]; its children [`FrameTree::children`].
 #[derive(Debug, Clone)]

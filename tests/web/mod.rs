@@ -750,4 +750,229 @@ fn web_page_first_screen_shows_the_hot_paths() {
         Vec::<String>::new(),
         "no console errors"
     );
+
+/// Where the first screen's frames are: the viewport's height and scroll,
+/// the image's height, and per name (`hot_a`, `all`, the after graph's in a
+/// diff) the viewport-relative top and bottom of its frame and label.
+fn first_screen(b: &Browser, graph: &str) -> Value {
+    b.eval(&format!(
+        "var out = {{inner: window.innerHeight, scroll: window.scrollY,
+                    height: +document.documentElement.getAttribute('height')}};
+         var gs = document.querySelectorAll('{graph} g');
+         for (var i = 0; i < gs.length; i++) {{
+           var t = gs[i].querySelector('title'), r = gs[i].querySelector('rect'), x = gs[i].querySelector('text');
+           if (!t || !r || !x) continue;
+           var name = t.textContent.split(/ \\(|\\n/)[0];
+           if (name !== 'hot_a' && name !== 'all') continue;
+           var rb = r.getBoundingClientRect(), tb = x.getBoundingClientRect();
+           // The widest frame of the name (a thin one may sit elsewhere).
+           if (out[name] && out[name].width >= rb.width) continue;
+           out[name] = {{rect: [rb.top, rb.bottom], width: rb.width, text: [tb.top, tb.bottom], label: x.textContent,
+                        shown: getComputedStyle(gs[i]).display !== 'none'}};
+         }}
+         return out;"
+    ))
+}
+
+/// Asserts that `hot_a`'s label and the root are on the first screen
+/// (`v` from [`first_screen`]), without the test scrolling.
+fn on_first_screen(v: &Value, what: &str) {
+    let screen = v["inner"].as_f64().unwrap().min(900.0);
+    for name in ["hot_a", "all"] {
+        let f = &v[name];
+        assert!(f.is_object(), "{what}: no {name} frame: {v}");
+        let (top, bottom) = (
+            f["text"][0].as_f64().unwrap(),
+            f["text"][1].as_f64().unwrap(),
+        );
+        let rect_bottom = f["rect"][1].as_f64().unwrap();
+        assert!(
+            f["shown"] == Value::Bool(true)
+                && top >= 0.0
+                && bottom <= screen
+                && rect_bottom <= screen,
+            "{what}: {name} is not on the first {screen} px of the window: {v}"
+        );
+    }
+    let label = v["hot_a"]["label"].as_str().unwrap();
+    assert!(
+        label.contains("hot_a"),
+        "{what}: hot_a's label names it: {v}"
+    );
+}
+
+/// Clicks the `[deeper]` frame standing for a `descend` tower (`marker_js`
+/// finds it: a script returning the element or null) and returns how many
+/// `descend` frames show then, the deepest one's top in the document, and
+/// whether scrolling there puts it on screen.
+fn open_deeper(b: &Browser, marker_js: &str) -> Value {
+    let found = b.eval(&format!(
+        "var m = (function () {{ {marker_js} }})();
+         if (!m) return false;
+         m.id = 'open-me';
+         return true;"
+    ));
+    assert_eq!(
+        found,
+        Value::Bool(true),
+        "a [deeper] frame over a descend tower"
+    );
+    b.click("#open-me");
+    b.eval(
+        "var gs = document.querySelectorAll('g'), n = 0, best = null, top = Infinity;
+         for (var i = 0; i < gs.length; i++) {
+           var t = gs[i].querySelector('title');
+           if (!t || t.textContent.split(/ \\(|\\n/)[0] !== 'descend') continue;
+           if (getComputedStyle(gs[i]).display === 'none' || gs[i].closest('.hide')) continue;
+           var r = gs[i].querySelector('rect').getBoundingClientRect();
+           if (r.width <= 0) continue;
+           n++;
+           if (r.top + window.scrollY < top) { top = r.top + window.scrollY; best = gs[i]; }
+         }
+         if (!best) return {shown: 0};
+         window.scrollTo(0, top - 100);
+         var r = best.querySelector('rect').getBoundingClientRect();
+         return {shown: n, doc_top: top, height: +document.documentElement.getAttribute('height'),
+                 on_screen: r.top >= 0 && r.bottom <= window.innerHeight};",
+    )
+}
+
+/// Issue 42, "the first screen shows the answer": on a host running
+/// cpu_70_30 beside rare_deep (a few thin samples 127 frames deep), the
+/// default flame graph and the differential each show hot_a's label and the
+/// root within the first 900 px of a 1400x900 window without the test
+/// scrolling (before, the deep towers made the graph 2,000+ px tall, the
+/// root at its bottom); the towers stay reachable: a click on their
+/// `[deeper]` frame shows their `descend` frames, scrolling reaches the
+/// deepest. Screenshots to /tmp/shots.
+#[test]
+fn flame_graphs_show_the_answer_on_the_first_screen() {
+    require_root();
+    let busy = build_c("cpu_70_30");
+    let deep = build_c("rare_deep");
+    let d = Daemon::start(&[], &[]);
+    let _busy = Workload::spawn(Command::new(&busy).arg("90"));
+    let _deep = Workload::spawn(Command::new(&deep).arg("90"));
+    // Both in the last 30 s, and 21 s of history for the diff's windows.
+    let t0 = Instant::now();
+    loop {
+        wait(1_000);
+        let p = parse_folded(&d.get("/folded?seconds=30").text());
+        let hot_a = sum_where(&p, |f| f.contains(&"hot_a"));
+        let deepest = p
+            .iter()
+            .map(|(stack, _)| stack.as_str().split(';').count())
+            .max()
+            .unwrap_or(0);
+        if t0.elapsed() >= Duration::from_secs(22) && hot_a >= 300 && deepest >= 120 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the daemon holds {hot_a} samples of hot_a and stacks {deepest} frames deep after {:?}",
+            t0.elapsed()
+        );
+    }
+    let shots = std::path::Path::new("/tmp/shots");
+    std::fs::create_dir_all(shots).unwrap();
+    let b = Browser::start();
+    b.set_window_size(1400, 900);
+
+    b.goto(&format!(
+        "http://127.0.0.1:{}/flamegraph.svg?seconds=30",
+        d.port
+    ));
+    b.screenshot(&shots.join("svg-first.png"));
+    let svg = first_screen(&b, "#frames");
+    eprintln!("flamegraph.svg first screen: {svg}");
+    b.goto(&format!("http://127.0.0.1:{}/diff.svg?seconds=10", d.port));
+    b.screenshot(&shots.join("diff-first.png"));
+    let diff = first_screen(&b, r#"g.graph[data-col=\"1\"]"#);
+    eprintln!("diff.svg first screen: {diff}");
+    on_first_screen(&svg, "flamegraph.svg");
+    on_first_screen(&diff, "diff.svg");
+
+    b.goto(&format!(
+        "http://127.0.0.1:{}/flamegraph.svg?seconds=30",
+        d.port
+    ));
+    let deeper = open_deeper(
+        &b,
+        "var ms = document.querySelectorAll('#frames > g.deeper');
+         for (var i = 0; i < ms.length; i++) {
+           var r = ms[i].querySelector('rect');
+           var gs = document.querySelectorAll('#frames > g.deep');
+           for (var j = 0; j < gs.length; j++) {
+             var q = gs[j].querySelector('rect');
+             if (q.getAttribute('y') === r.getAttribute('y') && q.getAttribute('x') === r.getAttribute('x')
+                 && gs[j].querySelector('title').textContent.indexOf('descend (') === 0) return ms[i];
+           }
+         }
+         return null;",
+    );
+    eprintln!("flamegraph.svg after a click on [deeper]: {deeper}");
+    assert!(
+        deeper["shown"].as_u64().unwrap_or(0) >= 100
+            && deeper["on_screen"] == Value::Bool(true)
+            && deeper["doc_top"].as_f64().unwrap() >= 0.0,
+        "the descend tower shows, its deepest frame reachable: {deeper}"
+    );
+
+    b.goto(&format!("http://127.0.0.1:{}/diff.svg?seconds=10", d.port));
+    let deeper = open_deeper(
+        &b,
+        "var ms = document.querySelectorAll('g.graph[data-col=\"1\"] > g.deeper');
+         for (var i = 0; i < ms.length; i++)
+           if (ms[i].querySelector('title').textContent.indexOf('under descend:') > 0) return ms[i];
+         return null;",
+    );
+    eprintln!("diff.svg after a click on [deeper]: {deeper}");
+    assert!(
+        deeper["shown"].as_u64().unwrap_or(0) >= 100
+            && deeper["on_screen"] == Value::Bool(true)
+            && deeper["doc_top"].as_f64().unwrap() >= 0.0,
+        "the descend tower shows, its deepest frame reachable: {deeper}"
+    );
+
+    // The animation: as tall as a screen, the tower behind a frame that a
+    // click opens.
+    b.goto(&format!(
+        "http://127.0.0.1:{}/animation.svg?seconds=30&phases=3",
+        d.port
+    ));
+    // The last phase: the first may predate the workloads.
+    b.click("#forward");
+    b.click("#forward");
+    let anim = b.eval(
+        "var cs = document.querySelectorAll('#frames g[data-deeper]'), c = null;
+         for (var i = 0; i < cs.length && !c; i++)
+           if (!cs[i].hasAttribute('display') && cs[i].querySelector('title').textContent === 'descend'
+               && cs[i].querySelector('rect').getBoundingClientRect().width > 2) c = cs[i];
+         if (c) c.id = 'open-me';
+         return {height: +document.documentElement.getAttribute('height'), cut: !!c,
+                 label: c ? c.querySelector('text').textContent : ''};",
+    );
+    eprintln!("animation.svg: {anim}");
+    assert!(
+        anim["height"].as_f64().unwrap() <= 900.0 && anim["cut"] == Value::Bool(true),
+        "the animation fits a screen, its towers cut: {anim}"
+    );
+    b.click("#open-me");
+    let opened = b.eval(
+        "var gs = document.querySelectorAll('#frames g'), n = 0;
+         for (var i = 0; i < gs.length; i++)
+           if (!gs[i].hasAttribute('display') && +gs[i].getAttribute('data-d') > 60
+               && gs[i].querySelector('title').textContent === 'descend') n++;
+         return {shown: n, height: +document.documentElement.getAttribute('height')};",
+    );
+    assert!(
+        opened["shown"].as_u64().unwrap_or(0) >= 50,
+        "a click shows the frames past the cut (depth > 60): {opened}"
+    );
+    let errors: Vec<String> = b
+        .console_errors()
+        .into_iter()
+        .filter(|e| !e.contains("/favicon.ico"))
+        .collect();
+    assert_eq!(errors, Vec::<String>::new(), "no console errors");
 }
