@@ -218,6 +218,10 @@ pub struct SvgParams {
     pub minwidth: Option<f64>,
     /// `width`: image width in pixels.
     pub width: Option<usize>,
+    /// `maxdepth`: the depth where SVG towers are cut under a
+    /// `[deeper: N frames]` frame; 0 draws every frame. Default: one
+    /// screen's rows, or the deepest readable frame.
+    pub maxdepth: Option<usize>,
 }
 
 /// A checked query.
@@ -270,6 +274,7 @@ const KNOWN: &[&str] = &[
     "reverse",
     "minwidth",
     "width",
+    "maxdepth",
     "lines",
 ];
 
@@ -419,6 +424,15 @@ impl Query {
                     _ => Err(bad(
                         "width",
                         format!("{v:?} is not a width in pixels (100-100000)"),
+                    )),
+                })
+                .transpose()?,
+            maxdepth: get("maxdepth")
+                .map(|v| match v.parse::<usize>() {
+                    Ok(d) if d <= 10_000 => Ok(d),
+                    _ => Err(bad(
+                        "maxdepth",
+                        format!("{v:?} is not a depth in frames (0-10000; 0: no cut)"),
                     )),
                 })
                 .transpose()?,
@@ -791,6 +805,8 @@ mod tests {
             ("idle=maybe", "idle"),
             ("colors=plaid", "colors"),
             ("width=5", "width"),
+            ("maxdepth=-1", "maxdepth"),
+            ("maxdepth=deep", "maxdepth"),
             ("event=gpu", "event"),
             ("event=", "event"),
             ("bogus=1", "bogus"),

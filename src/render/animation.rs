@@ -41,6 +41,9 @@ pub struct AnimationOptions {
     pub min_width: f64,
     /// Start with each phase sized relative to its own total.
     pub relative: bool,
+    /// Depth where towers are cut (0: none), instead of
+    /// [`super::tree::cut_depth`]'s rule.
+    pub max_depth: Option<usize>,
 }
 
 impl AnimationOptions {
@@ -59,6 +62,7 @@ impl AnimationOptions {
             width: 1200.0,
             min_width: 0.3,
             relative: false,
+            max_depth: None,
         }
     }
 }
@@ -146,7 +150,7 @@ pub fn render(series: &Series, opts: &AnimationOptions) -> (String, usize) {
         }
     }
     let rows = ((SCREEN_H - top - 30.0) / FRAME_H).floor() as usize;
-    let cut = cut_depth(depth, readable_depth, rows);
+    let cut = cut_depth(depth, readable_depth, rows, opts.max_depth);
     let bottom = top + (cut.unwrap_or(depth) + 1) as f64 * FRAME_H;
     let height = bottom + 30.0;
     let first = if opts.relative {

@@ -36,6 +36,9 @@ pub struct DiffSvgOptions {
     pub width: f64,
     /// Frames narrower than this in both graphs are left out (default 0.1).
     pub min_width: f64,
+    /// Depth where towers are cut (0: none), instead of
+    /// [`super::tree::cut_depth`]'s rule.
+    pub max_depth: Option<usize>,
     /// Swap the colours: blue for growth, red for reduction.
     pub negate: bool,
     /// Label of the before window.
@@ -54,6 +57,7 @@ impl DiffSvgOptions {
             factor: 1.0,
             width: 1200.0,
             min_width: 0.1,
+            max_depth: None,
             negate: false,
             before: "before".into(),
             after: "after".into(),
@@ -154,7 +158,7 @@ pub fn render(diff: &Diff, opts: &DiffSvgOptions) -> (String, usize) {
     // The after graph's root on the first screen: as many rows as fit
     // under the header, unless readable frames go deeper.
     let rows = ((SCREEN_H - after_top - 8.0) / FRAME_H).floor() as usize;
-    let cut = cut_depth(depth, readable_depth, rows);
+    let cut = cut_depth(depth, readable_depth, rows, opts.max_depth);
     let graph_h = (cut.unwrap_or(depth) + 1) as f64 * FRAME_H;
     let before_top = after_top + graph_h + 40.0;
     let height = before_top + graph_h + 36.0;

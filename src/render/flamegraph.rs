@@ -44,6 +44,9 @@ pub struct SvgOptions {
     pub min_width: Option<f64>,
     /// Image width in pixels (default 1200).
     pub width: Option<usize>,
+    /// Depth where towers are cut (0: none), instead of
+    /// [`super::tree::cut_depth`]'s rule.
+    pub max_depth: Option<usize>,
     /// Multiplies values for display (e.g. 0.001 to show us as ms).
     pub factor: f64,
     /// Frames ending in this suffix are drawn in blues (hot/cold graphs).
@@ -63,6 +66,7 @@ impl SvgOptions {
             reverse: false,
             min_width: None,
             width: None,
+            max_depth: None,
             factor: 1.0,
             cold_suffix: None,
         }
@@ -216,7 +220,13 @@ pub fn write_tree<W: Write>(tree: &CallTree, options: &SvgOptions, mut w: W) -> 
     };
     let bottom = 34.0;
     let rows = ((SCREEN_H - top - bottom) / FRAME_H).floor() as usize;
-    let cut = cut_depth(max_depth as usize, readable_depth as usize, rows).map(|c| c as u32);
+    let cut = cut_depth(
+        max_depth as usize,
+        readable_depth as usize,
+        rows,
+        options.max_depth,
+    )
+    .map(|c| c as u32);
     let shown_depth = cut.unwrap_or(max_depth);
     let height = (f64::from(shown_depth) + 1.0) * FRAME_H + top + bottom;
     // Frames past the cut are placed as an uncut graph would place them
@@ -897,6 +907,18 @@ mod tests {
         let f = frames(&out);
         let marker = f.iter().find(|x| x.0.starts_with("[deeper")).unwrap();
         assert_eq!(marker.3 - f[0].3, 49.0 * 16.0);
+
+        // maxdepth: 0 cuts nothing, N cuts at depth N.
+        opts.inverted = false;
+        opts.max_depth = Some(0);
+        let out = svg(&p, &opts);
+        assert_eq!(height(&out), 132.0 * 16.0 + 94.0);
+        assert!(!out.contains("[deeper:"));
+        opts.max_depth = Some(10);
+        let out = svg(&p, &opts);
+        assert_eq!(height(&out), 11.0 * 16.0 + 94.0);
+        assert!(out.contains("[deeper: 122 frames]"));
+        opts.max_depth = None;
 
         // A minwidth that drops the thin tower leaves nothing to cut.
         opts.inverted = false;

@@ -40,11 +40,21 @@ pub const READABLE_PX: f64 = 6.0 + 8.0 * 12.0 * 0.59;
 /// `rows` rows (what one screen holds) draw, or the deepest of a frame at
 /// least [`READABLE_PX`] wide (`readable_depth`) if that is deeper. `None`
 /// when the deepest frame (`max_depth`) is not past it: nothing is cut.
-/// Frames at the cut depth with callees drawn deeper stand in as
-/// [`deeper_label`] frames; the frames past it stay in the document,
-/// hidden, for the script to show.
-pub fn cut_depth(max_depth: usize, readable_depth: usize, rows: usize) -> Option<usize> {
-    let cut = readable_depth.max(rows.saturating_sub(1)).max(1);
+/// `asked` (the query's `maxdepth`) overrides the rule: `Some(0)` cuts
+/// nothing, `Some(n)` cuts at depth `n`. Frames at the cut depth with
+/// callees drawn deeper stand in as [`deeper_label`] frames; the frames
+/// past it stay in the document, hidden, for the script to show.
+pub fn cut_depth(
+    max_depth: usize,
+    readable_depth: usize,
+    rows: usize,
+    asked: Option<usize>,
+) -> Option<usize> {
+    let cut = match asked {
+        Some(0) => return None,
+        Some(n) => n,
+        None => readable_depth.max(rows.saturating_sub(1)).max(1),
+    };
     (max_depth > cut).then_some(cut)
 }
 

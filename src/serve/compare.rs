@@ -241,6 +241,7 @@ fn render_diff(
             if let Some(m) = q.svg.minwidth {
                 opts.min_width = m;
             }
+            opts.max_depth = q.svg.maxdepth;
             let (svg, cut) = render::diff::render(&diff, &opts);
             out = svg.into_bytes();
             Ok(cut)
@@ -312,6 +313,7 @@ fn render_animation(st: &AppState, cq: &CompareQuery, fmt: Format) -> Result<Ren
             if let Some(m) = q.svg.minwidth {
                 opts.min_width = m;
             }
+            opts.max_depth = q.svg.maxdepth;
             let (svg, cut) = render::animation::render(&series, &opts);
             out = svg.into_bytes();
             Ok(cut)

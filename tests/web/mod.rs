@@ -934,6 +934,19 @@ fn flame_graphs_show_the_answer_on_the_first_screen() {
         "the descend tower shows, its deepest frame reachable: {deeper}"
     );
 
+    // maxdepth=0: the uncut graph, every frame drawn; a bad value is a 400
+    // naming it.
+    let uncut = d.get("/flamegraph.svg?seconds=30&maxdepth=0").text();
+    let i = uncut.find(" height=\"").unwrap() + 9;
+    let h: f64 = uncut[i..i + uncut[i..].find('"').unwrap()].parse().unwrap();
+    assert!(
+        h > 120.0 * 16.0 && !uncut.contains("[deeper:"),
+        "maxdepth=0 draws the towers whole: {h} px"
+    );
+    let bad = d.get("/flamegraph.svg?maxdepth=deep");
+    assert_eq!(bad.status, 400);
+    assert!(bad.text().contains("maxdepth"), "{}", bad.text());
+
     // The animation: as tall as a screen, the tower behind a frame that a
     // click opens.
     b.goto(&format!(
