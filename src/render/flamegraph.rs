@@ -620,11 +620,13 @@ const SCRIPT: &str = r#"(function () {
     matched.textContent = "Matched: " + (total ? (100 * sum / total).toFixed(1) : "0.0") + "%";
     searchBtn.textContent = "Reset Search";
     searching = true;
-    // The widest match comes into view if no match is on screen.
-    var best = null;
+    // The widest match comes into view if no match is wholly on screen
+    // (clear of the bands over the frames, when they show).
+    var best = null, tall = height > window.innerHeight + 1;
+    var lo = tall ? top - 6 : 0, hi = window.innerHeight - (tall ? bottom : 0);
     for (var s = 0; s < shown.length; s++) {
       var rc = shown[s].rect.getBoundingClientRect();
-      if (rc.bottom > 0 && rc.top < window.innerHeight) { best = null; break; }
+      if (rc.top >= lo && rc.bottom <= hi) { best = null; break; }
       if (!best || shown[s].w > best.w) best = shown[s];
     }
     if (best) {

@@ -892,6 +892,30 @@ fn flame_graphs_show_the_answer_on_the_first_screen() {
     on_first_screen(&svg, "flamegraph.svg");
     on_first_screen(&diff, "diff.svg");
 
+    // Search brings a match into view: scrolled to the top, hot_a is off
+    // screen (the image is taller than the window) until searched for.
+    b.goto(&format!(
+        "http://127.0.0.1:{}/flamegraph.svg?seconds=30",
+        d.port
+    ));
+    let hot_a_on_screen = "var best = null;
+         document.querySelectorAll('#frames > g').forEach(function (g) {
+           var r = g.querySelector('rect').getBoundingClientRect();
+           if (g.querySelector('title').textContent.indexOf('hot_a (') === 0 && (!best || r.width > best.width)) best = r;
+         });
+         return [best.top >= 0 && best.bottom <= window.innerHeight, best.top, window.scrollY];";
+    let before = b.eval(&format!("window.scrollTo(0, 0); {hot_a_on_screen}"));
+    if before[0] == Value::Bool(false) {
+        b.eval("window.prompt = function () { return '^hot_a$'; };");
+        b.click("#search");
+        let after = b.eval(hot_a_on_screen);
+        assert_eq!(
+            after[0],
+            Value::Bool(true),
+            "search scrolls hot_a into view: before {before}, after {after}"
+        );
+    }
+
     b.goto(&format!(
         "http://127.0.0.1:{}/flamegraph.svg?seconds=30",
         d.port
