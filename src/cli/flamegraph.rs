@@ -30,6 +30,9 @@ pub struct FlamegraphArgs {
     /// Image width in pixels.
     #[arg(long, default_value_t = 1200, value_parser = clap::value_parser!(u64).range(100..=100_000))]
     pub width: u64,
+    /// Frame height in pixels.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(4..=100))]
+    pub height: u32,
     /// Omit frames narrower than this many pixels.
     #[arg(long, default_value_t = 0.1)]
     pub minwidth: f64,
@@ -41,6 +44,12 @@ pub struct FlamegraphArgs {
     /// Shade by a hash of the function name (similar names, similar colours).
     #[arg(long)]
     pub hash: bool,
+    /// Cut towers deeper than this under a `[deeper: N frames]` frame
+    /// (click it to open them); 0 draws every frame. Default: as many rows
+    /// as one 900 px screen holds, or the deepest frame wide enough to
+    /// label.
+    #[arg(long)]
+    pub maxdepth: Option<usize>,
     /// Icicle graph: the root at the top.
     #[arg(long)]
     pub inverted: bool,
@@ -78,6 +87,8 @@ pub fn run(args: FlamegraphArgs) -> anyhow::Result<ExitCode> {
     opts.reverse = args.reverse;
     opts.min_width = Some(args.minwidth);
     opts.width = Some(args.width as usize);
+    opts.frame_height = Some(args.height);
+    opts.max_depth = args.maxdepth;
     let mut out = Vec::new();
     crate::render::flamegraph::write(&profile, &opts, &mut out)
         .context("drawing the flame graph")?;

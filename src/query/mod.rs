@@ -222,6 +222,8 @@ pub struct SvgParams {
     /// `[deeper: N frames]` frame; 0 draws every frame. Default: one
     /// screen's rows, or the deepest readable frame.
     pub maxdepth: Option<usize>,
+    /// `height`: frame height in pixels (flamegraph.pl's `--height`).
+    pub height: Option<u32>,
 }
 
 /// A checked query.
@@ -275,6 +277,7 @@ const KNOWN: &[&str] = &[
     "minwidth",
     "width",
     "maxdepth",
+    "height",
     "lines",
 ];
 
@@ -433,6 +436,15 @@ impl Query {
                     _ => Err(bad(
                         "maxdepth",
                         format!("{v:?} is not a depth in frames (0-10000; 0: no cut)"),
+                    )),
+                })
+                .transpose()?,
+            height: get("height")
+                .map(|v| match v.parse::<u32>() {
+                    Ok(h) if (4..=100).contains(&h) => Ok(h),
+                    _ => Err(bad(
+                        "height",
+                        format!("{v:?} is not a frame height in pixels (4-100)"),
                     )),
                 })
                 .transpose()?,
@@ -807,6 +819,8 @@ mod tests {
             ("width=5", "width"),
             ("maxdepth=-1", "maxdepth"),
             ("maxdepth=deep", "maxdepth"),
+            ("height=2", "height"),
+            ("height=tall", "height"),
             ("event=gpu", "event"),
             ("event=", "event"),
             ("bogus=1", "bogus"),

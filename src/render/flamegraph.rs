@@ -44,6 +44,8 @@ pub struct SvgOptions {
     pub min_width: Option<f64>,
     /// Image width in pixels (default 1200).
     pub width: Option<usize>,
+    /// Frame height in pixels, as flamegraph.pl's `--height` (default 16).
+    pub frame_height: Option<u32>,
     /// Depth where towers are cut (0: none), instead of
     /// [`super::tree::cut_depth`]'s rule.
     pub max_depth: Option<usize>,
@@ -66,6 +68,7 @@ impl SvgOptions {
             reverse: false,
             min_width: None,
             width: None,
+            frame_height: None,
             max_depth: None,
             factor: 1.0,
             cold_suffix: None,
@@ -219,7 +222,8 @@ pub fn write_tree<W: Write>(tree: &CallTree, options: &SvgOptions, mut w: W) -> 
         36.0
     };
     let bottom = 34.0;
-    let rows = ((SCREEN_H - top - bottom) / FRAME_H).floor() as usize;
+    let fh = options.frame_height.map_or(FRAME_H, f64::from);
+    let rows = ((SCREEN_H - top - bottom) / fh).floor() as usize;
     let cut = cut_depth(
         max_depth as usize,
         readable_depth as usize,
@@ -228,15 +232,15 @@ pub fn write_tree<W: Write>(tree: &CallTree, options: &SvgOptions, mut w: W) -> 
     )
     .map(|c| c as u32);
     let shown_depth = cut.unwrap_or(max_depth);
-    let height = (f64::from(shown_depth) + 1.0) * FRAME_H + top + bottom;
+    let height = (f64::from(shown_depth) + 1.0) * fh + top + bottom;
     // Frames past the cut are placed as an uncut graph would place them
     // (above the top edge when the root is at the bottom): the script
     // shows them by moving the frames down and growing the image.
     let frame_y = |depth: u32| -> i64 {
         if options.inverted {
-            (top + f64::from(depth) * FRAME_H) as i64
+            (top + f64::from(depth) * fh) as i64
         } else {
-            (height - bottom - (f64::from(depth) + 1.0) * FRAME_H) as i64
+            (height - bottom - (f64::from(depth) + 1.0) * fh) as i64
         }
     };
 
@@ -411,7 +415,8 @@ fn push_frame_tail(
     s.push_str("\" width=\"");
     push_fixed(s, hundredths(wd));
     s.push_str("\" height=\"");
-    push_u64(s, FRAME_H as u64 - 1);
+    let fh = options.frame_height.map_or(FRAME_H as i64, i64::from);
+    push_u64(s, (fh - 1).max(1) as u64);
     s.push_str("\" fill=\"rgb(");
     for (i, c) in [color.r, color.g, color.b].into_iter().enumerate() {
         if i > 0 {
@@ -426,8 +431,9 @@ fn push_frame_tail(
     s.push_str("\"/><text x=\"");
     push_fixed(s, hundredths(x + 3.0));
     s.push_str("\" y=\"");
-    // y + 10.5, in halves: -29.5 is "-" then 29 then ".5".
-    let t = y + 10;
+    // The label's baseline 2.5 px below the frame's middle (y + 10.5 in a
+    // 16 px frame), in halves: -29.5 is "-" then 29 then ".5".
+    let t = y + fh / 2 + 2;
     if t < 0 {
         s.push('-');
         push_u64(s, (-t - 1) as u64);
@@ -957,6 +963,29 @@ mod tests {
         let out = svg(&p, &SvgOptions::new("t", "samples"));
         assert_eq!(height(&out), 82.0 * 16.0 + 70.0);
         assert!(out.contains("[deeper: 51 frames]"));
+    }
+
+    #[test]
+    fn frame_height_sets_rows_and_the_screen_they_fill() {
+        // flamegraph.pl's --height: 24 px frames, labels in their middle;
+        // one 900 px screen then holds 34 rows, so a thin tower is cut
+        // there rather than at 51.
+        let p = profile(&[("a;b;c", 10)]);
+        let mut opts = SvgOptions::new("t", "samples");
+        opts.frame_height = Some(24);
+        let out = svg(&p, &opts);
+        assert_eq!(height(&out), 4.0 * 24.0 + 70.0);
+        assert!(
+            out.contains(" height=\"23\" "),
+            "rects one pixel short of a row"
+        );
+        let c = frames(&out).into_iter().find(|f| f.0 == "c").unwrap();
+        assert!(out.contains(&format!(" y=\"{}.5\">c</text>", c.3 as i64 + 14)));
+        let thin = deep_line("t", 130);
+        let p = profile(&[("wide", 1000), (&thin, 1)]);
+        let out = svg(&p, &opts);
+        assert_eq!(height(&out), 34.0 * 24.0 + 70.0);
+        assert!(out.contains("[deeper:"));
     }
 
     #[test]

@@ -304,6 +304,7 @@ pub fn svg_options(q: &Query, stacks: usize, host: &str, frequency_hz: u64) -> S
     opts.reverse = q.svg.reverse;
     opts.min_width = q.svg.minwidth;
     opts.width = q.svg.width;
+    opts.frame_height = q.svg.height;
     opts.max_depth = q.svg.maxdepth;
     opts
 }

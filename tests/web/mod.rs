@@ -750,6 +750,7 @@ fn web_page_first_screen_shows_the_hot_paths() {
         Vec::<String>::new(),
         "no console errors"
     );
+}
 
 /// Where the first screen's frames are: the viewport's height and scroll,
 /// the image's height, and per name (`hot_a`, `all`, the after graph's in a
