@@ -751,13 +751,27 @@ fn files_mapped_as_code_are_read_only_as_far_as_needed() {
         .arg(&not_elf)
         .arg(&liar)
         .stdout(std::process::Stdio::null());
-    let w = Workload::spawn(&mut user);
-    wait(6000);
-    let m = d.get("/metrics").text();
+    let mut w = Workload::spawn(&mut user);
+    // Until both files are refused and the process named, or 20 s: a fixed
+    // 6 s wait once saw neither in a full CI run (the daemon had not yet
+    // looked at the process; its RSS had not moved), which a run alone
+    // never showed.
+    let t0 = std::time::Instant::now();
+    let (m, refused, folded) = loop {
+        wait(1000);
+        let m = d.get("/metrics").text();
+        let refused = metric(&m, "emberd_unwind_table_events_total{reason=\"refused\"}");
+        let folded = d.get(&format!("/folded?seconds=4&pid={}", w.pid())).text();
+        let done = refused >= 2.0 && folded.contains("holdout_mapper");
+        if (done && t0.elapsed() >= std::time::Duration::from_secs(6))
+            || t0.elapsed() >= std::time::Duration::from_secs(20)
+        {
+            break (m, refused, folded);
+        }
+    };
     let peak = d.status_kib("VmHWM");
-    let refused = metric(&m, "emberd_unwind_table_events_total{reason=\"refused\"}");
-    let folded = d.get(&format!("/folded?seconds=4&pid={}", w.pid())).text();
     let alive = d.child.try_wait().unwrap().is_none();
+    let user_exit = w.0.try_wait().unwrap();
     drop(w);
     let _ = std::fs::remove_dir_all(&dir);
     eprintln!("daemon peak RSS: {before} KiB at start, {peak} KiB after the mappings");
@@ -768,7 +782,8 @@ fn files_mapped_as_code_are_read_only_as_far_as_needed() {
     );
     assert!(
         refused >= 2.0,
-        "both files should be refused and counted (refused = {refused}):\n{m}"
+        "both files should be refused and counted (refused = {refused}; the user's \
+         process exited: {user_exit:?}; its folded stacks: {folded:?}):\n{m}"
     );
     assert!(
         folded.contains("holdout_mapper"),
