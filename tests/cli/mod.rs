@@ -208,6 +208,17 @@ fn svg_output_names_hot_function() {
     assert!(svg.contains("<script"), "the SVG should be interactive");
 }
 
+/// `emberd record -o OUT -- COMMAND...`, run to its end.
+fn record_command(out: &std::path::Path, command: &[&std::ffi::OsStr]) -> std::process::Output {
+    emberd()
+        .args(["record", "-o"])
+        .arg(out)
+        .arg("--")
+        .args(command)
+        .output()
+        .expect("running emberd")
+}
+
 /// `emberd record -- COMMAND` profiles the command it starts, as `perf
 /// record -g -- COMMAND` does: from its start (held until the programs are
 /// loaded) until it exits, only its samples, and with its exit status.
@@ -219,14 +230,7 @@ fn record_profiles_a_command_until_it_exits() {
     let bin = build_c("phases");
     let path = scratch().join("command.folded");
     let t0 = std::time::Instant::now();
-    let out = emberd()
-        .args(["record", "-o"])
-        .arg(&path)
-        .arg("--")
-        .arg(&bin)
-        .args(["1", "1"])
-        .output()
-        .expect("running emberd");
+    let out = record_command(&path, &[bin.as_os_str(), "1".as_ref(), "1".as_ref()]);
     let took = t0.elapsed();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
@@ -258,12 +262,7 @@ fn record_profiles_a_command_until_it_exits() {
     // The command's failure is the recording's exit status; the profile
     // is still written.
     let failed = scratch().join("failed.folded");
-    let out = emberd()
-        .args(["record", "-o"])
-        .arg(&failed)
-        .args(["--", "sh", "-c", "exit 3"])
-        .output()
-        .expect("running emberd");
+    let out = record_command(&failed, &["sh".as_ref(), "-c".as_ref(), "exit 3".as_ref()]);
     assert_eq!(
         out.status.code(),
         Some(3),
@@ -275,12 +274,7 @@ fn record_profiles_a_command_until_it_exits() {
     // A command that is not there is named, and nothing is written.
     let none = scratch().join("none.folded");
     let _ = std::fs::remove_file(&none);
-    let out = emberd()
-        .args(["record", "-o"])
-        .arg(&none)
-        .args(["--", "no-such-command-anywhere"])
-        .output()
-        .expect("running emberd");
+    let out = record_command(&none, &["no-such-command-anywhere".as_ref()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("no-such-command-anywhere"), "{err}");
@@ -295,14 +289,7 @@ fn flamegraph_draws_a_folded_file() {
     require_root();
     let bin = build_c("cpu_70_30");
     let folded = scratch().join("to-draw.folded");
-    let out = emberd()
-        .args(["record", "-o"])
-        .arg(&folded)
-        .arg("--")
-        .arg(&bin)
-        .arg("2")
-        .output()
-        .expect("running emberd");
+    let out = record_command(&folded, &[bin.as_os_str(), "2".as_ref()]);
     assert!(
         out.status.success(),
         "{}",
