@@ -40,6 +40,7 @@ enum stack_end {
 	STACK_END_ERR_PC = 8,        /* return address in no executable mapping */
 	STACK_END_KERNEL = 9,        /* a kernel stack, as the kernel's unwinder gave it */
 	STACK_END_ERR_NO_FP = 10,    /* anonymous code (JIT) with no frame pointer to follow */
+	STACK_END_BUDGET = 11,       /* the last frame's file has CFI, but its table had no room */
 	STACK_END_MAX,
 };
 
@@ -100,13 +101,38 @@ struct stored_stack {
  * (TASK_SIZE_MAX + a page): no user stack or code lies above it. */
 #define EMBERD_USER_END 0x800000000000ULL
 
-/* One row of a file's unwind table; keep in step with src/unwind/table.rs. */
-struct unwind_row {
-	__u32 pc;              /* first file virtual address covered (to the next row) */
+/*
+ * A file's table as the BPF unwinder reads it: one block of 32-bit words
+ * in `unwind_rows` (built by src/unwind/packed.rs, keep in step):
+ *   [0] the first 64 KiB page of the file's code (file address >> 16)
+ *   [1] n, the pages the table spans
+ *   [2 + p] the word (from the block's start) of page p's first row, for
+ *           p in 0..=n ([2 + n] is the end of the rows)
+ *   rows: pc & 0xffff << 16 | index in `unwind_infos`, sorted by pc within
+ *         each page, every page's first row at its offset 0
+ * Four bytes a row, where a row with its own pc and rule took eight: the
+ * rules a compiler emits are few (a host's tables share a few thousand),
+ * so a row names its rule by index.
+ */
+#define EMBERD_TABLE_HEADER 2
+/* The array's elements: BPF arrays lay values out 8 bytes apart, so the
+ * words go two to an element (word i is w[i & 1] of element i >> 1), which
+ * keeps the mmapped array one run of words. */
+struct table_words {
+	__u32 w[2];
+};
+#define EMBERD_ROW_PC_SHIFT 16
+#define EMBERD_ROW_INFO_MASK 0xffff
+#define EMBERD_PAGE_SHIFT 16
+
+/* A row's rule (`unwind_infos`; index 0 is CFA_NONE, all zeros). */
+struct unwind_info {
 	__u16 cfa_offset;      /* CFA = reg + cfa_offset; CFA_PLT: the threshold */
 	__s8 rbp_offset;       /* RBP_AT_CFA: caller's rbp at CFA + 8 * rbp_offset */
 	__u8 rule;             /* low 4 bits enum unwind_cfa, high 4 bits enum unwind_rbp */
 };
+
+#define EMBERD_MAX_INFOS 65536
 
 enum unwind_cfa {
 	CFA_NONE = 0,          /* no FDE covers the pc */
@@ -126,11 +152,12 @@ enum unwind_rbp {
 
 /* How to unwind through a mapping. */
 enum unwind_map_kind {
-	UNWIND_MAP_TABLE = 0,    /* rows [table_start, +table_len) of unwind_rows */
+	UNWIND_MAP_TABLE = 0,    /* the block [table_start, +table_len) of unwind_rows */
 	UNWIND_MAP_FP = 1,       /* anonymous code (JIT): frame pointers */
 	UNWIND_MAP_NO_INFO = 2,  /* a file without CFI: frame pointers, marker if they fail */
 	UNWIND_MAP_NOT_READY = 3, /* table not built yet: frame pointers (counted) */
 	UNWIND_MAP_NO_ROW = 4,   /* not a mapping kind: a pc of a TABLE mapping no row covers */
+	UNWIND_MAP_BUDGET = 5,   /* a file with CFI whose table had no room: frame pointers, marker if they fail */
 };
 
 #define EMBERD_MAX_MAPPINGS 128
@@ -171,7 +198,7 @@ struct file_seg {
 struct file_table {
 	__u32 table_start;
 	__u32 table_len;
-	__u32 kind;            /* UNWIND_MAP_TABLE or UNWIND_MAP_NO_INFO */
+	__u32 kind;            /* UNWIND_MAP_TABLE, _NO_INFO or _BUDGET */
 	__u32 nsegs;           /* executable segments first */
 	struct file_seg segs[EMBERD_FILE_SEGS];
 };

@@ -13,7 +13,8 @@
  * are not built yet (counted).
  *
  * The agent writes the rows into `unwind_rows` (one array shared by every
- * process: a file's table is stored once) and each process's executable
+ * process: a file's table is stored once, as the block of 4-byte rows
+ * emberd.h describes, their rules in `unwind_infos`) and each process's executable
  * mappings into `proc_unwind`. The events object reuses the profile object's
  * maps (libbpf reuse_fd), so tables are uploaded once.
  *
@@ -83,10 +84,19 @@ struct vm_area_struct___emberd {
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, 1); /* set by the agent: the table budget in rows */
+	__uint(max_entries, 1); /* set by the agent: the table budget in 8-byte pairs of words */
 	__type(key, __u32);
-	__type(value, struct unwind_row);
+	__type(value, struct table_words);
 } unwind_rows SEC(".maps");
+
+/* The rules rows name (struct unwind_info); appended to by the agent,
+ * shared by every table. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, EMBERD_MAX_INFOS);
+	__type(key, __u32);
+	__type(value, struct unwind_info);
+} unwind_infos SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -301,34 +311,47 @@ __attribute__((noinline)) int find_mapping(__u32 tgid, __u64 pc)
 	return pc < p->maps[lo].end ? (int)lo : -1;
 }
 
-/* Index in unwind_rows of the row covering file address `pc` among rows
- * [start, start + len), or -1. */
+/* Word `i` of `unwind_rows`, or -1 (read as a large value). */
+static __always_inline __u32 table_word(__u32 i)
+{
+	__u32 key = i >> 1;
+	struct table_words *w = bpf_map_lookup_elem(&unwind_rows, &key);
+
+	return w ? w->w[i & 1] : (__u32)-1;
+}
+
+/* Index in unwind_infos of the rule covering file address `pc` in the table
+ * block [start, start + len) (see emberd.h), or -1: the pc's 64 KiB page
+ * gives the rows to search, at most 65536 (16 halvings). */
 __attribute__((noinline)) int find_row(__u32 start, __u32 len, __u32 pc)
 {
-	__u32 lo = start, hi = start + len, mid, key;
-	struct unwind_row *r;
+	__u32 first, pages, page, lo, hi, mid, target = pc & 0xffff;
 
-	if (len == 0)
+	if (len <= EMBERD_TABLE_HEADER)
 		return -1;
-	key = lo;
-	r = bpf_map_lookup_elem(&unwind_rows, &key);
-	if (!r || r->pc > pc)
+	first = table_word(start);
+	pages = table_word(start + 1);
+	page = (pc >> EMBERD_PAGE_SHIFT) - first;
+	if ((pc >> EMBERD_PAGE_SHIFT) < first || page >= pages || pages >= len)
 		return -1;
-	/* Invariant: rows[lo].pc <= pc; find the last such row. */
-	for (int i = 0; i < 32; i++) {
+	lo = table_word(start + EMBERD_TABLE_HEADER + page);
+	hi = table_word(start + EMBERD_TABLE_HEADER + page + 1);
+	if (lo >= hi || hi > len)
+		return -1;
+	lo += start;
+	hi += start;
+	/* Invariant: the row at lo starts at or before the pc (each page's
+	 * first row is at its offset 0); find the last such row. */
+	for (int i = 0; i < 17; i++) {
 		if (lo + 1 >= hi)
 			break;
 		mid = lo + (hi - lo) / 2;
-		key = mid;
-		r = bpf_map_lookup_elem(&unwind_rows, &key);
-		if (!r)
-			return -1;
-		if (r->pc <= pc)
+		if ((table_word(mid) >> EMBERD_ROW_PC_SHIFT) <= target)
 			lo = mid;
 		else
 			hi = mid;
 	}
-	return (int)lo;
+	return (int)(table_word(lo) & EMBERD_ROW_INFO_MASK);
 }
 
 struct vm_area_struct;
@@ -465,6 +488,8 @@ static __always_inline __u32 fp_failure(__u32 fp_from, __u32 err)
 {
 	if (fp_from == UNWIND_MAP_NO_INFO + 1)
 		return STACK_END_NO_INFO;
+	if (fp_from == UNWIND_MAP_BUDGET + 1)
+		return STACK_END_BUDGET;
 	if (fp_from == UNWIND_MAP_NOT_READY + 1)
 		return STACK_END_NOT_READY;
 	if (fp_from == UNWIND_MAP_NO_ROW + 1)
@@ -494,7 +519,8 @@ static __always_inline long unwind_step_in(const int form)
 	struct proc_unwind *proc = 0;
 	int mi = -1, ri;
 	__u64 ra = 0, cfa = 0, bp, lookup_pc, saved;
-	__u32 kind = UNWIND_MAP_FP, nr, rule;
+	__u32 kind = UNWIND_MAP_FP, nr, rule = CFA_NONE;
+	struct unwind_info *r = 0;
 	int fp = 1;
 
 	if (!st || !s)
@@ -509,6 +535,13 @@ static __always_inline long unwind_step_in(const int form)
 	}
 	if (st->end_after_py) {
 		st->end = st->end_after_py - 1;
+		/* The marker of these ends names the file of the stack's last
+		 * native frame: here the eval loop's, which its Python frames
+		 * replaced; it goes back at the root. */
+		if (st->end == STACK_END_NO_INFO || st->end == STACK_END_BUDGET) {
+			s->ips[nr & 127] = st->py_eval_pc;
+			st->nr = nr + 1;
+		}
 		return 1;
 	}
 	if (st->pc == 0)
@@ -584,14 +617,12 @@ pushed:
 	if (m)
 		kind = m->kind;
 	if (kind == UNWIND_MAP_TABLE) {
-		struct unwind_row *r = 0;
-		__u32 rk;
-
 		lookup_pc = st->exact_pc ? st->pc : st->pc - 1;
 		ri = find_row(m->table_start, m->table_len, (__u32)(lookup_pc - m->bias));
 		if (ri >= 0) {
-			rk = ri;
-			r = bpf_map_lookup_elem(&unwind_rows, &rk);
+			__u32 ik = ri;
+
+			r = bpf_map_lookup_elem(&unwind_infos, &ik);
 		}
 		rule = r ? r->rule & 0xf : CFA_NONE;
 		/* Code without CFI in a file that has some (V8's embedded builtins
@@ -599,13 +630,7 @@ pushed:
 		if (!r || rule == CFA_NONE)
 			kind = UNWIND_MAP_NO_ROW;
 	}
-	if (kind == UNWIND_MAP_TABLE) {
-		struct unwind_row *r;
-		__u32 rk = ri;
-
-		r = bpf_map_lookup_elem(&unwind_rows, &rk);
-		if (!r)
-			return unwind_stop(st, STACK_END_ERR_NO_ROW);
+	if (kind == UNWIND_MAP_TABLE && r) {
 		fp = 0;
 		switch (rule) {
 		case CFA_RSP:

@@ -447,10 +447,10 @@ fn unwind_item() -> Item {
         detail: format!(
             ".eh_frame tables of {} files of emberd itself: {rows} rows, {} KiB, built in {:.1} ms ({}); budget {} MiB (unwind_table_budget_mib)",
             reports.len(),
-            rows * 8 / 1024,
+            rows * 4 / 1024,
             time.as_secs_f64() * 1000.0,
             parts.join(", "),
-            crate::unwind::defaults::TABLE_BUDGET_BYTES >> 20,
+            crate::unwind::defaults::table_budget_bytes() >> 20,
         ),
     }
 }

@@ -43,7 +43,7 @@ pub struct DaemonArgs {
     /// Entries of each BPF counts map [default: 10240, or 256 per CPU above 40 CPUs].
     #[arg(long)]
     pub counts_map_entries: Option<u32>,
-    /// Bytes of unwind tables (.eh_frame rows) the BPF unwinder holds, MiB [default: 16].
+    /// Bytes of unwind tables (.eh_frame rows) the BPF unwinder holds, MiB [default: 32, or 1/64 of the host's memory if less].
     #[arg(long)]
     pub unwind_table_budget_mib: Option<u64>,
     /// Processes whose mappings the BPF unwinder holds [default: 8192].

@@ -553,8 +553,9 @@ pub struct RecordArgs {
     /// Entries of each BPF counts map (distinct threads and stacks a second).
     #[arg(long, default_value_t = crate::collect::defaults::counts_map_entries())]
     pub counts_map_entries: u32,
-    /// Bytes of unwind tables (.eh_frame rows) the BPF unwinder holds, MiB.
-    #[arg(long, default_value_t = crate::unwind::defaults::TABLE_BUDGET_BYTES >> 20)]
+    /// Bytes of unwind tables (.eh_frame rows) the BPF unwinder holds, MiB
+    /// (32, or 1/64 of the host's memory if less).
+    #[arg(long, default_value_t = crate::unwind::defaults::table_budget_bytes() >> 20)]
     pub unwind_table_budget_mib: u64,
     /// Unwind user stacks with .eh_frame tables (false: frame pointers only,
     /// to compare).

@@ -623,6 +623,7 @@ fn load(
     use std::os::fd::AsFd;
     for (map, shared) in [
         (&mut open.maps.unwind_rows, &unwind.rows),
+        (&mut open.maps.unwind_infos, &unwind.infos),
         (&mut open.maps.proc_unwind, &unwind.procs),
         (&mut open.maps.unwind_refresh, &unwind.refresh),
         (

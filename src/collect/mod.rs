@@ -34,14 +34,32 @@ use crate::bpf::types;
 
 /// Defaults of [`SamplerOptions`].
 pub mod defaults {
-    /// Bytes of unwind rows (8 bytes each) the BPF row array holds.
-    /// Measured here (`scripts/bench unwind`): libc 0.2 MiB, python3.11
-    /// 0.5 MiB, libjvm 1.5 MiB, node 2.8 MiB; a host running python3, node
-    /// and a JVM at once held 6.4 MiB (20 files). 16 MiB leaves 2.5 times
-    /// that; hosts running several large C++ binaries (browsers, LLVM) need
-    /// more (`budget_refused` in /metrics says so). Kernel memory,
-    /// allocated at load.
-    pub const TABLE_BUDGET_BYTES: u64 = 16 << 20;
+    /// Bytes of unwind rows (4 bytes each, `src/unwind/packed.rs`) the BPF
+    /// row array holds at most by default ([`table_budget_bytes`] is less
+    /// on hosts with under 2 GiB of memory). Measured here (`emberd
+    /// unwind-tables`, packed): libc 0.1 MiB, python3.11 0.25 MiB, libjvm
+    /// 0.75 MiB, node 1.4 MiB; a `cargo build --release` of emberd maps
+    /// files whose tables take 25 MiB (rustc's libLLVM 5.8 MiB,
+    /// librustc_driver 4.6 MiB, clang's libclang-cpp and libLLVM 7.8 MiB,
+    /// cc1 1.9 MiB, cargo 1.7 MiB), not all at once. 32 MiB holds that
+    /// with a quarter to spare. Kernel memory, allocated at load.
+    pub const TABLE_BUDGET_BYTES: u64 = 32 << 20;
+
+    /// The default table budget: [`TABLE_BUDGET_BYTES`], or 1/64 of the
+    /// host's memory if that is less (a 1 GiB host: 16 MiB), in whole MiB,
+    /// at least 4 MiB.
+    pub fn table_budget_bytes() -> u64 {
+        // SAFETY: sysinfo fills the struct it is given.
+        let ram = unsafe {
+            let mut si: libc::sysinfo = std::mem::zeroed();
+            if libc::sysinfo(&mut si) == 0 {
+                si.totalram.saturating_mul(u64::from(si.mem_unit.max(1)))
+            } else {
+                u64::MAX
+            }
+        };
+        ((ram / 64) >> 20 << 20).clamp(4 << 20, TABLE_BUDGET_BYTES)
+    }
     /// Processes whose mappings the BPF unwinder holds (about 5 KiB of
     /// kernel memory each, allocated as processes appear).
     pub const MAX_PROCESSES: u32 = 8192;
@@ -186,8 +204,8 @@ pub struct SamplerOptions {
     pub stack_map_entries: u32,
     /// Entries of each counts map (default [`defaults::COUNTS_MAP_ENTRIES`]).
     pub counts_map_entries: u32,
-    /// Rows of the shared unwind-table array: the table budget in bytes / 8
-    /// (default [`defaults::TABLE_BUDGET_BYTES`] / 8).
+    /// 4-byte words of the shared unwind-table array: the table budget in
+    /// bytes / 4 (default [`defaults::table_budget_bytes`] / 4).
     pub unwind_rows: u32,
     /// Processes whose mappings the unwinder can hold (default
     /// [`defaults::MAX_PROCESSES`]).
@@ -212,7 +230,7 @@ impl Default for SamplerOptions {
             include_idle: false,
             stack_map_entries: defaults::stack_map_entries(),
             counts_map_entries: defaults::counts_map_entries(),
-            unwind_rows: (defaults::TABLE_BUDGET_BYTES / 8) as u32,
+            unwind_rows: (defaults::table_budget_bytes() / 4) as u32,
             unwind_processes: defaults::MAX_PROCESSES,
             unwind_tables: true,
             python_code_entries: defaults::PYTHON_CODE_ENTRIES,
@@ -289,6 +307,8 @@ pub struct Drain {
 pub struct UnwindMaps {
     /// `unwind_rows`: the rows of every file's table (mmapable array).
     pub rows: MapHandle,
+    /// `unwind_infos`: the rules the rows name, shared by every table.
+    pub infos: MapHandle,
     /// `proc_unwind`: each process's executable mappings.
     pub procs: MapHandle,
     /// `unwind_refresh`: processes whose mappings must be read again.
@@ -353,7 +373,7 @@ impl CpuSampler {
         }
         open.maps
             .unwind_rows
-            .set_max_entries(options.unwind_rows.max(1))
+            .set_max_entries(options.unwind_rows.div_ceil(2).max(1))
             .map_err(|source| CollectError::Load { source })?;
         let mut processes = options.unwind_processes.max(1);
         if !forms::chosen().lazy_maps {
@@ -442,6 +462,7 @@ impl CpuSampler {
         let maps = &self.skel.maps;
         Ok(UnwindMaps {
             rows: handle(&maps.unwind_rows, "unwind_rows")?,
+            infos: handle(&maps.unwind_infos, "unwind_infos")?,
             procs: handle(&maps.proc_unwind, "proc_unwind")?,
             refresh: handle(&maps.unwind_refresh, "unwind_refresh")?,
             refresh_pending: handle(&maps.unwind_refresh_pending, "unwind_refresh_pending")?,

@@ -46,11 +46,14 @@ pub enum StackEnd {
     /// Anonymous code (JIT) with no frame pointer to follow: the walk
     /// stopped short of the thread's root.
     NoFramePointer,
+    /// The last frame's file has CFI, but its table had no room in the
+    /// table budget (refused or taken back): frame pointers failed there.
+    BudgetFull,
 }
 
 impl StackEnd {
     /// Every end, in `enum stack_end` order.
-    pub const ALL: [StackEnd; 11] = [
+    pub const ALL: [StackEnd; 12] = [
         StackEnd::Root,
         StackEnd::Truncated,
         StackEnd::NoUnwindInfo,
@@ -62,6 +65,7 @@ impl StackEnd {
         StackEnd::BadPc,
         StackEnd::Kernel,
         StackEnd::NoFramePointer,
+        StackEnd::BudgetFull,
     ];
 
     fn from_raw(v: u32) -> StackEnd {
@@ -85,6 +89,7 @@ impl StackEnd {
             StackEnd::BadPc => "pc_not_mapped",
             StackEnd::Kernel => "kernel",
             StackEnd::NoFramePointer => "anon_no_frame_pointer",
+            StackEnd::BudgetFull => "table_budget_full",
         }
     }
 
@@ -219,7 +224,7 @@ pub struct UnwindCounters {
     /// (`enum py_mark`, index 0 unused).
     pub py_marks: [u64; 6],
     /// How user walks ended, in [`StackEnd::ALL`] order.
-    pub ends: [u64; 11],
+    pub ends: [u64; StackEnd::ALL.len()],
     /// Code records refused because their user held their share of
     /// `py_codes` (half of it; root is not limited).
     pub py_code_share: u64,
@@ -230,10 +235,11 @@ pub struct UnwindCounters {
 impl UnwindCounters {
     /// Reads an `unwind_counters` per-CPU array, summed over CPUs.
     pub(crate) fn read(map: &impl MapCore) -> Result<Self, CollectError> {
-        let mut v = [0u64; 6 + 2 + 6 + 11 + 2];
+        const ENDS: usize = StackEnd::ALL.len();
+        let mut v = [0u64; 6 + 2 + 6 + ENDS + 2];
         super::percpu_sums(map, "unwind_counters", &mut v)?;
-        let mut ends = [0u64; 11];
-        ends.copy_from_slice(&v[14..25]);
+        let mut ends = [0u64; ENDS];
+        ends.copy_from_slice(&v[14..14 + ENDS]);
         let mut py_marks = [0u64; 6];
         py_marks.copy_from_slice(&v[8..14]);
         Ok(Self {
@@ -247,8 +253,8 @@ impl UnwindCounters {
             py_codes: v[7],
             py_marks,
             ends,
-            py_code_share: v[25],
-            py_code_full: v[26],
+            py_code_share: v[14 + ENDS],
+            py_code_full: v[15 + ENDS],
         })
     }
 }

@@ -74,8 +74,9 @@ pub struct RawConfig {
     /// together; a file whose DWARF alone is larger is named from its
     /// symbol table (no inlined frames or source lines).
     pub dwarf_budget_mib: Option<u64>,
-    /// `unwind_table_budget_mib = 16`: bytes of unwind rows the BPF
-    /// unwinder holds (kernel memory, allocated at start).
+    /// `unwind_table_budget_mib = 32`: bytes of unwind rows the BPF
+    /// unwinder holds (kernel memory, allocated at start; the default is
+    /// less on hosts with under 2 GiB of memory).
     pub unwind_table_budget_mib: Option<u64>,
     /// `unwind_processes = 8192`: processes whose mappings the BPF
     /// unwinder holds (about 5 KiB of kernel memory each); when full, a
@@ -651,11 +652,11 @@ pub fn shown_path(path: Option<&PathBuf>) -> String {
     )
 }
 
-/// Rows of the unwind-table array for a budget in MiB (8 bytes a row).
+/// 4-byte words of the unwind-table array for a budget in MiB.
 pub fn unwind_rows(budget_mib: Option<u64>) -> anyhow::Result<u32> {
-    let bytes = budget_mib.map_or(crate::unwind::defaults::TABLE_BUDGET_BYTES, |m| m << 20);
-    let rows = bytes / 8;
-    if !(1..=(1 << 28)).contains(&rows) {
+    let bytes = budget_mib.map_or_else(crate::unwind::defaults::table_budget_bytes, |m| m << 20);
+    let rows = bytes / 4;
+    if !(1..=(1 << 29)).contains(&rows) {
         anyhow::bail!(
             "unwind_table_budget_mib = {}: use 1 to 2048 MiB",
             bytes >> 20

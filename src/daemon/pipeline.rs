@@ -235,6 +235,9 @@ impl Pipeline {
         let started = Instant::now();
         self.last_drain = started;
         let drain = self.sampler.drain()?;
+        // What ran keeps its unwind tables first when the budget is full.
+        self.unwinder
+            .note_sampled(drain.samples.iter().map(|s| s.pid));
         // The CPU batch is already out of the maps: a failed events drain
         // must not take it down too. Its own aggregates stay in their
         // buffer and are drained next time.

@@ -327,13 +327,13 @@ impl Metrics {
         let unwind_gauges = Family::<MapLabel, Gauge>::default();
         registry.register(
             "unwind_tables",
-            "Unwind tables in the BPF row array (map=files|rows|bytes|budget_bytes|processes)",
+            "Unwind tables in the BPF row array (map=files|rows|bytes|budget_bytes|processes|files_without_room|rules): rows are 4-byte words; files_without_room are mapped files whose table found no room (their stacks end in [unwind error: table budget full: FILE]); rules are the distinct rules rows name",
             unwind_gauges.clone(),
         );
         let unwind_counts = Family::<MissLabel, Counter>::default();
         registry.register(
             "unwind_table_events",
-            "Unwind-table work: builds, failures (corrupt or unreadable files), files refused unread (not ELF, sections over the cap), files without CFI, corrupt FDEs skipped, budget refusals, evictions, mappings dropped",
+            "Unwind-table work: builds, failures (corrupt or unreadable files), files refused unread (not ELF, sections over the cap), files without CFI, corrupt FDEs skipped, budget refusals (budget_refused; over_file_share: one table over a quarter of the budget), evictions (evicted: no process maps it; table_evicted_cold: its processes had not run for 30 s; table_evicted_for_share), tables built again once room was made (no_room_retried), mappings dropped",
             unwind_counts.clone(),
         );
         let perf_map_refused = Family::<MissLabel, Counter>::default();
@@ -831,6 +831,8 @@ impl Metrics {
             ("bytes", stats.bytes),
             ("budget_bytes", stats.budget_bytes),
             ("processes", stats.processes),
+            ("files_without_room", stats.no_room_files),
+            ("rules", stats.rules),
         ] {
             self.unwind_gauges
                 .get_or_create(&MapLabel { map: what.into() })
@@ -860,6 +862,13 @@ impl Metrics {
                 stats.tables_evicted_for_share,
                 p.tables_evicted_for_share,
             ),
+            (
+                "table_evicted_cold",
+                stats.tables_evicted_cold,
+                p.tables_evicted_cold,
+            ),
+            ("over_file_share", stats.over_share, p.over_share),
+            ("no_room_retried", stats.no_room_retries, p.no_room_retries),
         ] {
             self.unwind_counts
                 .get_or_create(&MissLabel {

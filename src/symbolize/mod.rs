@@ -1230,12 +1230,19 @@ fn end_marker(end: StackEnd, outermost: Option<Arc<[Frame]>>) -> Option<String> 
         // it is marked wherever it ended.
         e if at_root && e.error_reason().is_some() && e != StackEnd::NotReady => None,
         StackEnd::Truncated => Some("[truncated]".into()),
-        StackEnd::NoUnwindInfo => {
+        StackEnd::NoUnwindInfo | StackEnd::BudgetFull => {
+            // The file of the last native frame: where frame pointers
+            // failed (a stack whose outermost frames are Python's ends in
+            // the eval loop's frame, which bpf/unwind.h puts back).
             let file = outermost
                 .and_then(|f| f.last().and_then(|f| f.module.clone()))
                 .map(|m| m.path.rsplit('/').next().unwrap_or(&m.path).to_string())
                 .unwrap_or_else(|| "unknown file".into());
-            Some(format!("[no unwind info: {file}]"))
+            Some(if end == StackEnd::BudgetFull {
+                format!("[unwind error: table budget full: {file}]")
+            } else {
+                format!("[no unwind info: {file}]")
+            })
         }
         e => Some(format!(
             "[unwind error: {}]",

@@ -9,21 +9,29 @@
 //! device, inode and mtime, and its table is also shared by build id, so
 //! libc is compiled and stored once per host however many processes map it.
 //!
-//! Memory: the row array is sized by the table budget (bytes / 8 per row);
-//! tables no live process maps are evicted, oldest first, when a new one
-//! needs room, or after [`defaults::IDLE_TABLE`]. Files larger than
-//! [`defaults::MAX_FILE_BYTES`] are not read.
+//! Memory: the row array is sized by the table budget (4 bytes a row, the
+//! form [`packed`] describes); no file's table takes more than
+//! [`defaults::FILE_SHARE`] of it. When a table needs room, tables no live
+//! process maps go first (used longest ago first), then, for a table a
+//! sampled process needs, tables whose processes have not been sampled for
+//! [`defaults::COLD`]; a table in use by processes sampled lately is never
+//! taken for another. A table that found no room says so in its stacks'
+//! marker (`[unwind error: table budget full: FILE]`) and is built again
+//! once room can be made for it. Idle tables go after
+//! [`defaults::IDLE_TABLE`]. Files larger than [`defaults::MAX_FILE_BYTES`]
+//! are not read.
 
 pub mod elf_header;
+pub mod packed;
 pub mod python;
 pub mod table;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
@@ -32,13 +40,15 @@ use procfs::process::{MMapPath, Process};
 use crate::collect::UnwindMaps;
 use crate::shared::Pid;
 use elf_header::ElfHeader;
-use table::{ElfInfo, TableSource, UnwindRow};
+use table::{ElfInfo, TableSource};
 
 /// Defaults and fixed bounds of the unwind stage.
 pub mod defaults {
     use std::time::Duration;
 
-    pub use crate::collect::defaults::{MAX_PROCESSES, PYTHON_CODE_ENTRIES, TABLE_BUDGET_BYTES};
+    pub use crate::collect::defaults::{
+        MAX_PROCESSES, PYTHON_CODE_ENTRIES, TABLE_BUDGET_BYTES, table_budget_bytes,
+    };
     /// Files larger than this are not read for unwind tables.
     pub const MAX_FILE_BYTES: u64 = 1 << 30;
     /// The most of one file's sections (CFI, notes, section names) read
@@ -50,6 +60,16 @@ pub mod defaults {
     pub const MAX_CFI_BYTES: u64 = 64 << 20;
     /// A table no live process maps is evicted after this long.
     pub const IDLE_TABLE: Duration = Duration::from_secs(600);
+    /// The most of the row budget one file's table may take: a quarter.
+    /// The largest table measured here, rustc's `libLLVM.so` (1.44 million
+    /// rows, 5.8 MiB packed), is 18% of the default budget.
+    pub const FILE_SHARE: u32 = 4;
+    /// A table whose processes have not been sampled for this long may give
+    /// its rows to a table a sampled process needs (it is built again when
+    /// its processes are sampled again).
+    pub const COLD: Duration = Duration::from_secs(30);
+    /// How often tables that found no room are looked at again.
+    pub const NO_ROOM_RETRY: Duration = Duration::from_secs(2);
     /// A process's mappings are read again at most this often when the BPF
     /// unwinder finds a pc outside them.
     pub const REFRESH_INTERVAL: Duration = Duration::from_secs(2);
@@ -70,6 +90,7 @@ const MAP_TABLE: u32 = 0;
 const MAP_FP: u32 = 1;
 const MAP_NO_INFO: u32 = 2;
 const MAP_NOT_READY: u32 = 3;
+const MAP_BUDGET: u32 = 5;
 /// The user whose processes and tables are never taken for another's.
 const ROOT: u32 = 0;
 /// `EMBERD_MAX_MAPPINGS`.
@@ -78,10 +99,7 @@ const MAX_MAPPINGS: usize = 128;
 const MAPPING_BYTES: usize = 40;
 const PROC_BYTES: usize = 16 + MAX_MAPPINGS * MAPPING_BYTES;
 
-const _: () = assert!(std::mem::size_of::<UnwindRow>() == 8);
-const _: () = assert!(
-    std::mem::size_of::<crate::bpf::types::unwind_row>() == std::mem::size_of::<UnwindRow>()
-);
+const _: () = assert!(std::mem::size_of::<crate::bpf::types::unwind_info>() == packed::RULE_BYTES);
 const _: () = assert!(std::mem::size_of::<crate::bpf::types::proc_unwind>() == PROC_BYTES);
 
 /// Errors of the unwind stage.
@@ -143,11 +161,16 @@ const _: () = assert!(std::mem::size_of::<crate::bpf::types::file_table>() == FI
 enum TableState {
     /// Queued on the builder thread.
     Building,
-    /// Rows [start, start + len) of the row array.
+    /// Words [start, start + len) of the row array (a [`packed`] block).
     Ready { start: u32, len: u32 },
-    /// The file has no CFI, could not be read or parsed, or the budget had
-    /// no room: frame pointers, and a marker where they fail.
+    /// The file has no CFI, or could not be read or parsed: frame
+    /// pointers, and `[no unwind info: FILE]` where they fail.
     NoInfo,
+    /// The file has CFI but its table found no room in the budget (refused,
+    /// or taken back for another): frame pointers, and `[unwind error:
+    /// table budget full: FILE]` where they fail. `words`: what it needs,
+    /// 0 when over [`defaults::FILE_SHARE`] (never retried).
+    NoRoom { words: u32 },
 }
 
 #[derive(Debug)]
@@ -166,6 +189,9 @@ struct TableEntry {
     /// Live processes mapping the file.
     refs: u32,
     last_used: Instant,
+    /// Where its CFI was read from, to build it again (a table that found
+    /// no room).
+    source: BuildSource,
 }
 
 /// One executable mapping of a process.
@@ -188,6 +214,17 @@ struct ProcState {
     read_at: Instant,
     /// When the process was noted (appeared or exec'd); kept by refreshes.
     noted_at: Instant,
+    /// When a drain last held a sample of it.
+    sampled_at: Option<Instant>,
+}
+
+impl ProcState {
+    /// When it last ran as far as the unwinder knows: sampled, or noted
+    /// (new processes are noted because they ran).
+    fn active_at(&self) -> Instant {
+        self.sampled_at
+            .map_or(self.noted_at, |s| s.max(self.noted_at))
+    }
 }
 
 /// What the builder thread is asked to compile.
@@ -196,6 +233,7 @@ struct BuildJob {
     source: BuildSource,
 }
 
+#[derive(Debug, Clone)]
 enum BuildSource {
     File(PathBuf),
     /// This process's own vDSO image.
@@ -206,7 +244,7 @@ enum BuildSource {
 struct Built {
     id: TableId,
     runtime: Option<python::FileRuntime>,
-    result: Result<(table::UnwindTable, ElfInfo), String>,
+    result: Result<(table::UnwindTable, ElfInfo), BuildError>,
     /// The file was refused for what it is (not ELF, sections too large).
     refused: bool,
     elapsed: Duration,
@@ -252,6 +290,21 @@ pub struct UnwindStats {
     /// Tables still mapped whose rows were taken back from the user
     /// holding the most rows, to make room for a user holding fewer.
     pub tables_evicted_for_share: u64,
+    /// Tables still mapped whose rows were taken back because their
+    /// processes had not been sampled for [`defaults::COLD`], for a table
+    /// a sampled process needed.
+    pub tables_evicted_cold: u64,
+    /// Tables refused for being over [`defaults::FILE_SHARE`] of the budget.
+    pub over_share: u64,
+    /// Tables that found no room built again once room could be made.
+    pub no_room_retries: u64,
+    /// Files mapped now whose table has no room (shown as `[unwind error:
+    /// table budget full: FILE]`).
+    pub no_room_files: u64,
+    /// Distinct rules the packed rows name (of [`packed::MAX_RULES`]).
+    pub rules: u64,
+    /// The largest tables held: (file name, bytes), largest first.
+    pub largest: Vec<(String, u64)>,
 }
 
 /// What emberd does with a Python process's frames (`emberd check`,
@@ -301,10 +354,81 @@ pub struct Unwinder {
     /// Tables whose rows were taken back since the last poll: the
     /// processes mapping them are uploaded again.
     stripped: HashSet<TableId>,
-    jobs: mpsc::Sender<BuildJob>,
+    jobs: Arc<JobQueue>,
     done: mpsc::Receiver<Built>,
     last_exit_scan: Instant,
+    last_retry: Instant,
     stats: UnwindStats,
+    /// The rules packed rows name, shared by every table (`unwind_infos`).
+    rules: packed::Rules,
+    infos_map: MapHandle,
+    /// The most words one table may take ([`defaults::FILE_SHARE`]).
+    share_words: u32,
+}
+
+/// The builder thread's queue: tables sampled processes wait for first.
+#[derive(Default)]
+struct JobQueue {
+    state: Mutex<Queued>,
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct Queued {
+    /// For processes that ran lately (noticed, sampled, or asked for by
+    /// the BPF unwinder).
+    urgent: VecDeque<BuildJob>,
+    /// For processes listed at start.
+    later: VecDeque<BuildJob>,
+    closed: bool,
+}
+
+impl JobQueue {
+    fn push(&self, job: BuildJob, urgent: bool) {
+        let mut q = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if urgent {
+            q.urgent.push_back(job);
+        } else {
+            q.later.push_back(job);
+        }
+        self.ready.notify_one();
+    }
+
+    /// The next job, urgent ones first; `None` once closed.
+    fn pop(&self) -> Option<BuildJob> {
+        let mut q = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if q.closed {
+                return None;
+            }
+            if let Some(j) = q.urgent.pop_front().or_else(|| q.later.pop_front()) {
+                return Some(j);
+            }
+            q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Moves a queued job for table `id` to the urgent queue.
+    fn hurry(&self, id: TableId) {
+        let mut q = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = q.later.iter().position(|j| j.id == id)
+            && let Some(j) = q.later.remove(i)
+        {
+            q.urgent.push_back(j);
+        }
+    }
+
+    fn close(&self) {
+        let mut q = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        q.closed = true;
+        self.ready.notify_all();
+    }
+}
+
+impl Drop for Unwinder {
+    fn drop(&mut self) {
+        self.jobs.close();
+    }
 }
 
 impl std::fmt::Debug for Unwinder {
@@ -326,16 +450,18 @@ struct RowArray {
 
 impl RowArray {
     fn new(map: MapHandle) -> Self {
-        let len = map.max_entries();
+        // Two words an element (`struct table_words`): BPF arrays place
+        // values 8 bytes apart.
+        let len = map.max_entries().saturating_mul(2);
         Self { map, len }
     }
 
-    fn write(&mut self, start: u32, rows: &[UnwindRow]) -> Result<(), UnwindError> {
+    fn write(&mut self, start: u32, words: &[u32]) -> Result<(), UnwindError> {
         const PAGE: usize = 4096;
-        assert!(start as usize + rows.len() <= self.len as usize);
-        let first = start as usize * 8;
+        assert!(start as usize + words.len() <= self.len as usize);
+        let first = start as usize * 4;
         let offset = first / PAGE * PAGE;
-        let bytes = (first + rows.len() * 8 - offset).div_ceil(PAGE) * PAGE;
+        let bytes = (first + words.len() * 4 - offset).div_ceil(PAGE) * PAGE;
         // SAFETY: a shared mapping of the BPF_F_MMAPABLE array's fd, at a
         // page offset and length within the array (the kernel checks both).
         let ptr = unsafe {
@@ -360,9 +486,9 @@ impl RowArray {
         // this copy. The mapping is dropped right after.
         unsafe {
             std::ptr::copy_nonoverlapping(
-                rows.as_ptr().cast::<u8>(),
+                words.as_ptr().cast::<u8>(),
                 ptr.cast::<u8>().add(first - offset),
-                rows.len() * 8,
+                words.len() * 4,
             );
             libc::munmap(ptr, bytes);
         }
@@ -378,15 +504,16 @@ impl Unwinder {
         let rows = RowArray::new(maps.rows);
         let mut free = BTreeMap::new();
         free.insert(0, rows.len);
-        let (jobs, job_rx) = mpsc::channel::<BuildJob>();
+        let jobs = Arc::new(JobQueue::default());
         let (done_tx, done) = mpsc::channel::<Built>();
-        let max_rows = rows.len as usize;
+        let share_words = (rows.len / defaults::FILE_SHARE).max(1);
+        let queue = jobs.clone();
         std::thread::Builder::new()
             .name("emberd-unwind".into())
-            .spawn(move || builder_thread(job_rx, done_tx, max_rows))
+            .spawn(move || builder_thread(&queue, done_tx, share_words as usize))
             .expect("spawning the unwind-table builder thread");
         let stats = UnwindStats {
-            budget_bytes: rows.len as u64 * 8,
+            budget_bytes: u64::from(rows.len) * 4,
             ..Default::default()
         };
         Self {
@@ -411,7 +538,11 @@ impl Unwinder {
             jobs,
             done,
             last_exit_scan: Instant::now(),
+            last_retry: Instant::now(),
             stats,
+            rules: packed::Rules::default(),
+            infos_map: maps.infos,
+            share_words,
         }
     }
 
@@ -426,23 +557,53 @@ impl Unwinder {
         self.python.iter().map(|(p, s)| (*p, s))
     }
 
-    /// Figures for `/metrics`.
+    /// Figures for `/metrics` and `emberd check`.
     pub fn stats(&self) -> UnwindStats {
         let mut s = self.stats.clone();
         s.processes = self.processes.len() as u64;
+        s.no_room_files = self
+            .tables
+            .values()
+            .filter(|e| e.refs > 0 && matches!(e.state, TableState::NoRoom { .. }))
+            .count() as u64;
+        s.rules = self.rules.len() as u64;
+        let mut largest: Vec<(String, u64)> = self
+            .tables
+            .iter()
+            .filter(|(id, e)| self.owns_rows(**id, e))
+            .filter_map(|(_, e)| match e.state {
+                TableState::Ready { len, .. } => Some((e.name.clone(), u64::from(len) * 4)),
+                _ => None,
+            })
+            .collect();
+        largest.sort_by_key(|e| std::cmp::Reverse(e.1));
+        largest.truncate(5);
+        s.largest = largest;
         s
+    }
+
+    /// Notes that the processes of a drain's samples ran: their tables are
+    /// kept before others' when the budget is full, and built first.
+    pub fn note_sampled(&mut self, pids: impl IntoIterator<Item = Pid>) {
+        let now = Instant::now();
+        for pid in pids {
+            if let Some(p) = self.processes.get_mut(&pid) {
+                p.sampled_at = Some(now);
+            }
+        }
     }
 
     /// Reads a process's executable mappings, queues the tables it lacks,
     /// and gives the BPF unwinder its mappings. Called when a process is
     /// first sampled (or has exec'd), and when the unwinder asks.
     pub fn note_process(&mut self, pid: Pid) {
-        self.read_process(pid, Instant::now());
+        self.read_process(pid, Instant::now(), true);
     }
 
     /// Reads a process's executable mappings (see [`Unwinder::note_process`]);
-    /// `noted_at` is when it appeared or exec'd.
-    fn read_process(&mut self, pid: Pid, noted_at: Instant) {
+    /// `noted_at` is when it appeared or exec'd; `urgent`: it ran lately,
+    /// so its tables are built before those of processes listed at start.
+    fn read_process(&mut self, pid: Pid, noted_at: Instant, urgent: bool) {
         let read_ns = crate::shared::clock::ktime_ns();
         let Some(uid) = real_uid(pid) else {
             return; // gone
@@ -483,7 +644,7 @@ impl Unwinder {
                             || path.display().to_string(),
                             |n| n.to_string_lossy().into(),
                         );
-                        let id = self.table_for(key, name, BuildSource::File(source));
+                        let id = self.table_for(key, name, BuildSource::File(source), urgent);
                         self.map_inode(
                             id,
                             InodeKey {
@@ -495,7 +656,7 @@ impl Unwinder {
                     })
                 }
                 MMapPath::Vdso => {
-                    Some(self.table_for(VDSO_KEY, "[vdso]".into(), BuildSource::Vdso))
+                    Some(self.table_for(VDSO_KEY, "[vdso]".into(), BuildSource::Vdso, urgent))
                 }
                 _ => None,
             };
@@ -509,9 +670,11 @@ impl Unwinder {
         if mappings.is_empty() {
             return; // a zombie or a kernel thread: nothing to unwind
         }
+        let mut sampled_at = None;
         if let Some(old) = self.processes.remove(&pid) {
             self.release(&old);
             self.count_out(old.uid);
+            sampled_at = old.sampled_at;
         } else if self.processes.len() >= self.max_processes && !self.make_room(uid) {
             self.stats.mappings_dropped += mappings.len() as u64;
             if self.refused.len() >= self.max_processes {
@@ -534,6 +697,7 @@ impl Unwinder {
             mappings,
             read_at: now,
             noted_at,
+            sampled_at,
         };
         self.upload(pid, &state);
         self.processes.insert(pid, state);
@@ -549,16 +713,25 @@ impl Unwinder {
         };
         for p in procs.flatten() {
             if let Ok(pid) = u32::try_from(p.pid()) {
-                self.note_process(Pid(pid));
+                self.read_process(Pid(pid), Instant::now(), false);
             }
         }
     }
 
-    /// The table of a file, queued for building if new.
-    fn table_for(&mut self, key: FileKey, name: String, source: BuildSource) -> TableId {
+    /// The table of a file, queued for building if new (first if `urgent`).
+    fn table_for(
+        &mut self,
+        key: FileKey,
+        name: String,
+        source: BuildSource,
+        urgent: bool,
+    ) -> TableId {
         if let Some(&id) = self.files.get(&key)
-            && self.tables.contains_key(&id)
+            && let Some(e) = self.tables.get(&id)
         {
+            if urgent && matches!(e.state, TableState::Building) {
+                self.jobs.hurry(id);
+            }
             return id;
         }
         let id = self.next_id;
@@ -575,11 +748,10 @@ impl Unwinder {
                 inodes: HashSet::new(),
                 refs: 0,
                 last_used: Instant::now(),
+                source: source.clone(),
             },
         );
-        // The builder thread lives as long as the receiver; a send can only
-        // fail if it panicked, and then the file stays on frame pointers.
-        let _ = self.jobs.send(BuildJob { id, source });
+        self.jobs.push(BuildJob { id, source }, urgent);
         id
     }
 
@@ -659,8 +831,12 @@ impl Unwinder {
                 ),
             };
             if !fresh {
-                self.read_process(pid, noted_at);
+                self.read_process(pid, noted_at, true);
             }
+        }
+        if self.last_retry.elapsed() >= defaults::NO_ROOM_RETRY {
+            self.last_retry = Instant::now();
+            self.retry_no_room();
         }
         if self.last_exit_scan.elapsed() >= defaults::EXIT_SCAN {
             self.last_exit_scan = Instant::now();
@@ -700,14 +876,23 @@ impl Unwinder {
         let (table, info) = match built.result {
             Ok(r) => r,
             Err(e) => {
-                tracing::debug!("no unwind table for {name}: {e}");
-                if built.refused {
-                    self.stats.refused += 1;
+                let state = if e.is_over_share() {
+                    self.stats.over_share += 1;
+                    tracing::warn!(
+                        "unwind table of {name} is over a quarter of the table budget ({e}): left to frame pointers; raise unwind_table_budget_mib"
+                    );
+                    TableState::NoRoom { words: 0 }
                 } else {
-                    self.stats.build_failures += 1;
-                }
+                    tracing::debug!("no unwind table for {name}: {e}");
+                    if built.refused {
+                        self.stats.refused += 1;
+                    } else {
+                        self.stats.build_failures += 1;
+                    }
+                    TableState::NoInfo
+                };
                 if let Some(e) = self.tables.get_mut(&built.id) {
-                    e.state = TableState::NoInfo;
+                    e.state = state;
                 }
                 self.publish(built.id);
                 return;
@@ -736,36 +921,7 @@ impl Unwinder {
             self.stats.no_info_files += 1;
             TableState::NoInfo
         } else {
-            match self.allocate(built.id, table.rows.len() as u32) {
-                Some(start) if self.rows.write(start, &table.rows).is_ok() => {
-                    self.stats.tables += 1;
-                    self.stats.rows += table.rows.len() as u64;
-                    self.stats.bytes += table.rows.len() as u64 * 8;
-                    tracing::debug!(
-                        "unwind table for {name}: {} rows from {:?} in {:?}",
-                        table.rows.len(),
-                        table.source,
-                        built.elapsed
-                    );
-                    TableState::Ready {
-                        start,
-                        len: table.rows.len() as u32,
-                    }
-                }
-                Some(start) => {
-                    self.release_rows(start, table.rows.len() as u32);
-                    self.stats.build_failures += 1;
-                    TableState::NoInfo
-                }
-                None => {
-                    self.stats.budget_refused += 1;
-                    tracing::warn!(
-                        "unwind table budget full: {name} ({} rows) left to frame pointers; raise unwind_table_budget_mib",
-                        table.rows.len()
-                    );
-                    TableState::NoInfo
-                }
-            }
+            self.place(built.id, &name, &table, built.elapsed)
         };
         if let Some(bid) = &info.build_id
             && matches!(state, TableState::Ready { .. })
@@ -780,10 +936,168 @@ impl Unwinder {
         self.publish(built.id);
     }
 
-    /// First-fit allocation of `len` rows for table `want`, evicting unused
-    /// tables if needed, then tables of the user holding the most rows if
-    /// that user holds more than `want`'s would.
+    /// Packs a built table and finds it room in the row array: its state.
+    fn place(
+        &mut self,
+        id: TableId,
+        name: &str,
+        table: &table::UnwindTable,
+        elapsed: Duration,
+    ) -> TableState {
+        let words = match packed::pack(&table.rows, &mut self.rules) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!("unwind table of {name} not packed: {e}");
+                self.stats.budget_refused += 1;
+                return TableState::NoRoom { words: 0 };
+            }
+        };
+        self.upload_rules();
+        let len = words.len() as u32;
+        if len > self.share_words {
+            self.stats.over_share += 1;
+            tracing::warn!(
+                "unwind table of {name} ({} KiB) is over a quarter of the table budget: left to frame pointers; raise unwind_table_budget_mib",
+                len / 256
+            );
+            return TableState::NoRoom { words: 0 };
+        }
+        let was_waiting = self
+            .tables
+            .get(&id)
+            .is_some_and(|e| matches!(e.state, TableState::NoRoom { .. }));
+        match self.allocate(id, len) {
+            Some(start) if self.rows.write(start, &words).is_ok() => {
+                self.stats.tables += 1;
+                self.stats.rows += u64::from(len);
+                self.stats.bytes += u64::from(len) * 4;
+                tracing::debug!(
+                    "unwind table for {name}: {} rows ({} KiB packed) from {:?} in {elapsed:?}",
+                    table.rows.len(),
+                    len / 256,
+                    table.source,
+                );
+                TableState::Ready { start, len }
+            }
+            Some(start) => {
+                self.release_rows(start, len);
+                self.stats.build_failures += 1;
+                TableState::NoInfo
+            }
+            None => {
+                self.stats.budget_refused += 1;
+                if was_waiting {
+                    tracing::debug!("unwind table budget still full for {name}");
+                } else {
+                    tracing::warn!(
+                        "unwind table budget full: {name} ({} KiB) waits for room, on frame pointers meanwhile; raise unwind_table_budget_mib",
+                        len / 256
+                    );
+                }
+                TableState::NoRoom { words: len }
+            }
+        }
+    }
+
+    /// Writes rules new since the last call to `unwind_infos`, before any
+    /// row naming them is written.
+    fn upload_rules(&mut self) {
+        for (i, bytes) in self.rules.take_added() {
+            if let Err(e) =
+                self.infos_map
+                    .update(&u32::from(i).to_ne_bytes(), &bytes, MapFlags::ANY)
+            {
+                tracing::warn!("unwind_infos update failed: {e}");
+            }
+        }
+    }
+
+    /// When each table's processes last ran (sampled or noted).
+    fn active_tables(&self) -> HashMap<TableId, Instant> {
+        let mut at: HashMap<TableId, Instant> = HashMap::new();
+        for p in self.processes.values() {
+            let t = p.active_at();
+            for id in p.mappings.iter().filter_map(|m| m.table) {
+                at.entry(id).and_modify(|a| *a = (*a).max(t)).or_insert(t);
+            }
+        }
+        at
+    }
+
+    /// Builds again the tables that found no room, mapped by processes that
+    /// ran lately, where room can be made for them without taking a table
+    /// from a process that ran lately. Looked at every
+    /// [`defaults::NO_ROOM_RETRY`]: neither a full budget nor short
+    /// processes coming and going make it build the same file over and over.
+    fn retry_no_room(&mut self) {
+        let waiting: Vec<(TableId, u32)> = self
+            .tables
+            .iter()
+            .filter_map(|(id, e)| match e.state {
+                TableState::NoRoom { words } if words > 0 && e.refs > 0 => Some((*id, words)),
+                _ => None,
+            })
+            .collect();
+        if waiting.is_empty() {
+            return;
+        }
+        let active = self.active_tables();
+        let hot = |id: &TableId| active.get(id).is_some_and(|t| t.elapsed() < defaults::COLD);
+        let mut room: u64 = self.free.values().map(|&l| u64::from(l)).sum();
+        for (id, e) in &self.tables {
+            if let TableState::Ready { len, .. } = e.state
+                && self.owns_rows(*id, e)
+                && (e.refs == 0 || !hot(id))
+            {
+                room += u64::from(len);
+            }
+        }
+        let mut waiting: Vec<(TableId, u32)> =
+            waiting.into_iter().filter(|(id, _)| hot(id)).collect();
+        waiting.sort_by_key(|&(_, w)| w);
+        for (id, words) in waiting {
+            if u64::from(words) > room {
+                break;
+            }
+            room -= u64::from(words);
+            let Some(source) = self.source_of(id) else {
+                continue;
+            };
+            if let Some(e) = self.tables.get_mut(&id) {
+                e.state = TableState::Building;
+            }
+            self.stats.no_room_retries += 1;
+            self.jobs.push(BuildJob { id, source }, true);
+        }
+    }
+
+    /// Where to read table `id`'s file again: through a live process that
+    /// maps it (the path it was first read by may be gone with its process).
+    fn source_of(&self, id: TableId) -> Option<BuildSource> {
+        let e = self.tables.get(&id)?;
+        if let BuildSource::Vdso = e.source {
+            return Some(BuildSource::Vdso);
+        }
+        let live = self.processes.iter().find_map(|(pid, p)| {
+            p.mappings.iter().find(|m| m.table == Some(id)).map(|m| {
+                BuildSource::File(PathBuf::from(format!(
+                    "/proc/{pid}/map_files/{:x}-{:x}",
+                    m.start, m.end
+                )))
+            })
+        });
+        live.or_else(|| Some(e.source.clone()))
+    }
+
+    /// First-fit allocation of `len` words for table `want`, making room if
+    /// needed from, in turn: tables no live process maps (used longest ago
+    /// first); if `want`'s processes ran lately, tables whose processes
+    /// have not run for [`defaults::COLD`] (longest ago first); tables of
+    /// the user holding the most rows, if that user holds more than
+    /// `want`'s would. A table in use by processes that ran lately is
+    /// never taken for another's.
     fn allocate(&mut self, want: TableId, len: u32) -> Option<u32> {
+        let mut active: Option<HashMap<TableId, Instant>> = None;
         loop {
             if let Some((&start, &flen)) = self.free.iter().find(|&(_, &l)| l >= len) {
                 self.free.remove(&start);
@@ -799,10 +1113,51 @@ impl Unwinder {
                 .filter(|&(&id, e)| e.refs == 0 && self.owns_rows(id, e))
                 .min_by_key(|(_, e)| e.last_used)
                 .map(|(id, _)| *id);
-            match victim {
-                Some(victim) => self.evict(victim),
-                None if self.strip_for_share(want, len) => {}
-                None => return None,
+            if let Some(victim) = victim {
+                self.evict(victim);
+                continue;
+            }
+            let active = active.get_or_insert_with(|| self.active_tables());
+            let want_hot = active
+                .get(&want)
+                .is_some_and(|t| t.elapsed() < defaults::COLD);
+            // Tables sharing rows by build id are one block: it is as
+            // active as the most active of them.
+            let mut blocks: HashMap<u32, Option<Instant>> = HashMap::new();
+            for (id, e) in &self.tables {
+                if let TableState::Ready { start, .. } = e.state {
+                    let at = active.get(id).copied();
+                    let b = blocks.entry(start).or_insert(at);
+                    *b = (*b).max(at);
+                }
+            }
+            let cold = self
+                .tables
+                .iter()
+                .filter(|&(&id, e)| self.owns_rows(id, e))
+                .filter_map(|(&id, e)| {
+                    let TableState::Ready { start, .. } = e.state else {
+                        return None;
+                    };
+                    let at = blocks.get(&start).copied().flatten();
+                    at.is_none_or(|t| t.elapsed() >= defaults::COLD)
+                        .then_some((at, id))
+                })
+                .min_by_key(|&(at, _)| at)
+                .map(|(_, id)| id);
+            match cold {
+                Some(victim) if want_hot && victim != want => {
+                    tracing::debug!(
+                        "unwind table budget full: taking back a table whose processes have not run for {:?}",
+                        defaults::COLD
+                    );
+                    self.strip(victim);
+                    self.stats.tables_evicted_cold += 1;
+                }
+                _ if self.strip_for_share(want, len) => {
+                    self.stats.tables_evicted_for_share += 1;
+                }
+                _ => return None,
             }
         }
     }
@@ -889,8 +1244,9 @@ impl Unwinder {
     }
 
     /// Frees a table's rows while processes still map it: it and the
-    /// tables sharing its rows become frame-pointer-only (`NoInfo`) until
-    /// no process maps them, and their processes are uploaded again.
+    /// tables sharing its rows wait for room (`NoRoom`: frame pointers, and
+    /// the budget marker where they fail; built again once their processes
+    /// run and room can be made), and their processes are uploaded again.
     fn strip(&mut self, id: TableId) {
         let Some(TableState::Ready { start, len }) = self.tables.get(&id).map(|e| e.state.clone())
         else {
@@ -898,7 +1254,7 @@ impl Unwinder {
         };
         for (&tid, e) in self.tables.iter_mut() {
             if matches!(e.state, TableState::Ready { start: s, .. } if s == start) {
-                e.state = TableState::NoInfo;
+                e.state = TableState::NoRoom { words: len };
                 if let Some(b) = &e.build_id
                     && self.by_build_id.get(b) == Some(&tid)
                 {
@@ -910,8 +1266,7 @@ impl Unwinder {
         self.release_rows(start, len);
         self.stats.tables = self.stats.tables.saturating_sub(1);
         self.stats.rows = self.stats.rows.saturating_sub(u64::from(len));
-        self.stats.bytes = self.stats.bytes.saturating_sub(u64::from(len) * 8);
-        self.stats.tables_evicted_for_share += 1;
+        self.stats.bytes = self.stats.bytes.saturating_sub(u64::from(len) * 4);
         let stripped: Vec<TableId> = self.stripped.iter().copied().collect();
         for tid in stripped {
             self.publish(tid);
@@ -951,7 +1306,7 @@ impl Unwinder {
                 self.release_rows(start, len);
                 self.stats.tables = self.stats.tables.saturating_sub(1);
                 self.stats.rows = self.stats.rows.saturating_sub(len as u64);
-                self.stats.bytes = self.stats.bytes.saturating_sub(len as u64 * 8);
+                self.stats.bytes = self.stats.bytes.saturating_sub(u64::from(len) * 4);
             } else if let Some(b) = &e.build_id {
                 self.by_build_id.insert(b.clone(), sharers[0]);
             }
@@ -998,6 +1353,7 @@ impl Unwinder {
         let (kind, start, len) = match e.state {
             TableState::Building => return,
             TableState::NoInfo => (MAP_NO_INFO, 0, 0),
+            TableState::NoRoom { .. } => (MAP_BUDGET, 0, 0),
             TableState::Ready { start, len } => (MAP_TABLE, start, len),
         };
         let mut value = [0u8; FILE_TABLE_BYTES];
@@ -1148,6 +1504,7 @@ impl Unwinder {
                 Some(e) => match e.state {
                     TableState::Building => (MAP_NOT_READY, 0, 0, 0),
                     TableState::NoInfo => (MAP_NO_INFO, 0, 0, 0),
+                    TableState::NoRoom { .. } => (MAP_BUDGET, 0, 0, 0),
                     TableState::Ready { start, len } => match bias_of(&e.loads, m) {
                         Some(bias) => (MAP_TABLE, bias, start, len),
                         None => (MAP_NO_INFO, 0, 0, 0),
@@ -1336,8 +1693,8 @@ fn bias_of(loads: &[table::LoadSegment], m: &ProcMapping) -> Option<u64> {
     )
 }
 
-fn builder_thread(jobs: mpsc::Receiver<BuildJob>, done: mpsc::Sender<Built>, max_rows: usize) {
-    while let Ok(job) = jobs.recv() {
+fn builder_thread(jobs: &JobQueue, done: mpsc::Sender<Built>, max_rows: usize) {
+    while let Some(job) = jobs.pop() {
         let started = Instant::now();
         let mut refused = false;
         let (result, runtime) = match job.source {
@@ -1348,10 +1705,15 @@ fn builder_thread(jobs: mpsc::Receiver<BuildJob>, done: mpsc::Sender<Built>, max
                 ),
                 Err(e) => {
                     refused = e.is_refusal();
-                    (Err(e.to_string()), None)
+                    (Err(BuildError::Other(e.to_string())), None)
                 }
             },
-            BuildSource::Vdso => (own_vdso().and_then(|b| build(&b, max_rows)), None),
+            BuildSource::Vdso => (
+                own_vdso()
+                    .map_err(BuildError::Other)
+                    .and_then(|b| build(&b, max_rows)),
+                None,
+            ),
         };
         let elapsed = started.elapsed();
         // A build's scratch (parsed CFI of a large library: tens of MiB)
@@ -1377,25 +1739,46 @@ fn builder_thread(jobs: mpsc::Receiver<BuildJob>, done: mpsc::Sender<Built>, max
     }
 }
 
+/// Why a file's table was not built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// Its CFI could not be compiled, or it has more rows than one file's
+    /// share of the budget holds ([`BuildError::is_over_share`]).
+    #[error(transparent)]
+    Table(#[from] table::TableError),
+    /// The file or image could not be read.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl BuildError {
+    /// Whether the file has CFI but more rows than one file may hold
+    /// ([`defaults::FILE_SHARE`] of the budget).
+    pub fn is_over_share(&self) -> bool {
+        matches!(self, BuildError::Table(table::TableError::TooManyRows(_)))
+    }
+}
+
 /// Compiles one ELF image, with its separate debug file's `.debug_frame`
 /// when the image itself has no CFI.
-/// `max_rows`: the most rows the row budget could take (see
+/// `max_rows`: the most rows one file's table may hold (see
 /// [`table::build_table_within`]).
-pub fn build(bytes: &[u8], max_rows: usize) -> Result<(table::UnwindTable, ElfInfo), String> {
-    let info = table::elf_info(bytes).map_err(|e| e.to_string())?;
-    let mut t = table::build_table_within(bytes, None, max_rows).map_err(|e| e.to_string())?;
+pub fn build(bytes: &[u8], max_rows: usize) -> Result<(table::UnwindTable, ElfInfo), BuildError> {
+    let info = table::elf_info(bytes)?;
+    let mut t = table::build_table_within(bytes, None, max_rows)?;
     if t.source == TableSource::None
         && let Some(bid) = &info.build_id
         && let Ok(debug) = read_capped(&table::debug_file_path(bid))
     {
-        t = table::build_table_within(bytes, Some(&debug), max_rows).map_err(|e| e.to_string())?;
+        t = table::build_table_within(bytes, Some(&debug), max_rows)?;
     }
     Ok((t, info))
 }
 
-/// The rows the default row budget holds: the cap for builds outside the
-/// daemon (`emberd check`).
-pub const DEFAULT_MAX_ROWS: usize = (defaults::TABLE_BUDGET_BYTES / 8) as usize;
+/// The rows one file may hold under the default budget: the cap for builds
+/// outside the daemon (`emberd check`, `emberd unwind-tables`).
+pub const DEFAULT_MAX_ROWS: usize =
+    (defaults::TABLE_BUDGET_BYTES / 4 / defaults::FILE_SHARE as u64) as usize;
 
 /// Why a file was not read for its unwind table.
 #[derive(Debug, thiserror::Error)]
@@ -1602,7 +1985,7 @@ pub fn self_report() -> Vec<Result<FileTableReport, String>> {
             let started = Instant::now();
             let (t, _) = read_capped(&path)
                 .map_err(|e| e.to_string())
-                .and_then(|b| build(&b, DEFAULT_MAX_ROWS))?;
+                .and_then(|b| build(&b, DEFAULT_MAX_ROWS).map_err(|e| e.to_string()))?;
             Ok(FileTableReport {
                 path,
                 rows: t.rows.len(),

@@ -1,0 +1,251 @@
+//! A file's table in the form the BPF unwinder reads (`bpf/emberd.h`): one
+//! block of 32-bit words per file in the shared row array, each row four
+//! bytes (the low 16 bits of its pc and the index of its rule), grouped by
+//! the 64 KiB page of code it starts in, the rules themselves kept once for
+//! every file in [`Rules`].
+//!
+//! Why: a row with its own pc and rule took eight bytes, and a build host's
+//! tables (rustc's `librustc_driver` and `libLLVM`, clang's, cc1, cargo) are
+//! 6.3 million rows. Rules repeat: the tables of a whole compile's files
+//! name a few thousand distinct ones, so an index of 16 bits names any of
+//! them; and a pc within a page needs 16 bits once the page is known. The
+//! page also bounds the search: at most 16 halvings, not 21.
+
+use std::collections::HashMap;
+
+use super::table::{CfaRule, UnwindRow};
+
+/// log2 of the code page rows are grouped by (`EMBERD_PAGE_SHIFT`).
+pub const PAGE_SHIFT: u32 = 16;
+/// Words before a block's page offsets (`EMBERD_TABLE_HEADER`).
+pub const HEADER_WORDS: usize = 2;
+/// Rules the shared rule table holds (`EMBERD_MAX_INFOS`): a row names one
+/// by a 16-bit index.
+pub const MAX_RULES: usize = 1 << 16;
+/// Bytes of one rule (`struct unwind_info`).
+pub const RULE_BYTES: usize = 4;
+
+/// Why a table could not be packed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PackError {
+    /// The shared rule table is full: more distinct rules than a 16-bit
+    /// index names, over every file's table.
+    #[error("the shared table of unwind rules is full ({MAX_RULES} distinct rules)")]
+    RulesFull,
+    /// The table has no rows.
+    #[error("no rows to pack")]
+    Empty,
+}
+
+/// One rule as the BPF map holds it (`struct unwind_info`): cfa_offset
+/// (u16 LE), rbp_offset (i8), rule byte.
+pub type RuleBytes = [u8; RULE_BYTES];
+
+/// The rules every table's rows name by index (`unwind_infos`). Index 0 is
+/// "no FDE covers the pc" (all zeros, as the BPF array starts). Rules are
+/// never taken back: a host's tables name a few thousand, and the whole
+/// table is 256 KiB of kernel memory.
+#[derive(Debug)]
+pub struct Rules {
+    index: HashMap<RuleBytes, u16>,
+    /// Rules added since [`Rules::take_added`] was last called, for the
+    /// BPF map.
+    added: Vec<(u16, RuleBytes)>,
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        let mut index = HashMap::new();
+        index.insert([0; RULE_BYTES], 0);
+        Self {
+            index,
+            added: Vec::new(),
+        }
+    }
+}
+
+impl Rules {
+    /// Distinct rules held (index 0 included).
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether only index 0 is held.
+    pub fn is_empty(&self) -> bool {
+        self.index.len() <= 1
+    }
+
+    /// The rules added since the last call, to be written to the BPF map
+    /// before any row naming them is.
+    pub fn take_added(&mut self) -> Vec<(u16, RuleBytes)> {
+        std::mem::take(&mut self.added)
+    }
+
+    fn index_of(&mut self, row: &UnwindRow) -> Result<u16, PackError> {
+        if row.cfa_rule() == CfaRule::None {
+            return Ok(0);
+        }
+        let off = row.cfa_offset.to_le_bytes();
+        let bytes = [off[0], off[1], row.rbp_offset as u8, row.rule];
+        if let Some(&i) = self.index.get(&bytes) {
+            return Ok(i);
+        }
+        if self.index.len() >= MAX_RULES {
+            return Err(PackError::RulesFull);
+        }
+        let i = self.index.len() as u16;
+        self.index.insert(bytes, i);
+        self.added.push((i, bytes));
+        Ok(i)
+    }
+}
+
+/// Packs sorted rows (strictly increasing pc, as [`super::table`] builds
+/// them) into one block: `[first page, pages, page offsets (pages + 1),
+/// rows]`. Every page from the first row's to the last row's gets a row at
+/// its offset 0 (the rule in force there), so a lookup never looks back
+/// past its page. On error, rules already added stay (harmless: unnamed).
+pub fn pack(rows: &[UnwindRow], rules: &mut Rules) -> Result<Vec<u32>, PackError> {
+    let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+        return Err(PackError::Empty);
+    };
+    let first_page = first.pc >> PAGE_SHIFT;
+    let pages = (last.pc >> PAGE_SHIFT) - first_page + 1;
+    let offsets = HEADER_WORDS + pages as usize + 1;
+    let mut words = Vec::with_capacity(offsets + rows.len() + pages as usize);
+    words.push(first_page);
+    words.push(pages);
+    words.resize(offsets, 0);
+    let mut in_force = 0u16; // before the first row: no FDE
+    let mut i = 0;
+    for p in 0..pages {
+        let page = first_page + p;
+        words[HEADER_WORDS + p as usize] = words.len() as u32;
+        let starts_here = rows.get(i).is_some_and(|r| r.pc == page << PAGE_SHIFT);
+        if !starts_here {
+            words.push(u32::from(in_force));
+        }
+        while let Some(r) = rows.get(i).filter(|r| r.pc >> PAGE_SHIFT == page) {
+            in_force = rules.index_of(r)?;
+            words.push(((r.pc & 0xffff) << 16) | u32::from(in_force));
+            i += 1;
+        }
+    }
+    words[HEADER_WORDS + pages as usize] = words.len() as u32;
+    Ok(words)
+}
+
+/// The rule index covering file address `pc` in a packed block, as
+/// `find_row` in `bpf/unwind.h` finds it; `None` outside the block's pages.
+pub fn lookup(words: &[u32], pc: u32) -> Option<u16> {
+    let first = *words.first()?;
+    let pages = *words.get(1)?;
+    let page = (pc >> PAGE_SHIFT).checked_sub(first)?;
+    if page >= pages {
+        return None;
+    }
+    let lo = *words.get(HEADER_WORDS + page as usize)? as usize;
+    let hi = *words.get(HEADER_WORDS + page as usize + 1)? as usize;
+    let rows = words.get(lo..hi)?;
+    let at = rows.partition_point(|w| (w >> 16) <= (pc & 0xffff));
+    Some((rows.get(at.checked_sub(1)?)? & 0xffff) as u16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unwind::table::RbpRule;
+
+    fn rsp(pc: u32, off: u16) -> UnwindRow {
+        UnwindRow::new(pc, CfaRule::Rsp, off, RbpRule::Same, 0)
+    }
+
+    fn none(pc: u32) -> UnwindRow {
+        UnwindRow::new(pc, CfaRule::None, 0, RbpRule::Same, 0)
+    }
+
+    /// Every pc of the rows' span finds the rule the unpacked table gives.
+    fn agrees(rows: &[UnwindRow]) {
+        let mut rules = Rules::default();
+        let words = pack(rows, &mut rules).unwrap();
+        let mut by_index = HashMap::new();
+        by_index.insert(0u16, [0u8; 4]);
+        for (i, b) in rules.take_added() {
+            by_index.insert(i, b);
+        }
+        let lo = rows[0].pc.saturating_sub(3);
+        let hi = rows.last().unwrap().pc + 3;
+        for pc in lo..hi {
+            let want = crate::unwind::table::lookup(rows, pc)
+                .filter(|r| r.cfa_rule() != CfaRule::None)
+                .map(|r| {
+                    let o = r.cfa_offset.to_le_bytes();
+                    [o[0], o[1], r.rbp_offset as u8, r.rule]
+                })
+                .unwrap_or([0; 4]);
+            let got = lookup(&words, pc).map_or([0; 4], |i| by_index[&i]);
+            assert_eq!(got, want, "pc {pc:#x}");
+        }
+    }
+
+    #[test]
+    fn lookups_agree_with_the_rows_across_pages() {
+        agrees(&[
+            rsp(0x1_fff0, 8),
+            rsp(0x1_fff4, 16),
+            none(0x2_0010),
+            rsp(0x4_0000, 8),
+            rsp(0x4_0001, 24),
+            rsp(0x5_fffe, 8),
+            none(0x6_0002),
+        ]);
+    }
+
+    #[test]
+    fn a_rule_in_force_over_empty_pages_is_repeated_at_each() {
+        let rows = [rsp(0x1000, 8), none(0x3_5000)];
+        let mut rules = Rules::default();
+        let words = pack(&rows, &mut rules).unwrap();
+        // Pages 0..=3: one row each, plus the closing row on page 3.
+        assert_eq!(words[1], 4);
+        assert_eq!(words.len(), HEADER_WORDS + 5 + 6);
+        assert_eq!(lookup(&words, 0x2_8000), Some(1));
+        assert_eq!(lookup(&words, 0x3_5000), Some(0));
+        assert_eq!(lookup(&words, 0x0fff), Some(0));
+        assert_eq!(lookup(&words, 0x4_0000), None);
+    }
+
+    #[test]
+    fn rules_are_shared_between_tables_and_bounded() {
+        let mut rules = Rules::default();
+        pack(&[rsp(0x10, 8), none(0x20)], &mut rules).unwrap();
+        pack(&[rsp(0x90, 8), rsp(0x98, 16), none(0xa0)], &mut rules).unwrap();
+        assert_eq!(rules.len(), 3);
+        assert_eq!(rules.take_added().len(), 2);
+        let many: Vec<UnwindRow> = (0..MAX_RULES as u32 + 10)
+            .map(|i| {
+                UnwindRow::new(
+                    i * 2,
+                    CfaRule::Rsp,
+                    (i % 65536) as u16,
+                    RbpRule::AtCfa,
+                    (i / 65536) as i8 + 1,
+                )
+            })
+            .collect();
+        assert_eq!(pack(&many, &mut rules), Err(PackError::RulesFull));
+    }
+
+    #[test]
+    fn real_libc_packs_to_about_half_and_agrees() {
+        let Ok(bytes) = std::fs::read("/lib/x86_64-linux-gnu/libc.so.6") else {
+            panic!("this test reads Debian's libc (/lib/x86_64-linux-gnu/libc.so.6)");
+        };
+        let t = crate::unwind::table::build_table(&bytes).unwrap();
+        let mut rules = Rules::default();
+        let words = pack(&t.rows, &mut rules).unwrap();
+        let ratio = (words.len() * 4) as f64 / (t.rows.len() * 8) as f64;
+        assert!(ratio < 0.56, "packed {ratio:.3} of the 8-byte rows");
+        agrees(&t.rows[..4000]);
+    }
+}
