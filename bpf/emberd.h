@@ -127,9 +127,10 @@ struct table_words {
 
 /* A row's rule (`unwind_infos`; index 0 is CFA_NONE, all zeros). */
 struct unwind_info {
-	__u16 cfa_offset;      /* CFA = reg + cfa_offset; CFA_PLT: the threshold */
+	__u32 cfa_offset;      /* CFA = reg + cfa_offset (rustc has 540 KB frames); CFA_PLT: the threshold */
 	__s8 rbp_offset;       /* RBP_AT_CFA: caller's rbp at CFA + 8 * rbp_offset */
 	__u8 rule;             /* low 4 bits enum unwind_cfa, high 4 bits enum unwind_rbp */
+	__u16 _pad;
 };
 
 #define EMBERD_MAX_INFOS 65536

@@ -192,6 +192,8 @@ struct TableEntry {
     /// Where its CFI was read from, to build it again (a table that found
     /// no room).
     source: BuildSource,
+    /// Builds that found their path gone (see [`Unwinder::finish`]).
+    gone_tries: u8,
 }
 
 /// One executable mapping of a process.
@@ -247,6 +249,8 @@ struct Built {
     result: Result<(table::UnwindTable, ElfInfo), BuildError>,
     /// The file was refused for what it is (not ELF, sections too large).
     refused: bool,
+    /// The path it was read by was gone (its process exited first).
+    gone: bool,
     elapsed: Duration,
 }
 
@@ -749,6 +753,7 @@ impl Unwinder {
                 refs: 0,
                 last_used: Instant::now(),
                 source: source.clone(),
+                gone_tries: 0,
             },
         );
         self.jobs.push(BuildJob { id, source }, urgent);
@@ -873,6 +878,40 @@ impl Unwinder {
         };
         entry.runtime = built.runtime;
         let name = entry.name.clone();
+        // Read through a process that exited before the builder got to it
+        // (cargo's `rustc -vV`, the first of a burst of short processes):
+        // that says nothing of the file. Read it through another process
+        // mapping it; if none is left, forget it, and the next process
+        // mapping it has it built anew. Marking it `NoInfo` told every later
+        // process `[no unwind info]`, untrue.
+        if built.gone {
+            entry.gone_tries += 1;
+            let tries = entry.gone_tries;
+            match self.source_of(built.id) {
+                Some(source) if tries < 4 => {
+                    self.jobs.push(
+                        BuildJob {
+                            id: built.id,
+                            source,
+                        },
+                        true,
+                    );
+                }
+                _ => {
+                    tracing::debug!("{name}: gone before its table was built; forgotten");
+                    if let Some(e) = self.tables.remove(&built.id) {
+                        self.unpublish(built.id, &e.inodes);
+                    }
+                    self.files.retain(|_, t| *t != built.id);
+                    for p in self.processes.values_mut() {
+                        for m in p.mappings.iter_mut().filter(|m| m.table == Some(built.id)) {
+                            m.table = None;
+                        }
+                    }
+                }
+            }
+            return;
+        }
         let (table, info) = match built.result {
             Ok(r) => r,
             Err(e) => {
@@ -1079,14 +1118,19 @@ impl Unwinder {
             return Some(BuildSource::Vdso);
         }
         let live = self.processes.iter().find_map(|(pid, p)| {
-            p.mappings.iter().find(|m| m.table == Some(id)).map(|m| {
-                BuildSource::File(PathBuf::from(format!(
-                    "/proc/{pid}/map_files/{:x}-{:x}",
-                    m.start, m.end
-                )))
-            })
+            p.mappings
+                .iter()
+                .filter(|m| m.table == Some(id))
+                .map(|m| PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)))
+                .find(|path| std::fs::metadata(path).is_ok())
         });
-        live.or_else(|| Some(e.source.clone()))
+        match (live, &e.source) {
+            (Some(path), _) => Some(BuildSource::File(path)),
+            (None, BuildSource::File(path)) if std::fs::metadata(path).is_ok() => {
+                Some(e.source.clone())
+            }
+            _ => None,
+        }
     }
 
     /// First-fit allocation of `len` words for table `want`, making room if
@@ -1147,11 +1191,7 @@ impl Unwinder {
                 .map(|(_, id)| id);
             match cold {
                 Some(victim) if want_hot && victim != want => {
-                    tracing::debug!(
-                        "unwind table budget full: taking back a table whose processes have not run for {:?}",
-                        defaults::COLD
-                    );
-                    self.strip(victim);
+                    self.strip(victim, "its processes have not run for 30 s");
                     self.stats.tables_evicted_cold += 1;
                 }
                 _ if self.strip_for_share(want, len) => {
@@ -1239,7 +1279,7 @@ impl Unwinder {
         tracing::debug!(
             "unwind table budget full: taking back a table of uid {top} ({most} rows) for uid(s) {wanting:?}"
         );
-        self.strip(victim);
+        self.strip(victim, "its user holds the most rows");
         true
     }
 
@@ -1247,11 +1287,14 @@ impl Unwinder {
     /// tables sharing its rows wait for room (`NoRoom`: frame pointers, and
     /// the budget marker where they fail; built again once their processes
     /// run and room can be made), and their processes are uploaded again.
-    fn strip(&mut self, id: TableId) {
+    fn strip(&mut self, id: TableId, why: &str) {
         let Some(TableState::Ready { start, len }) = self.tables.get(&id).map(|e| e.state.clone())
         else {
             return;
         };
+        if let Some(e) = self.tables.get(&id) {
+            tracing::debug!("unwind table of {} taken back: {why}", e.name);
+        }
         for (&tid, e) in self.tables.iter_mut() {
             if matches!(e.state, TableState::Ready { start: s, .. } if s == start) {
                 e.state = TableState::NoRoom { words: len };
@@ -1697,6 +1740,7 @@ fn builder_thread(jobs: &JobQueue, done: mpsc::Sender<Built>, max_rows: usize) {
     while let Some(job) = jobs.pop() {
         let started = Instant::now();
         let mut refused = false;
+        let mut gone = false;
         let (result, runtime) = match job.source {
             BuildSource::File(path) => match read_capped(&path) {
                 Ok(b) => (
@@ -1705,6 +1749,7 @@ fn builder_thread(jobs: &JobQueue, done: mpsc::Sender<Built>, max_rows: usize) {
                 ),
                 Err(e) => {
                     refused = e.is_refusal();
+                    gone = e.is_gone();
                     (Err(BuildError::Other(e.to_string())), None)
                 }
             },
@@ -1730,6 +1775,7 @@ fn builder_thread(jobs: &JobQueue, done: mpsc::Sender<Built>, max_rows: usize) {
                 runtime,
                 result,
                 refused,
+                gone,
                 elapsed,
             })
             .is_err()
@@ -1812,6 +1858,14 @@ impl ReadError {
     /// rather than failing to read.
     pub fn is_refusal(&self) -> bool {
         !matches!(self, ReadError::Io { .. })
+    }
+
+    /// Whether the path was gone: a `/proc/PID/map_files` path of a process
+    /// that has exited, or a file removed.
+    pub fn is_gone(&self) -> bool {
+        matches!(self, ReadError::Io { source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound
+                || source.raw_os_error() == Some(libc::ESRCH))
     }
 }
 

@@ -22,8 +22,14 @@ pub const HEADER_WORDS: usize = 2;
 /// Rules the shared rule table holds (`EMBERD_MAX_INFOS`): a row names one
 /// by a 16-bit index.
 pub const MAX_RULES: usize = 1 << 16;
-/// Bytes of one rule (`struct unwind_info`).
-pub const RULE_BYTES: usize = 4;
+/// Bytes of one rule (`struct unwind_info`): the rule table is 512 KiB of
+/// kernel memory, allocated at load.
+pub const RULE_BYTES: usize = 8;
+/// The most rules one table may add to the shared table: real files name
+/// at most a few hundred of their own (rustc's `librustc_driver` and
+/// `libLLVM`, clang's libraries, cc1, cargo, node, libjvm, python3 and libc
+/// name 1,906 together), so a crafted file cannot fill the table alone.
+pub const MAX_NEW_RULES_PER_TABLE: usize = 4096;
 
 /// Why a table could not be packed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -32,13 +38,17 @@ pub enum PackError {
     /// index names, over every file's table.
     #[error("the shared table of unwind rules is full ({MAX_RULES} distinct rules)")]
     RulesFull,
+    /// The table names more new rules than one table may add
+    /// ([`MAX_NEW_RULES_PER_TABLE`]).
+    #[error("the table names over {MAX_NEW_RULES_PER_TABLE} distinct rules of its own")]
+    TooManyRules,
     /// The table has no rows.
     #[error("no rows to pack")]
     Empty,
 }
 
 /// One rule as the BPF map holds it (`struct unwind_info`): cfa_offset
-/// (u16 LE), rbp_offset (i8), rule byte.
+/// (u32 LE), rbp_offset (i8), rule byte, 2 bytes of padding.
 pub type RuleBytes = [u8; RULE_BYTES];
 
 /// The rules every table's rows name by index (`unwind_infos`). Index 0 is
@@ -81,23 +91,41 @@ impl Rules {
         std::mem::take(&mut self.added)
     }
 
-    fn index_of(&mut self, row: &UnwindRow) -> Result<u16, PackError> {
+    fn index_of(&mut self, row: &UnwindRow, added: &mut usize) -> Result<u16, PackError> {
         if row.cfa_rule() == CfaRule::None {
             return Ok(0);
         }
-        let off = row.cfa_offset.to_le_bytes();
-        let bytes = [off[0], off[1], row.rbp_offset as u8, row.rule];
+        let bytes = rule_bytes(row);
         if let Some(&i) = self.index.get(&bytes) {
             return Ok(i);
         }
         if self.index.len() >= MAX_RULES {
             return Err(PackError::RulesFull);
         }
+        *added += 1;
+        if *added > MAX_NEW_RULES_PER_TABLE {
+            return Err(PackError::TooManyRules);
+        }
         let i = self.index.len() as u16;
         self.index.insert(bytes, i);
         self.added.push((i, bytes));
         Ok(i)
     }
+}
+
+/// A row's rule as the BPF map holds it.
+fn rule_bytes(row: &UnwindRow) -> RuleBytes {
+    let off = row.cfa_offset.to_le_bytes();
+    [
+        off[0],
+        off[1],
+        off[2],
+        off[3],
+        row.rbp_offset as u8,
+        row.rule,
+        0,
+        0,
+    ]
 }
 
 /// Packs sorted rows (strictly increasing pc, as [`super::table`] builds
@@ -118,6 +146,7 @@ pub fn pack(rows: &[UnwindRow], rules: &mut Rules) -> Result<Vec<u32>, PackError
     words.resize(offsets, 0);
     let mut in_force = 0u16; // before the first row: no FDE
     let mut i = 0;
+    let mut added = 0;
     for p in 0..pages {
         let page = first_page + p;
         words[HEADER_WORDS + p as usize] = words.len() as u32;
@@ -126,7 +155,7 @@ pub fn pack(rows: &[UnwindRow], rules: &mut Rules) -> Result<Vec<u32>, PackError
             words.push(u32::from(in_force));
         }
         while let Some(r) = rows.get(i).filter(|r| r.pc >> PAGE_SHIFT == page) {
-            in_force = rules.index_of(r)?;
+            in_force = rules.index_of(r, &mut added)?;
             words.push(((r.pc & 0xffff) << 16) | u32::from(in_force));
             i += 1;
         }
@@ -156,7 +185,7 @@ mod tests {
     use super::*;
     use crate::unwind::table::RbpRule;
 
-    fn rsp(pc: u32, off: u16) -> UnwindRow {
+    fn rsp(pc: u32, off: u32) -> UnwindRow {
         UnwindRow::new(pc, CfaRule::Rsp, off, RbpRule::Same, 0)
     }
 
@@ -169,7 +198,7 @@ mod tests {
         let mut rules = Rules::default();
         let words = pack(rows, &mut rules).unwrap();
         let mut by_index = HashMap::new();
-        by_index.insert(0u16, [0u8; 4]);
+        by_index.insert(0u16, [0u8; RULE_BYTES]);
         for (i, b) in rules.take_added() {
             by_index.insert(i, b);
         }
@@ -178,12 +207,9 @@ mod tests {
         for pc in lo..hi {
             let want = crate::unwind::table::lookup(rows, pc)
                 .filter(|r| r.cfa_rule() != CfaRule::None)
-                .map(|r| {
-                    let o = r.cfa_offset.to_le_bytes();
-                    [o[0], o[1], r.rbp_offset as u8, r.rule]
-                })
-                .unwrap_or([0; 4]);
-            let got = lookup(&words, pc).map_or([0; 4], |i| by_index[&i]);
+                .map(rule_bytes)
+                .unwrap_or([0; RULE_BYTES]);
+            let got = lookup(&words, pc).map_or([0; RULE_BYTES], |i| by_index[&i]);
             assert_eq!(got, want, "pc {pc:#x}");
         }
     }
@@ -195,7 +221,7 @@ mod tests {
             rsp(0x1_fff4, 16),
             none(0x2_0010),
             rsp(0x4_0000, 8),
-            rsp(0x4_0001, 24),
+            rsp(0x4_0001, 540_080),
             rsp(0x5_fffe, 8),
             none(0x6_0002),
         ]);
@@ -222,18 +248,25 @@ mod tests {
         pack(&[rsp(0x90, 8), rsp(0x98, 16), none(0xa0)], &mut rules).unwrap();
         assert_eq!(rules.len(), 3);
         assert_eq!(rules.take_added().len(), 2);
-        let many: Vec<UnwindRow> = (0..MAX_RULES as u32 + 10)
-            .map(|i| {
-                UnwindRow::new(
-                    i * 2,
-                    CfaRule::Rsp,
-                    (i % 65536) as u16,
-                    RbpRule::AtCfa,
-                    (i / 65536) as i8 + 1,
-                )
-            })
-            .collect();
-        assert_eq!(pack(&many, &mut rules), Err(PackError::RulesFull));
+        let distinct = |n: u32, from: u32| -> Vec<UnwindRow> {
+            (0..n).map(|i| rsp(i * 2, (from + i) * 8)).collect()
+        };
+        // One table cannot add more than its share of new rules...
+        let over = MAX_NEW_RULES_PER_TABLE as u32 + 1;
+        assert_eq!(
+            pack(&distinct(over, 100), &mut rules),
+            Err(PackError::TooManyRules)
+        );
+        // ...and the table as a whole is bounded.
+        let mut n = 1_000_000;
+        let full = loop {
+            match pack(&distinct(MAX_NEW_RULES_PER_TABLE as u32, n), &mut rules) {
+                Ok(_) => n += MAX_NEW_RULES_PER_TABLE as u32,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(full, PackError::RulesFull);
+        assert_eq!(rules.len(), MAX_RULES);
     }
 
     #[test]

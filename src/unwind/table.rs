@@ -31,22 +31,24 @@ const REG_RSP: Register = Register(7);
 /// DWARF register number of the return address (rip) on x86_64.
 const REG_RA: Register = Register(16);
 
-/// One row of the compiled unwind table; the layout is shared with C/BPF code.
+/// One row of the compiled unwind table, as built; the BPF unwinder reads
+/// it packed (`super::packed`: the pc's low 16 bits and an index into a
+/// table of the distinct rules).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct UnwindRow {
     /// First instruction covered (ELF virtual address as in the file); the row holds until the next row's pc.
     pub pc: u32,
     /// CFA = base register + cfa_offset (CfaRule::Rsp / Rbp). For CfaRule::Plt: the threshold T (10 or 11).
-    pub cfa_offset: u16,
+    pub cfa_offset: u32,
     /// RbpRule::AtCfa: the caller's rbp is saved at CFA + 8 * rbp_offset (e.g. -2 for c-16).
     pub rbp_offset: i8,
     /// Low 4 bits: CfaRule as u8; high 4 bits: RbpRule as u8.
     pub rule: u8,
 }
 
-// The BPF side indexes an array of these; any layout drift would silently corrupt lookups.
-const _: () = assert!(size_of::<UnwindRow>() == 8);
+// Tables are built in these before packing: 12 bytes a row while a build lasts.
+const _: () = assert!(size_of::<UnwindRow>() == 12);
 const _: () = assert!(align_of::<UnwindRow>() == 4);
 
 /// How the canonical frame address (CFA) of a frame is computed.
@@ -83,7 +85,7 @@ pub enum RbpRule {
 
 impl UnwindRow {
     /// Builds a row from its decoded parts; `rule` packs the CFA rule in the low nibble.
-    pub fn new(pc: u32, cfa: CfaRule, cfa_offset: u16, rbp: RbpRule, rbp_offset: i8) -> Self {
+    pub fn new(pc: u32, cfa: CfaRule, cfa_offset: u32, rbp: RbpRule, rbp_offset: i8) -> Self {
         UnwindRow {
             pc,
             cfa_offset,
@@ -116,7 +118,7 @@ impl UnwindRow {
     }
 
     /// Everything but the pc: two adjacent rows with the same key can be merged.
-    fn key(&self) -> (u16, i8, u8) {
+    fn key(&self) -> (u32, i8, u8) {
         (self.cfa_offset, self.rbp_offset, self.rule)
     }
 }
@@ -567,7 +569,7 @@ where
                 REG_RBP => CfaRule::Rbp,
                 _ => return unsupported,
             };
-            match u16::try_from(*offset) {
+            match u32::try_from(*offset) {
                 Ok(off) => (rule, off),
                 Err(_) => return unsupported,
             }
@@ -577,7 +579,7 @@ where
                 return unsupported;
             };
             match classify_cfa_expression(expr.0.slice()) {
-                ExprClass::Plt(t) => (CfaRule::Plt, u16::from(t)),
+                ExprClass::Plt(t) => (CfaRule::Plt, u32::from(t)),
                 // The ucontext holds everything, so the return address rule is irrelevant.
                 ExprClass::Signal => {
                     return UnwindRow::new(0, CfaRule::Signal, 0, RbpRule::Same, 0);
@@ -880,7 +882,7 @@ mod tests {
     struct Expected {
         loc: u64,
         cfa: CfaRule,
-        cfa_offset: u16,
+        cfa_offset: u32,
         rbp: RbpRule,
         rbp_offset: i8,
     }
@@ -946,12 +948,12 @@ mod tests {
                     continue;
                 }
             }
-            let Ok(off16) = u16::try_from(off) else {
+            let Ok(off32) = u32::try_from(off) else {
                 e.cfa = CfaRule::Unsupported;
                 result.push(e);
                 continue;
             };
-            e.cfa_offset = off16;
+            e.cfa_offset = off32;
             match col("rbp") {
                 None | Some("u") | Some("s") => {}
                 Some(v) => match v.strip_prefix("c").and_then(|n| n.parse::<i64>().ok()) {
@@ -1015,7 +1017,7 @@ mod tests {
 
     #[test]
     fn row_layout_and_accessors() {
-        assert_eq!(size_of::<UnwindRow>(), 8);
+        assert_eq!(size_of::<UnwindRow>(), 12);
         assert_eq!(align_of::<UnwindRow>(), 4);
         let r = UnwindRow::new(0x1234, CfaRule::Rbp, 16, RbpRule::AtCfa, -2);
         assert_eq!(r.cfa_rule(), CfaRule::Rbp);

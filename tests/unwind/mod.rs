@@ -7,6 +7,8 @@ use emberd::profile::Profile;
 
 use crate::common::*;
 
+mod busy;
+
 /// gcc flags of the workloads here: optimized, no frame pointers.
 const NO_FP: &[&str] = &["-g", "-O2", "-fomit-frame-pointer"];
 
