@@ -455,6 +455,101 @@ fn unwind_item() -> Item {
     }
 }
 
+/// Whether the unwind-table budget holds what runs here: the tables of
+/// every executable file running processes map now, built and packed as
+/// the daemon would, against `unwind_table_budget_mib`; and, when a daemon
+/// answers at the configured address, what it holds and what it refused
+/// or evicted in the last minute.
+fn unwind_tables_item(raw: &crate::daemon::config::RawConfig) -> Item {
+    let budget = raw
+        .unwind_table_budget_mib
+        .map_or_else(crate::unwind::defaults::table_budget_bytes, |m| m << 20);
+    let d = crate::unwind::host_demand(budget);
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let mut detail = format!(
+        "the {} files running programs map need {:.1} MiB of unwind tables; the budget is {} MiB (unwind_table_budget_mib); largest: {}",
+        d.files,
+        mib(d.bytes),
+        budget >> 20,
+        d.largest
+            .iter()
+            .map(|(n, b)| format!("{n} {:.1} MiB", mib(*b)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut short = d.bytes > budget;
+    if !d.over_share.is_empty() {
+        short = true;
+        detail += &format!(
+            "; over a quarter of the budget each (left to frame pointers): {}",
+            d.over_share.join(", ")
+        );
+    }
+    if let Some(m) = daemon_metrics(raw) {
+        let g = |what: &str| metric_value(&m, &format!("emberd_unwind_tables{{map=\"{what}\"}}"));
+        let (refused, evicted, waiting) = (
+            g("refused_last_minute"),
+            g("evicted_last_minute"),
+            g("files_without_room"),
+        );
+        short |= refused > 0.0 || waiting > 0.0;
+        detail += &format!(
+            "; the running daemon holds {:.1} MiB in {} files, refused {refused} and evicted {evicted} tables in the last minute, {waiting} files wait for room",
+            mib(g("bytes") as u64),
+            g("files"),
+        );
+    }
+    if short {
+        let want = (d.bytes + d.bytes / 4).max(budget + (8 << 20)) >> 20;
+        detail += &format!(
+            "; the budget is too small for this host: set unwind_table_budget_mib = {want} (kernel memory, allocated at start)"
+        );
+    }
+    detail += &format!(" ({} ms)", d.time.as_millis());
+    Item {
+        what: "unwind tables",
+        status: if short { Status::Degraded } else { Status::Ok },
+        detail,
+    }
+}
+
+/// The value of the sample `name` (with its labels) in a `/metrics` text; 0
+/// when absent.
+fn metric_value(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The `/metrics` text of a daemon listening where `raw` says (TCP), with
+/// its token when one is set and readable; `None` when none answers.
+fn daemon_metrics(raw: &crate::daemon::config::RawConfig) -> Option<String> {
+    use std::io::{Read, Write};
+    let listen = raw
+        .listen
+        .clone()
+        .unwrap_or_else(|| crate::daemon::config::defaults::LISTEN.to_owned());
+    let addr: std::net::SocketAddr = listen.parse().ok()?;
+    let mut s =
+        std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(3)))
+        .ok()?;
+    let token = raw
+        .auth_token_file
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|t| t.lines().next().map(str::to_owned));
+    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {listen}\r\n{auth}\r\n").ok()?;
+    let mut body = Vec::new();
+    s.take(16 << 20).read_to_end(&mut body).ok()?;
+    let text = String::from_utf8_lossy(&body);
+    let (head, rest) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200")
+        .then(|| rest.to_owned())
+        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| rest.to_owned()))
+}
+
 /// Who may read the profiles a daemon with these settings serves: every
 /// local user (no token, TCP), or those who can read the token file or the
 /// Unix socket.
@@ -604,6 +699,7 @@ pub fn command(config: Option<&std::path::Path>) -> anyhow::Result<std::process:
         Ok(raw) => {
             items.push(access(&raw));
             items.extend(destinations(&raw));
+            items.push(unwind_tables_item(&raw));
         }
         Err(e) => items.push(Item {
             what: "who reads profiles",

@@ -327,7 +327,7 @@ impl Metrics {
         let unwind_gauges = Family::<MapLabel, Gauge>::default();
         registry.register(
             "unwind_tables",
-            "Unwind tables in the BPF row array (map=files|rows|bytes|budget_bytes|processes|files_without_room|rules): rows are 4-byte words; files_without_room are mapped files whose table found no room (their stacks end in [unwind error: table budget full: FILE]); rules are the distinct rules rows name",
+            "Unwind tables in the BPF row array (map=files|rows|bytes|budget_bytes|processes|files_without_room|rules|refused_last_minute|evicted_last_minute): rows are 4-byte words; files_without_room are mapped files whose table found no room (their stacks end in [unwind error: table budget full: FILE]); rules are the distinct rules rows name",
             unwind_gauges.clone(),
         );
         let unwind_counts = Family::<MissLabel, Counter>::default();
@@ -833,6 +833,8 @@ impl Metrics {
             ("processes", stats.processes),
             ("files_without_room", stats.no_room_files),
             ("rules", stats.rules),
+            ("refused_last_minute", stats.refused_last_minute),
+            ("evicted_last_minute", stats.evicted_last_minute),
         ] {
             self.unwind_gauges
                 .get_or_create(&MapLabel { map: what.into() })

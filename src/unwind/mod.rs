@@ -309,6 +309,41 @@ pub struct UnwindStats {
     pub rules: u64,
     /// The largest tables held: (file name, bytes), largest first.
     pub largest: Vec<(String, u64)>,
+    /// Tables refused for room (budget full, or over a file's share) in
+    /// the last minute.
+    pub refused_last_minute: u64,
+    /// Tables evicted or taken back in the last minute.
+    pub evicted_last_minute: u64,
+}
+
+/// What happened to a table lately, for the last minute's figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lately {
+    Refused,
+    Evicted,
+}
+
+/// Table refusals and evictions of the last minute (at most
+/// [`RECENT_MAX`] remembered).
+#[derive(Debug, Default)]
+struct Recent(VecDeque<(Instant, Lately)>);
+
+const RECENT_MAX: usize = 4096;
+
+impl Recent {
+    fn note(&mut self, what: Lately) {
+        if self.0.len() >= RECENT_MAX {
+            self.0.pop_front();
+        }
+        self.0.push_back((Instant::now(), what));
+    }
+
+    fn count(&self, what: Lately) -> u64 {
+        self.0
+            .iter()
+            .filter(|(at, w)| *w == what && at.elapsed() < Duration::from_secs(60))
+            .count() as u64
+    }
 }
 
 /// What emberd does with a Python process's frames (`emberd check`,
@@ -368,6 +403,7 @@ pub struct Unwinder {
     infos_map: MapHandle,
     /// The most words one table may take ([`defaults::FILE_SHARE`]).
     share_words: u32,
+    recent: Recent,
 }
 
 /// The builder thread's queue: tables sampled processes wait for first.
@@ -547,6 +583,7 @@ impl Unwinder {
             rules: packed::Rules::default(),
             infos_map: maps.infos,
             share_words,
+            recent: Recent::default(),
         }
     }
 
@@ -583,6 +620,8 @@ impl Unwinder {
         largest.sort_by_key(|e| std::cmp::Reverse(e.1));
         largest.truncate(5);
         s.largest = largest;
+        s.refused_last_minute = self.recent.count(Lately::Refused);
+        s.evicted_last_minute = self.recent.count(Lately::Evicted);
         s
     }
 
@@ -917,6 +956,7 @@ impl Unwinder {
             Err(e) => {
                 let state = if e.is_over_share() {
                     self.stats.over_share += 1;
+                    self.recent.note(Lately::Refused);
                     tracing::warn!(
                         "unwind table of {name} is over a quarter of the table budget ({e}): left to frame pointers; raise unwind_table_budget_mib"
                     );
@@ -988,6 +1028,7 @@ impl Unwinder {
             Err(e) => {
                 tracing::warn!("unwind table of {name} not packed: {e}");
                 self.stats.budget_refused += 1;
+                self.recent.note(Lately::Refused);
                 return TableState::NoRoom { words: 0 };
             }
         };
@@ -995,6 +1036,7 @@ impl Unwinder {
         let len = words.len() as u32;
         if len > self.share_words {
             self.stats.over_share += 1;
+            self.recent.note(Lately::Refused);
             tracing::warn!(
                 "unwind table of {name} ({} KiB) is over a quarter of the table budget: left to frame pointers; raise unwind_table_budget_mib",
                 len / 256
@@ -1025,6 +1067,7 @@ impl Unwinder {
             }
             None => {
                 self.stats.budget_refused += 1;
+                self.recent.note(Lately::Refused);
                 if was_waiting {
                     tracing::debug!("unwind table budget still full for {name}");
                 } else {
@@ -1295,6 +1338,7 @@ impl Unwinder {
         if let Some(e) = self.tables.get(&id) {
             tracing::debug!("unwind table of {} taken back: {why}", e.name);
         }
+        self.recent.note(Lately::Evicted);
         for (&tid, e) in self.tables.iter_mut() {
             if matches!(e.state, TableState::Ready { start: s, .. } if s == start) {
                 e.state = TableState::NoRoom { words: len };
@@ -1355,6 +1399,7 @@ impl Unwinder {
             }
         }
         self.stats.evicted += 1;
+        self.recent.note(Lately::Evicted);
     }
 
     fn release_rows(&mut self, start: u32, len: u32) {
@@ -2048,4 +2093,87 @@ pub fn self_report() -> Vec<Result<FileTableReport, String>> {
             })
         })
         .collect()
+}
+
+/// The unwind tables of what runs on this host now, as `emberd check`
+/// reports them against a budget.
+#[derive(Debug, Clone, Default)]
+pub struct HostDemand {
+    /// Distinct executable files mapped by running processes, with a table.
+    pub files: usize,
+    /// Bytes their packed tables take.
+    pub bytes: u64,
+    /// The largest: (file name, bytes), largest first.
+    pub largest: Vec<(String, u64)>,
+    /// Files whose table is over a file's share of the budget.
+    pub over_share: Vec<String>,
+    /// Files that could not be read (gone, not ELF).
+    pub unreadable: usize,
+    /// Time spent building them.
+    pub time: Duration,
+}
+
+/// Builds the table of every distinct executable file that a running
+/// process maps (once each, by device and inode), packed as the daemon
+/// would, and sums them against `budget_bytes`.
+pub fn host_demand(budget_bytes: u64) -> HostDemand {
+    let started = Instant::now();
+    let share_rows = (budget_bytes / 4 / u64::from(defaults::FILE_SHARE)) as usize;
+    let mut rules = packed::Rules::default();
+    let mut seen = HashSet::new();
+    let mut d = HostDemand::default();
+    let mut sizes = Vec::new();
+    let Ok(procs) = procfs::process::all_processes() else {
+        return d;
+    };
+    for p in procs.flatten() {
+        let pid = p.pid();
+        let Ok(maps) = p.maps() else { continue };
+        for m in maps {
+            if !m.perms.contains(procfs::process::MMPermissions::EXECUTE) {
+                continue;
+            }
+            let MMapPath::Path(path) = &m.pathname else {
+                continue;
+            };
+            if m.inode == 0 || !seen.insert((m.dev, m.inode)) {
+                continue;
+            }
+            let name = path.file_name().map_or_else(
+                || path.display().to_string(),
+                |n| {
+                    n.to_string_lossy()
+                        .trim_end_matches(" (deleted)")
+                        .to_owned()
+                },
+            );
+            let via = PathBuf::from(format!(
+                "/proc/{pid}/map_files/{:x}-{:x}",
+                m.address.0, m.address.1
+            ));
+            let Ok(bytes) = read_capped(&via).or_else(|_| read_capped(path)) else {
+                d.unreadable += 1;
+                continue;
+            };
+            match build(&bytes, share_rows) {
+                Ok((t, _)) if !t.rows.is_empty() => {
+                    let words = packed::pack(&t.rows, &mut rules).map_or(0, |w| w.len());
+                    if words > share_rows {
+                        d.over_share.push(name.clone());
+                    }
+                    sizes.push((name, words as u64 * 4));
+                }
+                Ok(_) => {}
+                Err(e) if e.is_over_share() => d.over_share.push(name),
+                Err(_) => d.unreadable += 1,
+            }
+        }
+    }
+    d.files = sizes.len();
+    d.bytes = sizes.iter().map(|(_, b)| b).sum();
+    sizes.sort_by_key(|e| std::cmp::Reverse(e.1));
+    sizes.truncate(5);
+    d.largest = sizes;
+    d.time = started.elapsed();
+    d
 }
