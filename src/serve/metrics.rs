@@ -169,6 +169,7 @@ pub struct Metrics {
     unwind_frames: Family<MethodLabel, Counter>,
     unwind_gauges: Family<MapLabel, Gauge>,
     unwind_counts: Family<MissLabel, Counter>,
+    unwind_build_seconds: Counter<f64, AtomicU64>,
     last_unwind: Mutex<LastUnwind>,
     pushes: Family<PushLabel, Counter>,
     push_bytes: Family<DestinationLabel, Counter>,
@@ -336,6 +337,12 @@ impl Metrics {
             "Unwind-table work: builds, failures (corrupt or unreadable files), files refused unread (not ELF, sections over the cap), files without CFI, corrupt FDEs skipped, budget refusals (budget_refused; over_file_share: one table over a quarter of the budget), evictions (evicted: no process maps it; table_evicted_cold: its processes had not run for 30 s; table_evicted_for_share), tables built again once room was made (no_room_retried), mappings dropped",
             unwind_counts.clone(),
         );
+        let unwind_build_seconds = Counter::<f64, AtomicU64>::default();
+        registry.register(
+            "unwind_table_build_seconds",
+            "Time the builder thread spent compiling unwind tables",
+            unwind_build_seconds.clone(),
+        );
         let perf_map_refused = Family::<MissLabel, Counter>::default();
         registry.register(
             "perf_maps_refused",
@@ -451,6 +458,7 @@ impl Metrics {
             unwind_frames,
             unwind_gauges,
             unwind_counts,
+            unwind_build_seconds,
             last_unwind: Mutex::new(LastUnwind::default()),
             pushes,
             push_bytes,
@@ -878,6 +886,8 @@ impl Metrics {
                 })
                 .inc_by(n.saturating_sub(prev));
         }
+        self.unwind_build_seconds
+            .inc_by(stats.build_time.saturating_sub(p.build_time).as_secs_f64());
         *last = LastUnwind {
             cpu: *cpu,
             events: events.copied().unwrap_or_default(),
