@@ -250,6 +250,9 @@ impl Pipeline {
             None => EventsDrain::default(),
         };
         let raw_events = drained.events;
+        // Threads that blocked ran too: their tables are kept as sampled ones.
+        self.unwinder
+            .note_sampled(raw_events.iter().map(|e| e.sample.pid));
         let keys = drain.samples.len();
         tracing::debug!("drained {} cpu keys, {} event keys", keys, raw_events.len());
         Ok(Batch {
