@@ -441,7 +441,7 @@ enum emberd_event_counter {
 	ECOUNTER_WAKEUPS,          /* sched_waking calls seen */
 	ECOUNTER_PAGEFAULTS,       /* page-fault samples seen */
 	ECOUNTER_BLOCKED_FULL,     /* blocked-thread table full: an off-CPU period is lost */
-	ECOUNTER_COUNTS_FULL,      /* event counts map full: an event is lost */
+	ECOUNTER_COUNTS_FULL,      /* off-CPU counts buffer full: an off-CPU period is lost (other kinds below) */
 	ECOUNTER_STACK_LOST,       /* stack collision or full stack map */
 	ECOUNTER_SAMPLED_OUT,      /* off-CPU periods skipped by the 1-in-N sampling knob */
 	ECOUNTER_NEW_PROCESS_DROPPED, /* new_tgids full: a process's maps are read late */
@@ -465,6 +465,9 @@ enum emberd_event_counter {
 	ECOUNTER_STACK_SHARE,      /* a new stack refused: its user holds their share of event_stacks */
 	ECOUNTER_DROPPED_FULL,     /* an event the counts map could not take, lost: the dropped map was full too */
 	ECOUNTER_BLOCKED_SHARE,    /* bounded form: a thread's off-CPU state refused, its user holds their share of blocked_by_tid: a period is lost */
+	ECOUNTER_WAKEUP_COUNTS_FULL, /* wake counts buffer full: a wakeup is lost */
+	ECOUNTER_OFFWAKE_COUNTS_FULL, /* wake counts buffer full: an off-wake chain is lost */
+	ECOUNTER_OTHER_COUNTS_FULL, /* counts buffer full: a page fault, block I/O or memory event is lost */
 	ECOUNTER_MAX,
 };
 
@@ -489,7 +492,7 @@ struct events_config {
 	__u8 _pad2[3];
 	__u64 malloc_sample_bytes; /* mean bytes between malloc samples (0: every allocation) */
 	__u64 stack_share;       /* stacks one user may hold in event_stacks (0: no limit) */
-	__u64 drain_at;          /* keys in a counts buffer at which the agent is woken to drain */
+	__u64 drain_at;          /* keys in a counts buffer (either pair) at which the agent is woken to drain */
 	__u32 thread_size;       /* the kernel's THREAD_SIZE (bytes; 0: EMBERD_THREAD_SIZE) */
 	__u32 py_code_share;     /* py_codes records one user other than root may hold (0: no limit) */
 	__u32 blocked_share;     /* bounded form: blocked_by_tid entries one user other than root may hold (0: no limit) */

@@ -81,15 +81,27 @@ const volatile struct events_config config = {
 };
 
 /* max_entries of these maps are set by the agent before load. */
-/* Two buffers, as in profile.bpf.c: the agent flips `active_buffer` and
+/*
+ * Two buffers, as in profile.bpf.c: the agent flips `active_buffer` and
  * drains the other one once the runs that read the old value are done, so
- * no add lands on an element the drain is deleting. */
+ * no add lands on an element the drain is deleting.
+ *
+ * Wakeups and off-wake chains have a pair of buffers of their own
+ * (wake_counts), flipped with event_counts. Their keys carry the waker's
+ * stacks as well, so a pool whose threads wake each other at many depths
+ * makes them by the tens of thousands a second: 32 Python threads blocking
+ * on pipes and napping at random depths up to 80 made ~10,000 wake keys
+ * per drain against ~150 off-CPU keys (issue 43). In one buffer they
+ * filled it while the agent was naming the last drain, and off-CPU periods
+ * were dropped with them. Here they can only fill their own.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct event_key);
 	__type(value, __u64); /* ns, or page faults */
-} event_counts0 SEC(".maps"), event_counts1 SEC(".maps");
+} event_counts0 SEC(".maps"), event_counts1 SEC(".maps"),
+  wake_counts0 SEC(".maps"), wake_counts1 SEC(".maps");
 
 /*
  * What a full counts buffer cannot take, by thread only (no stacks), drawn
@@ -122,6 +134,8 @@ volatile __u64 writers[2] = {};
  * `config.drain_at` the agent is woken to drain before the drain is due
  * (see notify_drain). */
 volatile __u64 inserted[2] = {};
+/* The same for the wake buffers. */
+volatile __u64 wake_inserted[2] = {};
 
 /* Stacks by hash (bpf/unwind.h); max_entries set by the agent. */
 struct {
@@ -483,9 +497,10 @@ static __always_inline void notify_drain(void)
 	bpf_ringbuf_output(&new_tgids, &now, sizeof(now), 0);
 }
 
-/* Adds `value` under `key` in `counts`; 0 when the map is full. `b` is the
- * buffer, for the fill count. */
-static __always_inline int add_to(void *counts, struct event_key *key, __u64 value, __u32 b)
+/* Adds `value` under `key` in `counts`; 0 when the map is full. `fill`
+ * counts the buffer's keys (inserted[b] or wake_inserted[b]). */
+static __always_inline int add_to(void *counts, struct event_key *key, __u64 value,
+				  volatile __u64 *fill)
 {
 	__u64 *v = bpf_map_lookup_elem(counts, key);
 
@@ -500,8 +515,8 @@ static __always_inline int add_to(void *counts, struct event_key *key, __u64 val
 		 * run (the verifier reads every instruction first): add, then
 		 * read. Inserts racing in between step over drain_at, so the
 		 * next few inserts notify too; the agent takes notices as one. */
-		__sync_fetch_and_add(&inserted[b & 1], 1);
-		n = inserted[b & 1];
+		__sync_fetch_and_add(fill, 1);
+		n = *fill;
 		if (n >= config.drain_at && n < config.drain_at + 8)
 			notify_drain();
 		return 1;
@@ -521,7 +536,14 @@ static __always_inline void add_dropped(void *dropped, struct event_key *full, _
 	struct event_key *key = bpf_map_lookup_elem(&dropped_scratch, &zero);
 	__u64 *v;
 
-	ecount(ECOUNTER_COUNTS_FULL);
+	if (full->event == EVENT_OFFCPU)
+		ecount(ECOUNTER_COUNTS_FULL);
+	else if (full->event == EVENT_WAKEUP)
+		ecount(ECOUNTER_WAKEUP_COUNTS_FULL);
+	else if (full->event == EVENT_OFFWAKE)
+		ecount(ECOUNTER_OFFWAKE_COUNTS_FULL);
+	else
+		ecount(ECOUNTER_OTHER_COUNTS_FULL);
 	if (!key)
 		return;
 	*key = *full;
@@ -548,16 +570,28 @@ static __always_inline void add_dropped(void *dropped, struct event_key *full, _
 		ecount(ECOUNTER_DROPPED_FULL);
 }
 
-/* Adds to the active buffer. */
+/* Adds to the active buffer of the key's pair (wake_counts or
+ * event_counts); what it cannot take goes to the dropped map, by thread.
+ * Each map named at its own call: a helper's map is a constant. */
 static __always_inline void add(struct event_key *key, __u64 value)
 {
 	__u32 b = begin_write(&active_buffer, writers);
+	int wake = key->event == EVENT_WAKEUP || key->event == EVENT_OFFWAKE;
+	int added;
 
 	if (b == 0) {
-		if (!add_to(&event_counts0, key, value, 0))
+		if (wake)
+			added = add_to(&wake_counts0, key, value, &wake_inserted[0]);
+		else
+			added = add_to(&event_counts0, key, value, &inserted[0]);
+		if (!added)
 			add_dropped(&event_dropped0, key, value);
 	} else {
-		if (!add_to(&event_counts1, key, value, 1))
+		if (wake)
+			added = add_to(&wake_counts1, key, value, &wake_inserted[1]);
+		else
+			added = add_to(&event_counts1, key, value, &inserted[1]);
+		if (!added)
 			add_dropped(&event_dropped1, key, value);
 	}
 	__sync_fetch_and_add(&writers[b], -1);

@@ -165,8 +165,10 @@ pub struct EventOptions {
     /// Entries of `event_stacks` (stacks of blocked threads and wakers);
     /// one user may hold at most half of them (see `bpf/events.bpf.c`).
     pub stack_entries: u32,
-    /// Entries of each of the two counts buffers; the agent is woken to
-    /// drain one once it is half full.
+    /// Entries of each counts buffer: two for off-CPU time and the other
+    /// events, two more for wakeups and off-wake chains (see
+    /// `wake_counts` in `bpf/events.bpf.c`); the agent is woken to drain
+    /// once one is half full.
     pub counts_entries: u32,
 }
 
@@ -433,8 +435,16 @@ pub struct EventCounters {
     pub pagefaults: u64,
     /// Off-CPU periods lost to a full blocked-thread table.
     pub blocked_full: u64,
-    /// Events lost to a full counts map.
+    /// Off-CPU periods lost to a full counts buffer (kept by thread as
+    /// `[dropped: counts map full]`).
     pub counts_full: u64,
+    /// Wakeups lost to a full wake counts buffer.
+    pub wakeup_counts_full: u64,
+    /// Off-wake chains lost to a full wake counts buffer.
+    pub offwake_counts_full: u64,
+    /// Page-fault, block I/O and memory events lost to a full counts
+    /// buffer.
+    pub other_counts_full: u64,
     /// Stacks lost (collision or full map).
     pub stacks_lost: u64,
     /// Switch-outs skipped by `sample_one_in`.
@@ -492,6 +502,41 @@ pub struct EventCounters {
     pub heap_ring_full: u64,
 }
 
+/// Keys the agent's early aggregate (see [`EventSampler::drain_early`])
+/// holds at most, per entry of one counts buffer: 2, about 4 MiB at the
+/// 16384 entries of the default buffers (an entry is a 104-byte key, its
+/// value and the table's overhead). Past that the collector drains in
+/// full at once, as it did before the aggregate.
+pub const EARLY_ENTRIES_PER_BUFFER: usize = 2;
+
+/// An `event_key` compared and hashed by its bytes (the generated type
+/// has neither).
+#[derive(Clone, Copy)]
+struct EventKeyBytes(types::event_key);
+
+impl EventKeyBytes {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: event_key is plain old data (src/bpf.rs), and every key
+        // here came from the kernel whole, padding included (the programs
+        // zero their scratch key before filling it).
+        unsafe { plain::as_bytes(&self.0) }
+    }
+}
+
+impl PartialEq for EventKeyBytes {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes() == other.bytes()
+    }
+}
+
+impl Eq for EventKeyBytes {}
+
+impl std::hash::Hash for EventKeyBytes {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.bytes().hash(state);
+    }
+}
+
 /// The loaded events programs. Dropping detaches and unloads them.
 pub struct EventSampler {
     skel: EventsSkel<'static>,
@@ -513,6 +558,8 @@ pub struct EventSampler {
     hooks: Hooks,
     malloc: super::malloc::MallocProbes,
     heap_ring: Option<super::malloc::HeapRing>,
+    /// Counts taken by early drains, by key, until the next full drain.
+    early: HashMap<EventKeyBytes, u64>,
 }
 
 impl fmt::Debug for EventSampler {
@@ -615,7 +662,12 @@ fn load(
         .event_stacks
         .set_max_entries(options.stack_entries.max(64))
         .map_err(|source| CollectError::LoadEvents { source })?;
-    for map in [&mut open.maps.event_counts0, &mut open.maps.event_counts1] {
+    for map in [
+        &mut open.maps.event_counts0,
+        &mut open.maps.event_counts1,
+        &mut open.maps.wake_counts0,
+        &mut open.maps.wake_counts1,
+    ] {
         map.set_max_entries(counts)
             .map_err(|source| CollectError::LoadEvents { source })?;
     }
@@ -954,6 +1006,7 @@ impl EventSampler {
             hooks,
             malloc: super::malloc::MallocProbes::default(),
             heap_ring,
+            early: HashMap::new(),
         })
     }
 
@@ -1021,7 +1074,7 @@ impl EventSampler {
     /// Cumulative counters, summed over CPUs.
     pub fn counters(&self) -> Result<EventCounters, CollectError> {
         let map = &self.skel.maps.event_counters;
-        let mut v = [0u64; 28];
+        let mut v = [0u64; 31];
         super::percpu_sums(map, "event_counters", &mut v)?;
         Ok(EventCounters {
             switches: v[0],
@@ -1052,6 +1105,9 @@ impl EventSampler {
             stacks_over_share: v[25],
             dropped_full: v[26],
             blocked_over_share: v[27],
+            wakeup_counts_full: v[28],
+            offwake_counts_full: v[29],
+            other_counts_full: v[30],
             blocked_swept: self.blocked_swept,
             missing_at_drain: self.missing_stacks,
         })
@@ -1072,6 +1128,59 @@ impl EventSampler {
         })
     }
 
+    /// Flips the counts buffers and empties the old ones: counts, wake
+    /// counts, and what they could not take (by thread, with the label the
+    /// programs gave it).
+    fn take_buffers(&mut self) -> Result<Vec<(types::event_key, u64)>, CollectError> {
+        let bss = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .expect("events.bpf.c has a .bss");
+        let old = super::flip_buffer(&mut bss.active_buffer, &bss.writers);
+        // The runs writing the old buffer are done (flip_buffer waited).
+        bss.inserted[old as usize & 1] = 0;
+        bss.wake_inserted[old as usize & 1] = 0;
+        let maps = &self.skel.maps;
+        let (counts, wake, dropped) = if old == 0 {
+            (
+                &maps.event_counts0,
+                &maps.wake_counts0,
+                &maps.event_dropped0,
+            )
+        } else {
+            (
+                &maps.event_counts1,
+                &maps.wake_counts1,
+                &maps.event_dropped1,
+            )
+        };
+        let mut entries: Vec<(types::event_key, u64)> =
+            super::drain_counts(counts, "event_counts")?;
+        for (map, name) in [(wake, "wake_counts"), (dropped, "event_dropped")] {
+            entries.extend(super::drain_counts::<types::event_key>(map, name)?);
+        }
+        Ok(entries)
+    }
+
+    /// Empties the kernel's counts buffers into the agent's early
+    /// aggregate, to be named and stored with the next [`Self::drain`]:
+    /// for a buffer filling faster than the drain interval (the programs
+    /// ask through `EMBERD_DRAIN_NOW`). A copy and a merge by key, no
+    /// stacks read or named, so the kernel's buffers empty in milliseconds
+    /// however slow the naming, and a key seen in several early drains is
+    /// named and stored once. False once the aggregate holds
+    /// [`EARLY_ENTRIES_PER_BUFFER`] times a buffer's entries: the caller
+    /// then drains in full.
+    pub fn drain_early(&mut self) -> Result<bool, CollectError> {
+        for (k, v) in self.take_buffers()? {
+            *self.early.entry(EventKeyBytes(k)).or_insert(0) += v;
+        }
+        let cap = EARLY_ENTRIES_PER_BUFFER * self.options.counts_entries.max(16) as usize;
+        Ok(self.early.len() < cap)
+    }
+
     /// Empties the counts map and the heap ring buffer.
     pub fn drain(&mut self) -> Result<EventsDrain, CollectError> {
         // Ring records first: an alloc's stack is stamped in use when it is
@@ -1084,29 +1193,12 @@ impl EventSampler {
         if !exited.is_empty() {
             self.forget_heap_of(&exited);
         }
-        let bss = self
-            .skel
-            .maps
-            .bss_data
-            .as_deref_mut()
-            .expect("events.bpf.c has a .bss");
-        let old = super::flip_buffer(&mut bss.active_buffer, &bss.writers);
-        // The runs writing the old buffer are done (flip_buffer waited).
-        bss.inserted[old as usize & 1] = 0;
+        let mut entries = self.take_buffers()?;
+        if !self.early.is_empty() {
+            tracing::debug!("{} event keys from early drains", self.early.len());
+        }
+        entries.extend(self.early.drain().map(|(k, v)| (k.0, v)));
         let maps = &self.skel.maps;
-        let (counts, dropped) = if old == 0 {
-            (&maps.event_counts0, &maps.event_dropped0)
-        } else {
-            (&maps.event_counts1, &maps.event_dropped1)
-        };
-        let mut entries: Vec<(types::event_key, u64)> =
-            super::drain_counts(counts, "event_counts")?;
-        // What the full buffer could not take, by thread, with the label
-        // the programs gave it.
-        entries.extend(super::drain_counts::<types::event_key>(
-            dropped,
-            "event_dropped",
-        )?);
         let mut stacks: HashMap<u64, RawStack> = HashMap::new();
         let missing = &mut self.missing_stacks;
         // A stored key the map no longer has is drawn as [lost] and counted.

@@ -74,7 +74,8 @@ pub struct Pipeline {
     new_processes: NewProcessRing,
     last_refresh: Instant,
     events_drain_failures: u64,
-    /// When the last drain started.
+    /// When the last drain started, or the last early drain of the
+    /// events' buffers.
     last_drain: Instant,
 }
 
@@ -199,14 +200,25 @@ impl Pipeline {
             if now >= until || stop.load(Ordering::SeqCst) {
                 break;
             }
-            // The events' counts buffer is half full: drain now, or as soon
-            // as MIN_EARLY_DRAIN has passed (the request stays until then).
+            // The events' counts buffer is half full: empty it now, or as
+            // soon as MIN_EARLY_DRAIN has passed (the request stays until
+            // then), into the agent's aggregate, named and stored with the
+            // drain when it is due; a full drain now once that aggregate
+            // is full (or the early drain failed).
             let asked = self.new_processes.drain_requested();
             let since = now.duration_since(self.last_drain);
             if asked && since >= MIN_EARLY_DRAIN {
                 self.new_processes.take_drain_request();
-                early = true;
-                break;
+                self.last_drain = now;
+                let room = self
+                    .events
+                    .as_mut()
+                    .is_some_and(|e| e.drain_early().unwrap_or(false));
+                if !room {
+                    early = true;
+                    break;
+                }
+                continue;
             }
             // Until the drain, or the next notice; sooner while new
             // processes are re-read or their tables built.

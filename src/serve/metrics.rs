@@ -631,9 +631,21 @@ impl Metrics {
                 reason: "blocked_state_of_gone_thread_swept".into(),
             })
             .inc_by(c.blocked_swept.saturating_sub(p.blocked_swept));
-        self.dropped
-            .get_or_create(&ev("counts_map_full"))
-            .inc_by(c.counts_full.saturating_sub(p.counts_full));
+        // By the kind of event lost: off-CPU periods, and the wake events
+        // that have buffers of their own.
+        for (event, now, prev) in [
+            ("offcpu", c.counts_full, p.counts_full),
+            ("wakeup", c.wakeup_counts_full, p.wakeup_counts_full),
+            ("offwake", c.offwake_counts_full, p.offwake_counts_full),
+            ("events", c.other_counts_full, p.other_counts_full),
+        ] {
+            self.dropped
+                .get_or_create(&ReasonLabel {
+                    event: event.into(),
+                    reason: "counts_map_full".into(),
+                })
+                .inc_by(now.saturating_sub(prev));
+        }
         for (reason, now, prev) in [
             ("one_in_n", c.sampled_out, p.sampled_out),
             (

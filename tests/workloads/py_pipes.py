@@ -6,7 +6,12 @@ Writes to argv[4] (if given), summed over the worker threads from start
 to stop, in us: wall time minus CPU time (time off CPU, an upper bound of
 what a profiler charges), and of that the time spent runnable waiting for a
 CPU (/proc/self/task/TID/schedstat), which a profiler counting only
-blocked states leaves out when the thread was preempted."""
+blocked states leaves out when the thread was preempted.
+
+With argv[5] (us, default 0), a thread that got its token also naps a
+random time up to that long before it calls back up: a pool whose workers
+block on a pipe and then sleep briefly, at the same random depths, tens
+of thousands of blocks a second across the pool (issue 43)."""
 
 import os
 import random
@@ -26,17 +31,20 @@ def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 32
     secs = float(sys.argv[2]) if len(sys.argv) > 2 else 10.0
     tokens = int(sys.argv[3]) if len(sys.argv) > 3 else 8
-    out = sys.argv[4] if len(sys.argv) > 4 else None
+    out = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] != "-" else None
+    nap = float(sys.argv[5]) / 1e6 if len(sys.argv) > 5 else 0.0
     pipes = [os.pipe() for _ in range(n)]
     until = time.monotonic() + secs
     blocked = [(0, 0)] * n
     start = threading.Barrier(n + 1)
 
-    def down(depth, me):
+    def down(depth, me, rng):
         if depth > 0:
-            return down(depth - 1, me) + 1
+            return down(depth - 1, me, rng) + 1
         os.write(pipes[(me + 1) % n][1], b"x")
         os.read(pipes[me][0], 1)
+        if nap:
+            time.sleep(rng.uniform(0, nap))
         return 0
 
     def worker(me):
@@ -44,7 +52,7 @@ def main():
         start.wait()
         wall0, (run0, wait0) = time.monotonic_ns(), schedstat()
         while time.monotonic() < until:
-            down(rng.randint(1, 80), me)
+            down(rng.randint(1, 80), me, rng)
         wall1, (run1, wait1) = time.monotonic_ns(), schedstat()
         blocked[me] = ((wall1 - wall0) - (run1 - run0), wait1 - wait0)
         # Keep the ring moving for the others until they stop too.
