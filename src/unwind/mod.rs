@@ -307,8 +307,6 @@ pub struct UnwindStats {
     pub no_room_files: u64,
     /// Distinct rules the packed rows name (of [`packed::MAX_RULES`]).
     pub rules: u64,
-    /// The largest tables held: (file name, bytes), largest first.
-    pub largest: Vec<(String, u64)>,
     /// Tables refused for room (budget full, or over a file's share) in
     /// the last minute.
     pub refused_last_minute: u64,
@@ -608,18 +606,6 @@ impl Unwinder {
             .filter(|e| e.refs > 0 && matches!(e.state, TableState::NoRoom { .. }))
             .count() as u64;
         s.rules = self.rules.len() as u64;
-        let mut largest: Vec<(String, u64)> = self
-            .tables
-            .iter()
-            .filter(|(id, e)| self.owns_rows(**id, e))
-            .filter_map(|(_, e)| match e.state {
-                TableState::Ready { len, .. } => Some((e.name.clone(), u64::from(len) * 4)),
-                _ => None,
-            })
-            .collect();
-        largest.sort_by_key(|e| std::cmp::Reverse(e.1));
-        largest.truncate(5);
-        s.largest = largest;
         s.refused_last_minute = self.recent.count(Lately::Refused);
         s.evicted_last_minute = self.recent.count(Lately::Evicted);
         s

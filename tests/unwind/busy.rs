@@ -88,6 +88,59 @@ fn read_log(d: &mut Daemon) -> std::thread::JoinHandle<String> {
     })
 }
 
+/// The long-running programs measured beside a load: a C chain built
+/// with Debian's flags (no frame pointers) and Debian's python3 running
+/// busy.py.
+struct Service {
+    c: Workload,
+    py: Workload,
+}
+
+/// What [`Service::figures`] found over a window.
+struct ServiceFigures {
+    /// The C chain's samples with main;level_a;level_b;level_c from the root.
+    c_whole: u64,
+    c_all: u64,
+    /// python3's samples with `<module>;outer` under the native root.
+    py_whole: u64,
+    py_all: u64,
+    cp: Profile,
+    pp: Profile,
+}
+
+impl Service {
+    /// Starts both, running `secs` seconds; `chain` is deep_chain built.
+    fn start(chain: &std::path::Path, secs: u32) -> Service {
+        Service {
+            c: Workload::spawn(Command::new(chain).arg(secs.to_string())),
+            py: Workload::spawn(
+                Command::new("/usr/bin/python3")
+                    .arg(workload("busy.py"))
+                    .arg(secs.to_string()),
+            ),
+        }
+    }
+
+    /// Their samples of the last `secs` seconds, whole and all.
+    fn figures(&self, d: &Daemon, secs: u64) -> ServiceFigures {
+        let of =
+            |pid: u32| parse_folded(&d.get(&format!("/folded?seconds={secs}&pid={pid}")).text());
+        let (cp, pp) = (of(self.c.pid()), of(self.py.pid()));
+        ServiceFigures {
+            c_whole: sum_where(&cp, |f| {
+                has_seq(f, &["main", "level_a", "level_b", "level_c"]) && reaches_root(f)
+            }),
+            c_all: sum_where(&cp, |_| true),
+            py_whole: sum_where(&pp, |f| {
+                has_seq(f, &["<module> (busy.py)", "outer (busy.py)"]) && reaches_root(f)
+            }),
+            py_all: sum_where(&pp, |_| true),
+            cp,
+            pp,
+        }
+    }
+}
+
 /// Whether a folded stack holds a marker: its walk did not reach the root.
 fn marked(f: &[&str]) -> bool {
     f.iter().any(|x| is_marker(x))
@@ -143,39 +196,26 @@ fn a_compile_beside_them_leaves_stacks_whole() {
     // Into the compile's crowd of rustc processes before these start.
     wait(8000);
     compile.still_running();
-    let cw = Workload::spawn(Command::new(&c).arg("40"));
-    let pw = Workload::spawn(
-        Command::new("/usr/bin/python3")
-            .arg(workload("busy.py"))
-            .arg("40"),
-    );
+    let service = Service::start(&c, 40);
     wait(5000);
     let started = Instant::now();
     wait(20_000);
     compile.still_running();
     let host = parse_folded(&d.get("/folded?seconds=20").text());
-    let cp = parse_folded(
-        &d.get(&format!("/folded?seconds=20&pid={}", cw.pid()))
-            .text(),
-    );
-    let pp = parse_folded(
-        &d.get(&format!("/folded?seconds=20&pid={}", pw.pid()))
-            .text(),
-    );
+    let s = service.figures(&d, 20);
     let after = d.get("/metrics").text();
     let taken = started.elapsed();
     drop(compile);
 
     let (host_whole, host_all) = whole_of(&host, |_| true);
     let (rustc_whole, rustc_all) = whole_of(&host, |c| c == "rustc");
-    let c_whole = sum_where(&cp, |f| {
-        has_seq(f, &["main", "level_a", "level_b", "level_c"]) && reaches_root(f)
-    });
-    let c_all = sum_where(&cp, |_| true);
-    let py_whole = sum_where(&pp, |f| {
-        has_seq(f, &["<module> (busy.py)", "outer (busy.py)"]) && reaches_root(f)
-    });
-    let py_all = sum_where(&pp, |_| true);
+    let ServiceFigures {
+        c_whole,
+        c_all,
+        py_whole,
+        py_all,
+        ..
+    } = s;
     let delta = |name: &str| metric(&after, name) - metric(&before, name);
     eprintln!(
         "{taken:?} of a compile: host {:.1}% of {host_all} samples whole, rustc {:.1}% of \
@@ -214,14 +254,14 @@ fn a_compile_beside_them_leaves_stacks_whole() {
         "{:.1}% of deep_chain's {c_all} samples whole (main;level_a;level_b;level_c from the \
          root), expected >= 99%:\n{}",
         pct(c_whole, c_all),
-        top(&cp, 6)
+        top(&s.cp, 6)
     );
     assert!(
         py_whole * 100 >= py_all * 99,
         "{:.1}% of python3's {py_all} samples whole (<module>;outer under the native root), \
          expected >= 99%:\n{}",
         pct(py_whole, py_all),
-        top(&pp, 6)
+        top(&s.pp, 6)
     );
 }
 
@@ -251,12 +291,7 @@ fn short_processes_of_big_binaries_leave_a_services_table_alone() {
         &[("EMBERD_LOG", "info,emberd::unwind=debug")],
     );
     let log = read_log(&mut d);
-    let cw = Workload::spawn(Command::new(&c).arg("40"));
-    let pw = Workload::spawn(
-        Command::new("/usr/bin/python3")
-            .arg(workload("busy.py"))
-            .arg("40"),
-    );
+    let service = Service::start(&c, 40);
     wait(3000);
     let before = d.get("/metrics").text();
     let dir = scratch().join("churn");
@@ -317,14 +352,7 @@ fn short_processes_of_big_binaries_leave_a_services_table_alone() {
     wait(1500);
     let secs = churned.as_secs().max(5);
     let after = d.get("/metrics").text();
-    let cp = parse_folded(
-        &d.get(&format!("/folded?seconds={secs}&pid={}", cw.pid()))
-            .text(),
-    );
-    let pp = parse_folded(
-        &d.get(&format!("/folded?seconds={secs}&pid={}", pw.pid()))
-            .text(),
-    );
+    let s = service.figures(&d, secs);
     let delta = |reason: &str| {
         metric(
             &after,
@@ -334,14 +362,13 @@ fn short_processes_of_big_binaries_leave_a_services_table_alone() {
             &format!("emberd_unwind_table_events_total{{reason=\"{reason}\"}}"),
         )
     };
-    let c_whole = sum_where(&cp, |f| {
-        has_seq(f, &["main", "level_a", "level_b", "level_c"]) && reaches_root(f)
-    });
-    let c_all = sum_where(&cp, |_| true);
-    let py_whole = sum_where(&pp, |f| {
-        has_seq(f, &["<module> (busy.py)", "outer (busy.py)"]) && reaches_root(f)
-    });
-    let py_all = sum_where(&pp, |_| true);
+    let ServiceFigures {
+        c_whole,
+        c_all,
+        py_whole,
+        py_all,
+        ..
+    } = s;
     d.terminate();
     let _ = d.child.wait();
     let log = log.join().unwrap();
@@ -370,8 +397,8 @@ fn short_processes_of_big_binaries_leave_a_services_table_alone() {
          back {service_taken} times\nservice stacks not whole:\n{}{}",
         pct(c_whole, c_all),
         pct(py_whole, py_all),
-        markers(&cp),
-        markers(&pp),
+        markers(&s.cp),
+        markers(&s.pp),
     );
     assert!(
         evicted >= 8.0,
@@ -391,13 +418,13 @@ fn short_processes_of_big_binaries_leave_a_services_table_alone() {
         c_all >= 300 && c_whole * 100 >= c_all * 99,
         "{:.1}% of deep_chain's {c_all} samples whole, expected >= 99%:\n{}",
         pct(c_whole, c_all),
-        top(&cp, 6)
+        top(&s.cp, 6)
     );
     assert!(
         py_all >= 300 && py_whole * 100 >= py_all * 99,
         "{:.1}% of python3's {py_all} samples whole, expected >= 99%:\n{}",
         pct(py_whole, py_all),
-        top(&pp, 6)
+        top(&s.pp, 6)
     );
 }
 
