@@ -1171,6 +1171,7 @@ impl Unwinder {
     /// never taken for another's.
     fn allocate(&mut self, want: TableId, len: u32) -> Option<u32> {
         let mut active: Option<HashMap<TableId, Instant>> = None;
+        let mut scanned = false;
         loop {
             if let Some((&start, &flen)) = self.free.iter().find(|&(_, &l)| l >= len) {
                 self.free.remove(&start);
@@ -1189,6 +1190,15 @@ impl Unwinder {
             if let Some(victim) = victim {
                 self.evict(victim);
                 continue;
+            }
+            // Exits are otherwise found every EXIT_SCAN: on a build host the
+            // compilers that ran in the last seconds would still hold their
+            // tables and the next one's be refused. Look before refusing.
+            if !scanned {
+                scanned = true;
+                if self.forget_gone() {
+                    continue;
+                }
             }
             let active = active.get_or_insert_with(|| self.active_tables());
             let want_hot = active
@@ -1541,18 +1551,28 @@ impl Unwinder {
         }
     }
 
-    fn forget_exited(&mut self) {
+    /// Forgets processes that have exited, releasing their tables: whether
+    /// one was. Removes no table, so a table being placed stays.
+    fn forget_gone(&mut self) -> bool {
         let gone: Vec<Pid> = self
             .processes
             .keys()
             .filter(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
             .copied()
             .collect();
+        let any = !gone.is_empty();
         for pid in gone {
             self.forget(pid);
         }
         self.refused
             .retain(|pid, _| std::path::Path::new(&format!("/proc/{pid}")).exists());
+        any
+    }
+
+    /// Forgets processes that have exited and evicts tables idle for
+    /// IDLE_TABLE.
+    fn forget_exited(&mut self) {
+        self.forget_gone();
         let idle: Vec<TableId> = self
             .tables
             .iter()

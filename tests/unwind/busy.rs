@@ -405,6 +405,11 @@ fn short_processes_of_big_binaries_leave_a_services_table_alone() {
         "16 copies' tables of 1.9 MB each cannot all stay in 8 MiB: only {evicted} evicted"
     );
     assert!(
+        refused <= 1.0,
+        "a copy's table waits for no room while copies that have exited hold it: \
+         {refused} budget refusals"
+    );
+    assert!(
         (16..=24).contains(&copy_builds),
         "each copy's table is built about once (16), not at each of its 3 runs (48): \
          {copy_builds} builds"
