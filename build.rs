@@ -34,6 +34,8 @@ fn main() {
         "new_process.h",
         "unwind.h",
         "python.h",
+        "walk.h",
+        "runtime.h",
         "memory.h",
         "blockio.h",
     ] {

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * CPython frames, read where the native walker (bpf/unwind.h) meets the
- * eval loop: one native `_PyEval_EvalFrameDefault` call runs a run of
+ * eval loop, which this runtime claims for the walk (bpf/walk.h) at
+ * py_begin; bpf/runtime.h calls py_begin, py_enter, py_emit and py_finish: one native `_PyEval_EvalFrameDefault` call runs a run of
  * Python frames (3.11 on: calls between Python functions do not recurse in
  * C), so that native frame is replaced by the frames of its run, leaf
  * first, read from the thread's own frame chain.
@@ -30,6 +31,68 @@
  */
 #ifndef EMBERD_PYTHON_H
 #define EMBERD_PYTHON_H
+
+#include <bpf/bpf_core_read.h>
+#include "walk.h"
+
+/* Bytes of a frame and of a code object read at once: every offset the
+ * layouts use is below these. */
+#define PY_FRAME_READ 80
+#define PY_CODE_READ 160
+#define PY_STR_READ 48
+
+/* Code objects remembered within one walk (recursion, a module's frames). */
+#define PY_WALK_SLOTS 8
+/* Entries of each CPU's cache of code records it found in py_codes. */
+#define PY_SEEN_SLOTS 64
+
+/* What one frame's reads fill, and the code record they write. */
+struct py_scratch {
+	__u8 frame[PY_FRAME_READ] __attribute__((aligned(8)));
+	__u8 code[PY_CODE_READ] __attribute__((aligned(8)));
+	__u8 qualname[PY_STR_READ] __attribute__((aligned(8)));
+	__u8 filename[PY_STR_READ] __attribute__((aligned(8)));
+	struct py_code rec;
+} __attribute__((aligned(8)));
+
+/* This runtime's part of a walk, per CPU. */
+struct py_walk {
+	__u8 state;   /* 0: no interpreter; 1: thread state not read yet; 2: read */
+	__u8 emitted; /* Python frames pushed for the current run */
+	__u8 failed;  /* a read failed: later eval-loop frames stay native */
+	__u8 _pad[5];
+	__u64 frame;  /* the next Python frame to push; 0: none */
+	__u32 frames; /* Python frames pushed by this walk */
+	__u32 _pad2;
+	struct py_proc proc; /* the process's interpreter, when state != 0 */
+	/* Code records this CPU found in py_codes lately: tgid << 40 |
+	 * fingerprint, and when. Kept across walks. */
+	__u64 seen[PY_SEEN_SLOTS];
+	__u64 seen_at[PY_SEEN_SLOTS];
+	/* This walk's code objects and their fingerprints: valid while
+	 * walk_code_gen equals the walk's gen. */
+	__u64 walk_code[PY_WALK_SLOTS];
+	__u64 walk_fp[PY_WALK_SLOTS];
+	__u64 walk_code_gen[PY_WALK_SLOTS];
+	__u64 walk_file; /* the last file name str this walk hashed */
+	__u64 walk_file_hash;
+	__u64 walk_file_gen;
+	struct py_scratch scratch; /* one lookup less a frame */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct py_walk);
+} py_walks SEC(".maps");
+
+static __always_inline struct py_walk *this_py_walk(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&py_walks, &zero);
+}
 
 /* PyBytesObject (3.11-3.13): ob_size at 16, the bytes at 32. */
 #define PY_BYTES_SIZE 16
@@ -132,7 +195,7 @@ static __always_inline int py_str_data(struct py_layout *l, __u8 *hdr, __u64 obj
 
 /* Copies what the agent needs to name a code object into py_codes, in the
  * walked thread's user's share. */
-static __always_inline void py_remember(struct unwind_state *st, struct py_scratch *sc,
+static __always_inline void py_remember(struct walk *w, struct py_scratch *sc,
 					struct py_layout *l, struct py_code_key *key,
 					__u64 qualname, __u64 filename, __u64 linetable)
 {
@@ -140,15 +203,15 @@ static __always_inline void py_remember(struct unwind_state *st, struct py_scrat
 	__u64 data = 0, len, n, *held = 0;
 	int kind;
 
-	if (config.py_code_share && st->uid != 0) {
-		held = uid_count(&py_codes_by_uid, st->uid);
+	if (config.py_code_share && w->uid != 0) {
+		held = uid_count(&py_codes_by_uid, w->uid);
 		if (held && *held >= config.py_code_share) {
 			ucount(UCOUNTER_PY_CODE_SHARE);
 			return;
 		}
 	}
-	rec->used = st->now;
-	rec->uid = st->uid;
+	rec->used = w->now;
+	rec->uid = w->uid;
 	rec->_pad = 0;
 
 	rec->firstlineno = PY_FIELD(sc->code, l->code_firstlineno, __u32);
@@ -221,22 +284,22 @@ static __always_inline __u64 py_mark(__u32 why)
  */
 __attribute__((noinline)) __u64 py_thread_frame(void)
 {
-	__u32 zero = 0;
-	struct unwind_state *st = bpf_map_lookup_elem(&unwind_states, &zero);
+	struct walk *w = this_walk();
+	struct py_walk *p = this_py_walk();
 	struct py_layout *l;
 	__u64 tstate = 0, frame = 0, cframe = 0;
 	__u32 tss[2] = {};
 
-	if (!st)
+	if (!w || !p)
 		return 0;
-	l = &st->py.layout;
-	if (bpf_probe_read_user(tss, sizeof(tss), (void *)st->py.tss_addr))
+	l = &p->proc.layout;
+	if (bpf_probe_read_user(tss, sizeof(tss), (void *)p->proc.tss_addr))
 		return py_mark(PY_MARK_NO_THREAD);
 	/* Py_tss_t: _is_initialized, then the pthread key. */
 	if (!tss[0] || tss[1] >= 32)
 		return py_mark(PY_MARK_BAD_KEY);
 	if (bpf_probe_read_user(&tstate, sizeof(tstate),
-				(void *)(st->fsbase + st->py.tls_specific + 16 * (__u64)tss[1] + 8)))
+				(void *)(w->fsbase + p->proc.tls_specific + 16 * (__u64)tss[1] + 8)))
 		return py_mark(PY_MARK_NO_THREAD);
 	if (!tstate)
 		return 0;
@@ -253,24 +316,37 @@ __attribute__((noinline)) __u64 py_thread_frame(void)
 	return frame;
 }
 
+/* Ends the run being pushed; with `failed`, Python is read no further in
+ * this walk: later eval-loop frames stay native. */
+static __always_inline void py_end_run(struct walk *w, struct py_walk *p, int failed)
+{
+	w->running = RUNTIME_NONE;
+	if (failed) {
+		p->frame = 0;
+		p->failed = 1;
+		walk_unclaim(w, RUNTIME_PYTHON);
+	}
+}
+
 /*
  * One frame of the run of Python frames replacing an eval-loop frame: reads
- * st->py_frame, pushes its slot (or skips the C-stack shim that ends the
- * run) and moves to the caller. Clears st->py_emitting when the run ends.
+ * p->frame, pushes its slot (or skips the C-stack shim that ends the run)
+ * and moves to the caller. Ends the run (w->running) when it is over.
  */
-static __always_inline void py_emit_one(struct unwind_state *st, struct stored_stack *s)
+static __always_inline void py_emit_one(struct walk *w, struct py_walk *p,
+					struct stored_stack *s)
 {
-	struct py_scratch *sc = &st->py_scratch;
-	struct py_layout *l = &st->py.layout;
+	struct py_scratch *sc = &p->scratch;
+	struct py_layout *l = &p->proc.layout;
 	struct py_code_key key = {};
 	__u64 frame, code, qualname, filename, linetable, instr, base, idx, h, prev;
 	__u64 file_hash = 0;
-	__u32 nr = st->nr, wslot;
+	__u32 nr = s->nr, wslot;
 	__u8 entry;
 
-	frame = st->py_frame;
+	frame = p->frame;
 	if (!frame) {
-		st->py_emitting = 0;
+		py_end_run(w, p, 0);
 		return;
 	}
 	if (bpf_probe_read_user(sc->frame, sizeof(sc->frame), (void *)frame)) {
@@ -281,21 +357,21 @@ static __always_inline void py_emit_one(struct unwind_state *st, struct stored_s
 	entry = PY_FIELD(sc->frame, l->frame_entry, __u8);
 	if (l->entry_is_owner && entry == PY_OWNED_BY_CSTACK) {
 		/* The shim below this run: the run is over. */
-		st->py_frame = prev;
-		st->py_emitting = 0;
-		if (!st->py_emitted) {
+		p->frame = prev;
+		py_end_run(w, p, 0);
+		if (!p->emitted) {
 			/* No Python frame in the run: keep the native frame. */
-			s->ips[nr & 127] = st->py_eval_pc;
-			st->nr = nr + 1;
+			s->ips[nr & 127] = w->replaced_pc;
+			s->nr = nr + 1;
 		}
 		return;
 	}
 	code = PY_FIELD(sc->frame, l->frame_code, __u64);
 	wslot = (code >> 4) & (PY_WALK_SLOTS - 1);
-	if (st->py_walk_code_gen[wslot] == st->walk_gen && st->py_walk_code[wslot] == code) {
+	if (p->walk_code_gen[wslot] == w->gen && p->walk_code[wslot] == code) {
 		/* Met earlier in this walk: the same live object (the frames on
 		 * a stack hold their code), so the same fingerprint. */
-		key.fingerprint = st->py_walk_fp[wslot];
+		key.fingerprint = p->walk_fp[wslot];
 		goto push;
 	}
 	if (bpf_probe_read_user(sc->code, sizeof(sc->code), (void *)code)) {
@@ -310,17 +386,17 @@ static __always_inline void py_emit_one(struct unwind_state *st, struct stored_s
 		goto fail;
 	}
 	/* A module's frames share its file name str: hashed once a walk. */
-	if (st->py_walk_file_gen == st->walk_gen && st->py_walk_file == filename) {
-		file_hash = st->py_walk_file_hash;
+	if (p->walk_file_gen == w->gen && p->walk_file == filename) {
+		file_hash = p->walk_file_hash;
 	} else {
 		if (bpf_probe_read_user(&file_hash, sizeof(file_hash),
 					(void *)(filename + l->str_hash))) {
 			s->ips[nr & 127] = py_mark(PY_MARK_CODE_READ);
 			goto fail;
 		}
-		st->py_walk_file = filename;
-		st->py_walk_file_hash = file_hash;
-		st->py_walk_file_gen = st->walk_gen;
+		p->walk_file = filename;
+		p->walk_file_hash = file_hash;
+		p->walk_file_gen = w->gen;
 	}
 	h = py_mix(0x243f6a8885a308d3ULL, code);
 	h = py_mix(h, qualname);
@@ -329,7 +405,7 @@ static __always_inline void py_emit_one(struct unwind_state *st, struct stored_s
 	h = py_mix(h, PY_FIELD(sc->code, l->code_firstlineno, __u32));
 	h = py_mix(h, PY_FIELD(sc->qualname, l->str_hash, __u64));
 	h = py_mix(h, file_hash);
-	key.tgid = st->tgid;
+	key.tgid = w->tgid;
 	key.fingerprint = h & EMBERD_PY_FP_MASK;
 	{
 		/* A record this CPU found (or wrote) in the last PY_SEEN_NS is
@@ -339,23 +415,23 @@ static __always_inline void py_emit_one(struct unwind_state *st, struct stored_s
 		__u32 slot = key.fingerprint & (PY_SEEN_SLOTS - 1);
 		__u64 tag = (__u64)key.tgid << EMBERD_PY_FP_BITS | key.fingerprint;
 
-		if (st->py_seen[slot] != tag || st->now - st->py_seen_at[slot] > PY_SEEN_NS) {
+		if (p->seen[slot] != tag || w->now - p->seen_at[slot] > PY_SEEN_NS) {
 			struct py_code *rec = bpf_map_lookup_elem(&py_codes, &key);
 
 			/* Met again: the agent keeps it (it collects records
 			 * unused for seconds). Written at most once per
 			 * PY_SEEN_NS per CPU. */
 			if (rec)
-				rec->used = st->now;
+				rec->used = w->now;
 			else
-				py_remember(st, sc, l, &key, qualname, filename, linetable);
-			st->py_seen[slot] = tag;
-			st->py_seen_at[slot] = st->now;
+				py_remember(w, sc, l, &key, qualname, filename, linetable);
+			p->seen[slot] = tag;
+			p->seen_at[slot] = w->now;
 		}
 	}
-	st->py_walk_code[wslot] = code;
-	st->py_walk_fp[wslot] = key.fingerprint;
-	st->py_walk_code_gen[wslot] = st->walk_gen;
+	p->walk_code[wslot] = code;
+	p->walk_fp[wslot] = key.fingerprint;
+	p->walk_code_gen[wslot] = w->gen;
 push:
 	instr = PY_FIELD(sc->frame, l->frame_instr, __u64);
 	base = code + l->code_adaptive;
@@ -363,22 +439,18 @@ push:
 	if (idx > EMBERD_PY_LASTI_MAX)
 		idx = EMBERD_PY_LASTI_MAX;
 	s->ips[nr & 127] = EMBERD_PY_FRAME | idx << EMBERD_PY_FP_BITS | key.fingerprint;
-	st->nr = nr + 1;
-	st->py_emitted = 1;
-	st->py_frames++;
-	st->py_frame = prev;
+	s->nr = nr + 1;
+	p->emitted = 1;
+	p->frames++;
+	p->frame = prev;
 	/* 3.11: the run's first frame says it is the entry. */
-	if (!l->entry_is_owner && entry)
-		st->py_emitting = 0;
-	else if (!prev)
-		st->py_emitting = 0;
+	if ((!l->entry_is_owner && entry) || !prev)
+		py_end_run(w, p, 0);
 	return;
 fail:
-	st->nr = nr + 1;
-	/* The chain cannot be trusted past here: later eval frames stay native. */
-	st->py_frame = 0;
-	st->py_failed = 1;
-	st->py_emitting = 0;
+	s->nr = nr + 1;
+	/* The chain cannot be trusted past here. */
+	py_end_run(w, p, 1);
 }
 
 /* Python frames pushed per step of the native walk's loop: the loop's
@@ -392,20 +464,101 @@ fail:
  */
 __attribute__((noinline)) int py_emit(void)
 {
-	__u32 zero = 0;
-	struct unwind_state *st = bpf_map_lookup_elem(&unwind_states, &zero);
-	struct stored_stack *s = bpf_map_lookup_elem(&stack_scratch, &zero);
+	struct walk *w = this_walk();
+	struct py_walk *p = this_py_walk();
+	struct stored_stack *s = scratch_stack();
 
-	if (!st || !s)
+	if (!w || !p || !s)
 		return 1;
 	for (int i = 0; i < PY_FRAMES_PER_STEP; i++) {
-		if (!st->py_emitting)
+		if (w->running != RUNTIME_PYTHON)
 			return 0;
-		if (st->nr >= EMBERD_MAX_STACK_DEPTH)
+		if (s->nr >= EMBERD_MAX_STACK_DEPTH)
 			return 1;
-		py_emit_one(st, s);
+		py_emit_one(w, p, s);
 	}
 	return 0;
+}
+
+/*
+ * A walk begins: whether the walked process runs a CPython this runtime
+ * reads (`py_procs`), looked up only when `listed` (the agent has read the
+ * process); if so its eval loop is claimed for the walk. Returns 1 when
+ * the walk needs the thread's TLS base (w->fsbase).
+ */
+static __always_inline int py_begin(struct walk *w, int listed)
+{
+	struct py_walk *p = this_py_walk();
+	struct py_proc *py;
+
+	if (!p)
+		return 0;
+	p->state = 0;
+	p->failed = 0;
+	p->frame = 0;
+	p->frames = 0;
+	if (!listed)
+		return 0;
+	py = bpf_map_lookup_elem(&py_procs, &w->tgid);
+	if (!py)
+		return 0;
+	p->proc = *py;
+	p->state = 1;
+	walk_claim(w, RUNTIME_PYTHON, py->eval_start, py->eval_end);
+	return 1;
+}
+
+/*
+ * The native walker met an eval-loop frame at `pc`: its Python frames
+ * replace it (pushed by the next steps through py_emit), then its caller
+ * is found as for any native frame. Returns 1 when the frame was taken (a
+ * run begun, or a marker pushed), 0 to push it as a native frame.
+ */
+static __always_inline int py_enter(struct walk *w, struct stored_stack *s, __u64 pc)
+{
+	struct py_walk *p = this_py_walk();
+
+	if (!p || p->failed)
+		return 0;
+	if (p->state == 1) {
+		__u64 f = py_thread_frame();
+
+		p->state = 2;
+		if ((f & EMBERD_TAG_MASK) == EMBERD_PY_MARK) {
+			py_end_run(w, p, 1);
+			s->ips[s->nr & 127] = f;
+			s->nr++;
+			return 1;
+		}
+		p->frame = f;
+	}
+	if (!p->frame)
+		return 0;
+	w->running = RUNTIME_PYTHON;
+	w->replaced_pc = pc;
+	p->emitted = 0;
+	return 1;
+}
+
+/*
+ * The walk ended `end`. Reaching its root with Python frames left over
+ * means some eval-loop call was not seen as one (its return address in
+ * code outside _PyEval_EvalFrameDefault's symbol, such as a .cold part),
+ * so runs may sit under the wrong native frames: say so at the root.
+ */
+static __always_inline void py_finish(struct walk *w, struct stored_stack *s, __u32 end)
+{
+	struct py_walk *p = this_py_walk();
+
+	if (!p || !p->state)
+		return;
+	if (p->state == 2 && !p->failed && p->frame && end == STACK_END_ROOT &&
+	    s->nr < EMBERD_MAX_STACK_DEPTH) {
+		s->ips[s->nr & 127] = py_mark(PY_MARK_LOOP);
+		s->nr++;
+	}
+	if (p->frames)
+		ucount_by(UCOUNTER_PY_FRAMES, p->frames);
 }
 
 #endif /* EMBERD_PYTHON_H */

@@ -23,13 +23,17 @@
  * whose first hash names another stack's entry is a collision, counted and
  * shown as [lost], never merged.
  *
- * Each including object gets its own `unwind_counters` (enum
- * unwind_counter), read by the agent per object.
+ * Frames of managed code (CPython) are the runtimes' (bpf/runtime.h): the
+ * walker hands them a frame in a range they claimed and pushes the frames
+ * they give instead. The stack being built, the walk the runtimes see and
+ * the counters are bpf/walk.h's.
  */
 #ifndef EMBERD_UNWIND_H
 #define EMBERD_UNWIND_H
 
 #include <bpf/bpf_core_read.h>
+#include "walk.h"
+#include "runtime.h"
 
 #ifndef EEXIST
 #define EEXIST 17
@@ -146,26 +150,6 @@ struct {
 	__type(value, __u32);
 } unwind_refresh_pending SEC(".maps");
 
-/* Bytes of a frame and of a code object read at once (bpf/python.h): every
- * offset the layouts use is below these. */
-#define PY_FRAME_READ 80
-#define PY_CODE_READ 160
-#define PY_STR_READ 48
-
-/* Code objects remembered within one walk (recursion, a module's frames). */
-#define PY_WALK_SLOTS 8
-/* Entries of each CPU's cache of code records it found in py_codes. */
-#define PY_SEEN_SLOTS 64
-
-/* What bpf/python.h reads of one frame, and the code record it writes. */
-struct py_scratch {
-	__u8 frame[PY_FRAME_READ] __attribute__((aligned(8)));
-	__u8 code[PY_CODE_READ] __attribute__((aligned(8)));
-	__u8 qualname[PY_STR_READ] __attribute__((aligned(8)));
-	__u8 filename[PY_STR_READ] __attribute__((aligned(8)));
-	struct py_code rec;
-} __attribute__((aligned(8)));
-
 /* Mappings found through bpf_find_vma kept per CPU (see unwind_state). */
 #define EMBERD_VMA_CACHE 4
 /* How long they are trusted: a table built meanwhile replaces them. */
@@ -176,18 +160,12 @@ struct unwind_state {
 	__u64 sp;
 	__u64 bp;
 	__u32 tgid;
-	__u32 nr;
 	__u32 end;
 	__u8 have_proc;  /* proc_unwind has this process */
 	__u8 guessed;    /* a frame-pointer step left a file whose table is not built */
 	__u8 exact_pc;   /* pc is where execution stopped, not a return address */
 	__u8 fp_from;    /* 0, or the UNWIND_MAP_* kind (+1) a frame-pointer step to this pc came from */
-	__u8 py_state;   /* 0: no interpreter; 1: thread state not read yet; 2: read */
-	__u8 py_emitting; /* pushing the Python frames of one eval-loop call (bpf/python.h) */
-	__u8 py_emitted; /* Python frames pushed for this call */
-	__u8 py_failed;  /* a read failed: later eval-loop frames stay native */
-	__u8 end_after_py; /* enum stack_end + 1: the walk ends once the Python run is pushed */
-	__u8 _pad[3];
+	__u8 _pad[4];
 	/* The mapping of the last pc found through bpf_find_vma and
 	 * file_tables (the agent had not listed it). */
 	struct unwind_mapping vm;
@@ -198,27 +176,6 @@ struct unwind_state {
 	__u32 vms_tgid;
 	__u32 vms_next;
 	__u64 vms_at;
-	__u64 py_frame;  /* the next Python frame to push; 0: none */
-	__u64 py_eval_pc; /* the eval-loop frame the run replaces */
-	__u64 fsbase;    /* the thread's TLS base (bpf/python.h) */
-	struct py_proc py; /* the process's interpreter, when py_state != 0 */
-	__u32 py_frames; /* Python frames pushed by this walk */
-	__u32 uid;       /* the walked (current) thread's real uid: whose share its code records count in */
-	__u64 now;       /* ns at the walk's start (bpf_ktime_get_ns) */
-	/* Code records this CPU found in py_codes lately (bpf/python.h):
-	 * tgid << 40 | fingerprint, and when. */
-	__u64 py_seen[PY_SEEN_SLOTS];
-	__u64 py_seen_at[PY_SEEN_SLOTS];
-	/* This walk's code objects and their fingerprints (bpf/python.h):
-	 * valid while py_walk_code_gen equals walk_gen. */
-	__u64 walk_gen;
-	__u64 py_walk_code[PY_WALK_SLOTS];
-	__u64 py_walk_fp[PY_WALK_SLOTS];
-	__u64 py_walk_code_gen[PY_WALK_SLOTS];
-	__u64 py_walk_file;      /* the last file name str this walk hashed */
-	__u64 py_walk_file_hash;
-	__u64 py_walk_file_gen;
-	struct py_scratch py_scratch; /* bpf/python.h's reads (one lookup less a frame) */
 };
 
 struct {
@@ -228,55 +185,6 @@ struct {
 	__type(value, struct unwind_state);
 } unwind_states SEC(".maps");
 
-/* Per-CPU buffer a stack is built in before it is stored. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct stored_stack);
-} stack_scratch SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, UCOUNTER_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} unwind_counters SEC(".maps");
-
-static __always_inline void ucount(__u32 which)
-{
-	__u64 *v = bpf_map_lookup_elem(&unwind_counters, &which);
-
-	if (v)
-		*v += 1;
-}
-
-/* The count map `map`'s counter of user `uid` (created at 0), or of
- * EMBERD_OTHER_UIDS when the map has no room for another user; 0 when
- * neither can be had. */
-static __always_inline __u64 *uid_count(void *map, __u32 uid)
-{
-	__u64 zero = 0, *n = bpf_map_lookup_elem(map, &uid);
-
-	if (n)
-		return n;
-	if (bpf_map_update_elem(map, &uid, &zero, BPF_NOEXIST) != 0)
-		uid = EMBERD_OTHER_UIDS;
-	n = bpf_map_lookup_elem(map, &uid);
-	if (n)
-		return n;
-	bpf_map_update_elem(map, &uid, &zero, BPF_NOEXIST);
-	return bpf_map_lookup_elem(map, &uid);
-}
-
-static __always_inline struct stored_stack *scratch_stack(void)
-{
-	__u32 zero = 0;
-
-	return bpf_map_lookup_elem(&stack_scratch, &zero);
-}
-
-#include "python.h"
 
 /*
  * The two searches are global functions: the verifier checks each once, on
@@ -497,12 +405,12 @@ static __always_inline __u32 fp_failure(__u32 fp_from, __u32 err)
 	return err;
 }
 
-static __always_inline long unwind_stop(struct unwind_state *st, __u32 end)
+static __always_inline long unwind_stop(struct walk *w, struct unwind_state *st, __u32 end)
 {
-	/* The eval-loop frame's caller could not be found: its Python frames
-	 * are still pushed, then the walk ends. */
-	if (st->py_emitting && end != STACK_END_TRUNCATED) {
-		st->end_after_py = end + 1;
+	/* The caller of the frame a runtime's run replaces could not be
+	 * found: the run is still pushed, then the walk ends. */
+	if (w->running && end != STACK_END_TRUNCATED) {
+		w->end_after = end + 1;
 		return 0;
 	}
 	st->end = end;
@@ -515,6 +423,7 @@ static __always_inline long unwind_step_in(const int form)
 	__u32 zero = 0;
 	struct unwind_state *st = bpf_map_lookup_elem(&unwind_states, &zero);
 	struct stored_stack *s = bpf_map_lookup_elem(&stack_scratch, &zero);
+	struct walk *w = this_walk();
 	struct unwind_mapping *m = 0;
 	struct proc_unwind *proc = 0;
 	int mi = -1, ri;
@@ -523,33 +432,33 @@ static __always_inline long unwind_step_in(const int form)
 	struct unwind_info *r = 0;
 	int fp = 1;
 
-	if (!st || !s)
+	if (!st || !s || !w)
 		return 1;
-	nr = st->nr;
+	nr = s->nr;
 	if (nr >= EMBERD_MAX_STACK_DEPTH)
-		return unwind_stop(st, STACK_END_TRUNCATED);
-	if (st->py_emitting) {
-		if (py_emit())
-			return unwind_stop(st, STACK_END_TRUNCATED);
+		return unwind_stop(w, st, STACK_END_TRUNCATED);
+	if (w->running) {
+		if (runtime_emit(w->running))
+			return unwind_stop(w, st, STACK_END_TRUNCATED);
 		return 0;
 	}
-	if (st->end_after_py) {
-		st->end = st->end_after_py - 1;
+	if (w->end_after) {
+		st->end = w->end_after - 1;
 		/* The marker of these ends names the file of the stack's last
-		 * native frame: here the eval loop's, which its Python frames
-		 * replaced; it goes back at the root. */
+		 * native frame: here the one a run replaced; it goes back at
+		 * the root. */
 		if (st->end == STACK_END_NO_INFO || st->end == STACK_END_BUDGET) {
-			s->ips[nr & 127] = st->py_eval_pc;
-			st->nr = nr + 1;
+			s->ips[nr & 127] = w->replaced_pc;
+			s->nr = nr + 1;
 		}
 		return 1;
 	}
 	if (st->pc == 0)
-		return unwind_stop(st, nr ? STACK_END_ROOT : STACK_END_ERR_READ);
+		return unwind_stop(w, st, nr ? STACK_END_ROOT : STACK_END_ERR_READ);
 	/* Below mmap_min_addr or above user space: not code, whatever the walk
 	 * read (frame pointers over a frameless binary read data as addresses). */
 	if (nr && (st->pc < 0x10000 || st->pc >= 0x800000000000ULL))
-		return unwind_stop(st, fp_failure(st->fp_from, STACK_END_ERR_PC));
+		return unwind_stop(w, st, fp_failure(st->fp_from, STACK_END_ERR_PC));
 	if (st->have_proc) {
 		mi = find_mapping(st->tgid, st->pc);
 		if (mi >= 0)
@@ -581,36 +490,21 @@ static __always_inline long unwind_step_in(const int form)
 		if (found == 1)
 			m = &st->vm;
 		else if (found == 0 && nr > 0)
-			return unwind_stop(st, fp_failure(st->fp_from, STACK_END_ERR_PC));
+			return unwind_stop(w, st, fp_failure(st->fp_from, STACK_END_ERR_PC));
 		else if (st->have_proc && nr > 0)
-			return unwind_stop(st, fp_failure(st->fp_from, STACK_END_ERR_PC));
+			return unwind_stop(w, st, fp_failure(st->fp_from, STACK_END_ERR_PC));
 	}
-	/* The interpreter's eval loop: its Python frames replace it (pushed
-	 * by the next steps, see bpf/python.h), then its caller is found as
-	 * for any native frame. */
-	if (st->py_state && !st->py_failed && st->pc >= st->py.eval_start &&
-	    st->pc < st->py.eval_end) {
-		if (st->py_state == 1) {
-			__u64 f = py_thread_frame();
+	/* Code a runtime claimed for this walk (CPython's eval loop): the
+	 * runtime may replace the frame by its own (bpf/runtime.h), pushed by
+	 * the next steps; its caller is then found as for any native frame. */
+	{
+		__u32 rt = walk_claimed(w, st->pc);
 
-			st->py_state = 2;
-			if ((f & EMBERD_TAG_MASK) == EMBERD_PY_MARK) {
-				st->py_failed = 1;
-				s->ips[nr & 127] = f;
-				st->nr = nr + 1;
-				goto pushed;
-			}
-			st->py_frame = f;
-		}
-		if (st->py_frame) {
-			st->py_emitting = 1;
-			st->py_emitted = 0;
-			st->py_eval_pc = st->pc;
+		if (rt && runtime_enter(w, s, rt, st->pc))
 			goto pushed;
-		}
 	}
 	s->ips[nr & 127] = st->pc;
-	st->nr = nr + 1;
+	s->nr = nr + 1;
 pushed:
 	st->fp_from = 0;
 
@@ -638,7 +532,7 @@ pushed:
 			break;
 		case CFA_RBP:
 			if (!st->bp)
-				return unwind_stop(st, STACK_END_ERR_UNSUPPORTED);
+				return unwind_stop(w, st, STACK_END_ERR_UNSUPPORTED);
 			cfa = st->bp + r->cfa_offset;
 			break;
 		case CFA_PLT:
@@ -650,9 +544,9 @@ pushed:
 
 			if (read_user_u64(st->sp + 160, &nsp) || read_user_u64(st->sp + 120, &nbp) ||
 			    read_user_u64(st->sp + 168, &nip))
-				return unwind_stop(st, STACK_END_ERR_READ);
+				return unwind_stop(w, st, STACK_END_ERR_READ);
 			if (nsp <= st->sp)
-				return unwind_stop(st, STACK_END_ERR_CFA);
+				return unwind_stop(w, st, STACK_END_ERR_CFA);
 			st->pc = nip;
 			st->sp = nsp;
 			st->bp = nbp;
@@ -660,21 +554,21 @@ pushed:
 			return 0;
 		}
 		case CFA_END:
-			return unwind_stop(st, STACK_END_ROOT);
+			return unwind_stop(w, st, STACK_END_ROOT);
 		case CFA_NONE:
-			return unwind_stop(st, STACK_END_ERR_NO_ROW);
+			return unwind_stop(w, st, STACK_END_ERR_NO_ROW);
 		default:
-			return unwind_stop(st, STACK_END_ERR_UNSUPPORTED);
+			return unwind_stop(w, st, STACK_END_ERR_UNSUPPORTED);
 		}
 		if (cfa <= st->sp)
-			return unwind_stop(st, STACK_END_ERR_CFA);
+			return unwind_stop(w, st, STACK_END_ERR_CFA);
 		if (read_user_u64(cfa - 8, &ra))
-			return unwind_stop(st, STACK_END_ERR_READ);
+			return unwind_stop(w, st, STACK_END_ERR_READ);
 		bp = st->bp;
 		switch (r->rule >> 4) {
 		case RBP_AT_CFA:
 			if (read_user_u64(cfa + (__s64)r->rbp_offset * 8, &saved))
-				return unwind_stop(st, STACK_END_ERR_READ);
+				return unwind_stop(w, st, STACK_END_ERR_READ);
 			bp = saved;
 			break;
 		case RBP_SAME:
@@ -691,12 +585,12 @@ pushed:
 		 * file with a table (clone3, _start), so a JIT frame without a
 		 * frame pointer ends the walk short of it, and says so. */
 		if (st->bp == 0)
-			return unwind_stop(st, kind == UNWIND_MAP_FP ? STACK_END_ERR_NO_FP
+			return unwind_stop(w, st, kind == UNWIND_MAP_FP ? STACK_END_ERR_NO_FP
 								      : fp_failure(kind + 1, STACK_END_ERR_CFA));
 		if (st->bp < st->sp)
-			return unwind_stop(st, fp_failure(kind + 1, STACK_END_ERR_CFA));
+			return unwind_stop(w, st, fp_failure(kind + 1, STACK_END_ERR_CFA));
 		if (read_user_u64(st->bp + 8, &ra) || read_user_u64(st->bp, &bp))
-			return unwind_stop(st, fp_failure(kind + 1, STACK_END_ERR_READ));
+			return unwind_stop(w, st, fp_failure(kind + 1, STACK_END_ERR_READ));
 		cfa = st->bp + 16;
 		st->fp_from = kind + 1;
 		if (kind == UNWIND_MAP_NOT_READY || !m)
@@ -850,9 +744,10 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 	__u32 zero = 0;
 	struct unwind_state *st = bpf_map_lookup_elem(&unwind_states, &zero);
 	struct stored_stack *s = scratch_stack();
+	struct walk *w = this_walk();
 	struct pt_regs___emberd *regs;
 
-	if (!st || !s || tgid == 0)
+	if (!st || !s || !w || tgid == 0)
 		return 0;
 	if (BPF_CORE_READ(task, flags) & EMBERD_PF_KTHREAD)
 		return 0;
@@ -871,7 +766,7 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 	if (config.bounded && !user_regs_plausible(regs, st->sp))
 		st->pc = 0;
 	st->tgid = tgid;
-	st->nr = 0;
+	s->nr = 0;
 	st->end = STACK_END_TRUNCATED;
 	st->exact_pc = 1;
 	st->fp_from = 0;
@@ -885,24 +780,18 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 			vma_cache_for(st, tgid, bpf_ktime_get_ns(), exec_ns);
 	}
 	st->guessed = 0;
-	st->py_state = 0;
-	st->py_emitting = 0;
-	st->py_failed = 0;
-	st->py_frame = 0;
-	st->end_after_py = 0;
-	st->py_frames = 0;
-	if (st->have_proc) {
-		struct py_proc *py = bpf_map_lookup_elem(&py_procs, &tgid);
-
-		if (py) {
-			st->py = *py;
-			st->py_state = 1;
-			st->now = bpf_ktime_get_ns();
-			/* unwind_user walks the current task (prev at sched_switch). */
-			st->uid = (__u32)bpf_get_current_uid_gid();
-			st->walk_gen++;
-			st->fsbase = BPF_CORE_READ(task, thread.fsbase);
-		}
+	w->tgid = tgid;
+	w->running = RUNTIME_NONE;
+	w->end_after = 0;
+	for (int i = 0; i < EMBERD_WALK_CLAIMS; i++)
+		w->claims[i].end = 0;
+	/* The runtimes read only processes the agent has listed. */
+	if (runtime_begin(w, st->have_proc)) {
+		w->now = bpf_ktime_get_ns();
+		/* unwind_user walks the current task (prev at sched_switch). */
+		w->uid = (__u32)bpf_get_current_uid_gid();
+		w->gen++;
+		w->fsbase = BPF_CORE_READ(task, thread.fsbase);
 	}
 	if (!st->have_proc)
 		ucount(UCOUNTER_NOT_READY);
@@ -914,16 +803,7 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 			if (unwind_step_bounded(i))
 				break;
 	}
-	/* The native walk reached its root with Python frames left over: some
-	 * eval-loop call was not seen as one (its return address in code
-	 * outside _PyEval_EvalFrameDefault's symbol, such as a .cold part), so
-	 * runs may sit under the wrong native frames. Say so at the root. */
-	if (st->py_state == 2 && !st->py_failed && st->py_frame && st->end == STACK_END_ROOT &&
-	    st->nr < EMBERD_MAX_STACK_DEPTH) {
-		s->ips[st->nr & 127] = py_mark(PY_MARK_LOOP);
-		st->nr++;
-	}
-	s->nr = st->nr;
+	runtime_finish(w, s, st->end);
 	s->end = st->end;
 	/* A frame-pointer step out of a file whose table is not built yet
 	 * proves nothing (rbp = 0 is no root in code built without frame
@@ -932,13 +812,6 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 	if (st->guessed && s->end != STACK_END_TRUNCATED)
 		s->end = STACK_END_NOT_READY;
 	ucount(UCOUNTER_WALKS);
-	if (st->py_frames) {
-		__u32 which = UCOUNTER_PY_FRAMES;
-		__u64 *v = bpf_map_lookup_elem(&unwind_counters, &which);
-
-		if (v)
-			*v += st->py_frames;
-	}
 	ucount(UCOUNTER_END_BASE + (s->end < STACK_END_MAX ? s->end : 0));
 	return s;
 }

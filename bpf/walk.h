@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * A user-stack walk as the runtimes see it: the stack being built, the
+ * walked thread, the counters. The bottom of the unwinder: bpf/unwind.h
+ * (the native walker), bpf/runtime.h (the dispatch to runtimes) and each
+ * runtime's header (bpf/python.h) include it, and it includes none of them.
+ *
+ * The stack being built is the per-CPU `stack_scratch`: its `nr` counts
+ * the frames pushed so far (native and runtime frames alike), its `ips`
+ * hold them, innermost first.
+ *
+ * A runtime replaces native frames by its own: when the native walker
+ * meets a pc in a range a runtime claimed for this walk (`struct walk`'s
+ * `claims`: CPython's eval loop), it hands the frame to that runtime
+ * (bpf/runtime.h), which may start a run (`running`): the walker's next
+ * steps push the run's frames, then go on with the native frame's caller.
+ */
+#ifndef EMBERD_WALK_H
+#define EMBERD_WALK_H
+
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "emberd.h"
+
+/* The runtimes a walk can hand frames to (bpf/runtime.h dispatches on it). */
+enum runtime_id {
+	RUNTIME_NONE = 0,
+	RUNTIME_PYTHON = 1, /* bpf/python.h */
+	RUNTIME_MAX,
+};
+
+/* Code ranges runtimes may claim in one walk. */
+#define EMBERD_WALK_CLAIMS 2
+
+/* A range of code whose frames a runtime replaces. */
+struct walk_claim {
+	__u64 start;
+	__u64 end;     /* 0: unused */
+	__u32 runtime; /* enum runtime_id */
+	__u32 _pad;
+};
+
+/* What every runtime may read and write of the walk under way. */
+struct walk {
+	__u32 tgid;
+	__u32 uid;         /* the walked (current) thread's real uid: whose share its records count in */
+	__u64 now;         /* ns at the walk's start (bpf_ktime_get_ns) */
+	__u64 gen;         /* this CPU's walks so far: tags a runtime's per-walk caches */
+	__u64 fsbase;      /* the thread's TLS base */
+	__u64 replaced_pc; /* the native frame the run being pushed replaces */
+	__u8 running;      /* enum runtime_id of the run being pushed; 0: none */
+	__u8 end_after;    /* enum stack_end + 1: the walk ends once the run is pushed */
+	__u8 _pad[6];
+	struct walk_claim claims[EMBERD_WALK_CLAIMS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct walk);
+} walks SEC(".maps");
+
+/* Per-CPU buffer a stack is built in before it is stored. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stored_stack);
+} stack_scratch SEC(".maps");
+
+/* Each including object gets its own (enum unwind_counter), read by the
+ * agent per object. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, UCOUNTER_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} unwind_counters SEC(".maps");
+
+static __always_inline void ucount_by(__u32 which, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&unwind_counters, &which);
+
+	if (v)
+		*v += n;
+}
+
+static __always_inline void ucount(__u32 which)
+{
+	ucount_by(which, 1);
+}
+
+/* The count map `map`'s counter of user `uid` (created at 0), or of
+ * EMBERD_OTHER_UIDS when the map has no room for another user; 0 when
+ * neither can be had. */
+static __always_inline __u64 *uid_count(void *map, __u32 uid)
+{
+	__u64 zero = 0, *n = bpf_map_lookup_elem(map, &uid);
+
+	if (n)
+		return n;
+	if (bpf_map_update_elem(map, &uid, &zero, BPF_NOEXIST) != 0)
+		uid = EMBERD_OTHER_UIDS;
+	n = bpf_map_lookup_elem(map, &uid);
+	if (n)
+		return n;
+	bpf_map_update_elem(map, &uid, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(map, &uid);
+}
+
+static __always_inline struct stored_stack *scratch_stack(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&stack_scratch, &zero);
+}
+
+static __always_inline struct walk *this_walk(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&walks, &zero);
+}
+
+/* Claims [start, end) for `runtime` in this walk: 0, or -1 when the walk
+ * has no room for another claim. */
+static __always_inline int walk_claim(struct walk *w, __u32 runtime, __u64 start, __u64 end)
+{
+	for (int i = 0; i < EMBERD_WALK_CLAIMS; i++) {
+		if (w->claims[i].end == 0) {
+			w->claims[i].start = start;
+			w->claims[i].end = end;
+			w->claims[i].runtime = runtime;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* Drops `runtime`'s claims: its later frames stay native. */
+static __always_inline void walk_unclaim(struct walk *w, __u32 runtime)
+{
+	for (int i = 0; i < EMBERD_WALK_CLAIMS; i++)
+		if (w->claims[i].runtime == runtime)
+			w->claims[i].end = 0;
+}
+
+/* The runtime that claimed `pc` in this walk, or RUNTIME_NONE. */
+static __always_inline __u32 walk_claimed(struct walk *w, __u64 pc)
+{
+	for (int i = 0; i < EMBERD_WALK_CLAIMS; i++)
+		if (w->claims[i].start <= pc && pc < w->claims[i].end)
+			return w->claims[i].runtime;
+	return RUNTIME_NONE;
+}
+
+#endif /* EMBERD_WALK_H */
