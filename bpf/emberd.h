@@ -212,12 +212,12 @@ struct proc_unwind {
 	struct unwind_mapping maps[EMBERD_MAX_MAPPINGS];
 };
 
-/* ---- interpreter frames (bpf/python.h; layouts from src/unwind/python.rs) ----
+/* ---- interpreter frames (bpf/python.h; layouts from src/runtime/python/) ----
  *
  * A stack's ips hold native addresses, or, where the native walker met an
  * interpreter's eval loop, the interpreted frames that call of the loop was
- * running, one slot each, tagged in the top byte (no user or kernel address
- * has these top bytes):
+ * running, one slot each, tagged in the top byte. Top bytes 0xe0-0xef are
+ * the runtimes' tags (bpf/runtime.h; no user or kernel address has them):
  *   EMBERD_PY_FRAME | instruction index << 40 | code fingerprint (40 bits)
  *   EMBERD_PY_MARK  | enum py_mark
  * The fingerprint names a `py_code` record (map py_codes, key tgid and
@@ -232,7 +232,7 @@ struct proc_unwind {
 #define EMBERD_PY_LASTI_MAX 0xffffULL
 
 /* Why Python frames are missing where an eval loop ran; keep in step with
- * `PyMark` in src/symbolize/python.rs. */
+ * `PyMark` in src/runtime/python/names.rs. */
 enum py_mark {
 	PY_MARK_NO_THREAD = 1,   /* the thread state could not be read */
 	PY_MARK_FRAME_READ = 2,  /* a frame could not be read */

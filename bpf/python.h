@@ -26,7 +26,7 @@
  *
  * Every read is a bpf_probe_read_user of a bounded size: a process that
  * scribbles over its interpreter gets marker frames, never more work.
- * Offsets are data (`struct py_layout`, from src/unwind/python.rs), so one
+ * Offsets are data (`struct py_layout`, from src/runtime/python/layout.rs), so one
  * program serves every supported version.
  */
 #ifndef EMBERD_PYTHON_H

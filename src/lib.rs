@@ -8,6 +8,7 @@ pub mod daemon;
 pub mod export;
 pub mod query;
 pub mod render;
+pub mod runtime;
 pub mod serve;
 pub mod shared;
 pub mod store;

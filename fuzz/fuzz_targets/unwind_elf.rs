@@ -55,7 +55,7 @@ fuzz_target!(|data: &[u8]| {
     // The interpreter check reads the same headers and `.dynsym` on its
     // own: within the file, whatever its header claims (a 4 KiB file
     // claiming 3,200 headers of 65,535 bytes once took 400 MiB here).
-    let (_, peak) = peak_of(|| emberd::unwind::python::inspect(&f.file));
+    let (_, peak) = peak_of(|| emberd::runtime::python::inspect(&f.file));
     check_bound("python::inspect", peak, data.len(), 2, 64 << 10);
     let (read, peak) = peak_of(|| emberd::unwind::read_capped(&f.path));
     check_bound("read_capped", peak, data.len(), 2, 64 << 10);

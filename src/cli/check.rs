@@ -387,7 +387,7 @@ fn memory_items(e: &crate::collect::events::EventSampler) -> Vec<Item> {
 /// reports rows, bytes and build time, as the daemon would for any process.
 /// The Python processes running now and whether their frames are read.
 fn python_item() -> Item {
-    let found = crate::unwind::python::scan_processes();
+    let found = crate::runtime::python::scan_processes();
     let readable = found.iter().filter(|p| p.native_reason.is_none()).count();
     let list: Vec<String> = found
         .iter()

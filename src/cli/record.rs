@@ -106,6 +106,8 @@ pub struct RecordOptions {
     pub duration: Duration,
     /// Sampler settings (frequency, pid filter, idle, map sizes).
     pub sampler: SamplerOptions,
+    /// The runtimes' settings (`--python`).
+    pub runtimes: crate::runtime::RuntimeOptions,
     /// The first frame of each stack.
     pub grouping: Grouping,
     /// Where to write, format by extension.
@@ -226,7 +228,11 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
         );
     }
     let asked = event_options(options.event, options.sampler.pid, &options.event_knobs);
-    let mut pipeline = Pipeline::start(options.sampler.clone(), asked.clone())?;
+    let mut pipeline = Pipeline::start(
+        options.sampler.clone(),
+        asked.clone(),
+        options.runtimes.clone(),
+    )?;
     // The daemon goes on without events its kernel cannot load; a record
     // of one such event would only write an empty profile.
     let on = |o: &EventOptions| {
@@ -607,7 +613,6 @@ pub fn run(args: RecordArgs) -> anyhow::Result<std::process::ExitCode> {
         counts_map_entries: args.counts_map_entries,
         unwind_rows: crate::daemon::config::unwind_rows(Some(args.unwind_table_budget_mib))?,
         unwind_tables: args.unwind_tables,
-        python: args.python,
         ..Default::default()
     };
     let options = RecordOptions {
@@ -618,6 +623,9 @@ pub fn run(args: RecordArgs) -> anyhow::Result<std::process::ExitCode> {
             10
         })),
         sampler,
+        runtimes: crate::runtime::RuntimeOptions {
+            python: args.python,
+        },
         grouping: args.group,
         output: args.output,
         event: args.event,

@@ -218,8 +218,6 @@ pub struct SamplerOptions {
     /// half of it for any one user but root;
     /// default [`defaults::PYTHON_CODE_ENTRIES`]).
     pub python_code_entries: u32,
-    /// Read Python frames (default true); false leaves interpreters native.
-    pub python: bool,
 }
 
 impl Default for SamplerOptions {
@@ -234,7 +232,6 @@ impl Default for SamplerOptions {
             unwind_processes: defaults::MAX_PROCESSES,
             unwind_tables: true,
             python_code_entries: defaults::PYTHON_CODE_ENTRIES,
-            python: true,
         }
     }
 }

@@ -219,7 +219,6 @@ fn sampler_options(config: &Config) -> SamplerOptions {
         counts_map_entries: config.counts_map_entries,
         unwind_rows: config.unwind_rows,
         unwind_processes: config.unwind_processes,
-        python: config.python,
         python_code_entries: config.python_code_entries,
         // Idle samples are kept in the store and left out at query time
         // unless `idle=1` asks for them.
@@ -236,6 +235,9 @@ fn start_collector(config: &Config, shared: Shared) -> anyhow::Result<CollectorT
     let setup = Setup {
         sampler: sampler_options(config),
         events: config.events.clone(),
+        runtimes: crate::runtime::RuntimeOptions {
+            python: config.python,
+        },
         symbolizer: config.symbolizer.clone(),
     };
     let (started_tx, started_rx) = std::sync::mpsc::channel();
@@ -402,6 +404,7 @@ const LIVE_PIDS_EVERY: u64 = 2;
 struct Setup {
     sampler: SamplerOptions,
     events: EventOptions,
+    runtimes: crate::runtime::RuntimeOptions,
     symbolizer: crate::symbolize::SymbolizerOptions,
 }
 
@@ -412,7 +415,12 @@ fn collect_loop(
     started: std::sync::mpsc::Sender<anyhow::Result<Vec<u32>>>,
 ) -> anyhow::Result<()> {
     let counts_entries = setup.sampler.counts_map_entries;
-    let pipeline = match Pipeline::start_with(setup.sampler, setup.events, setup.symbolizer) {
+    let pipeline = match Pipeline::start_with(
+        setup.sampler,
+        setup.events,
+        setup.runtimes,
+        setup.symbolizer,
+    ) {
         Ok(p) => {
             let _ = started.send(Ok(p.sampler().cpus().to_vec()));
             p
@@ -602,8 +610,8 @@ impl Collector {
             metrics.observe_python(
                 &cpu,
                 events.as_ref(),
-                &p.python_names(),
-                &p.python_processes(),
+                &p.runtime_names("python"),
+                &p.runtime_processes("python"),
             );
         }
         if let Ok(counters) = p.counters() {

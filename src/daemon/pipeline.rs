@@ -9,6 +9,7 @@ use crate::collect::events::{
 };
 use crate::collect::new_process::NewProcessRing;
 use crate::collect::{CollectError, Counters, CpuSampler, SamplerOptions, UnwindCounters};
+use crate::runtime::{NameStats, RuntimeOptions};
 use crate::symbolize::{Misses, SymbolizedSample, Symbolizer, SymbolizerOptions};
 use crate::unwind::{UnwindStats, Unwinder};
 
@@ -82,14 +83,19 @@ pub struct Pipeline {
 impl Pipeline {
     /// Loads and attaches the CPU sampler, and the events programs if any
     /// event is switched on.
-    pub fn start(options: SamplerOptions, events: EventOptions) -> Result<Self, CollectError> {
-        Self::start_with(options, events, SymbolizerOptions::default())
+    pub fn start(
+        options: SamplerOptions,
+        events: EventOptions,
+        runtimes: RuntimeOptions,
+    ) -> Result<Self, CollectError> {
+        Self::start_with(options, events, runtimes, SymbolizerOptions::default())
     }
 
     /// [`Pipeline::start`] with symbolizer options (perf-map bounds).
     pub fn start_with(
         options: SamplerOptions,
         events: EventOptions,
+        runtimes: RuntimeOptions,
         symbolizer: SymbolizerOptions,
     ) -> Result<Self, CollectError> {
         // Start the store clock before the first sample, so that every
@@ -107,8 +113,10 @@ impl Pipeline {
         // programs' load, a second or more, walking every stack without
         // tables: a third of a start-up's first 5 s beside 50 processes).
         // CPU sampling then starts at once; the events follow as they load.
+        let maps = sampler.unwind_maps()?;
         let mut unwinder = Unwinder::new(sampler.unwind_maps()?);
-        unwinder.set_python(sampler.options().python);
+        unwinder.set_runtimes(crate::runtime::start(&runtimes, &maps)?);
+        symbolizer.set_namers(crate::runtime::namers(&maps)?);
         if sampler.options().unwind_tables {
             // `record -p`: only its process (its first block after attach
             // was walked without tables before).
@@ -144,7 +152,6 @@ impl Pipeline {
             rings.push(e.new_tgids()?);
         }
         let new_processes = NewProcessRing::new(rings)?;
-        symbolizer.set_python_codes(sampler.unwind_maps()?.py_codes);
         let mut pipeline = Self {
             sampler,
             events,
@@ -376,22 +383,28 @@ impl Pipeline {
         self.symbolizer.cache_bytes()
     }
 
-    /// What naming Python frames found.
-    pub fn python_names(&self) -> crate::symbolize::python::PyNameStats {
-        self.symbolizer.python_stats()
+    /// What naming `runtime`'s frames found (zeros for a runtime not
+    /// running).
+    pub fn runtime_names(&self, runtime: &str) -> NameStats {
+        self.symbolizer
+            .runtime_stats()
+            .into_iter()
+            .find(|(r, _)| *r == runtime)
+            .map(|(_, s)| s)
+            .unwrap_or_default()
     }
 
-    /// Python processes by state: `unwound`, or why they stay native.
-    pub fn python_processes(&self) -> std::collections::BTreeMap<&'static str, u64> {
-        let mut out = std::collections::BTreeMap::new();
-        for (_, st) in self.unwinder.python_processes() {
-            let key = match st {
-                crate::unwind::PythonState::Unwound { .. } => "unwound",
-                crate::unwind::PythonState::Native { reason, .. } => reason,
-            };
-            *out.entry(key).or_default() += 1;
-        }
-        out
+    /// `runtime`'s processes by state: `unwound`, or why they stay native.
+    pub fn runtime_processes(
+        &self,
+        runtime: &str,
+    ) -> std::collections::BTreeMap<&'static str, u64> {
+        self.unwinder
+            .runtime_processes()
+            .into_iter()
+            .find(|(r, _)| *r == runtime)
+            .map(|(_, p)| p)
+            .unwrap_or_default()
     }
 
     /// Figures of the unwind tables.

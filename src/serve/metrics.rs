@@ -13,10 +13,11 @@ use prometheus_client::registry::Registry;
 
 use crate::collect::events::EventCounters;
 use crate::collect::{Counter as BpfCounter, Counters, StackEnd, UnwindCounters};
+use crate::runtime::NameStats;
+use crate::runtime::python::PyMark;
 use crate::store::StoreStats;
 use crate::store::heap::HeapStats;
 use crate::symbolize::Misses;
-use crate::symbolize::python::{PyMark, PyNameStats};
 use crate::unwind::UnwindStats;
 
 /// A label value: the names are fixed strings, borrowed, so updating a
@@ -163,7 +164,7 @@ pub struct Metrics {
     python_missing: Family<ReasonLabel, Counter>,
     python_names: Family<MissLabel, Counter>,
     python_processes: Family<MissLabel, Gauge>,
-    last_python: Mutex<(UnwindCounters, UnwindCounters, PyNameStats)>,
+    last_python: Mutex<(UnwindCounters, UnwindCounters, NameStats)>,
     memory: Family<MapLabel, Gauge>,
     last_faults: Mutex<[u64; 3]>,
     unwind_frames: Family<MethodLabel, Counter>,
@@ -913,7 +914,7 @@ impl Metrics {
         &self,
         cpu: &UnwindCounters,
         events: Option<&UnwindCounters>,
-        names: &PyNameStats,
+        names: &NameStats,
         processes: &std::collections::BTreeMap<&'static str, u64>,
     ) {
         let mut last = self.last_python.lock().unwrap_or_else(|e| e.into_inner());

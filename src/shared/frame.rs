@@ -19,7 +19,7 @@ pub enum FrameKind {
     Marker,
     /// A frame of the waker's stack in an off-wake chain (`_[w]`).
     Waker,
-    /// An interpreted Python frame, `qualname (file.py)` (see [`crate::symbolize::python`]).
+    /// An interpreted Python frame, `qualname (file.py)` (see [`crate::runtime::python::names`]).
     Python,
 }
 

@@ -126,6 +126,16 @@ fn read_code(maps: impl Read) -> std::io::Result<(Vec<MemoryMap>, bool)> {
     Ok((maps.into_iter().collect(), cut))
 }
 
+/// Whether `md` is the file a maps line names by device (major, minor)
+/// and inode.
+pub fn same_inode(md: &std::fs::Metadata, dev: (i32, i32), inode: u64) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (major, minor) = (libc::major(md.dev()), libc::minor(md.dev()));
+    md.ino() == inode
+        && i64::from(major) == i64::from(dev.0)
+        && i64::from(minor) == i64::from(dev.1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,6 @@ pub mod kallsyms;
 pub mod packed;
 pub mod perfmap;
 mod procmaps;
-pub mod python;
 mod symscan;
 pub mod symtab;
 pub mod untrusted;
@@ -36,6 +35,7 @@ use elf_worker::Reply;
 use kallsyms::KernelSymbols;
 
 use crate::collect::{RawSample, RawStack, StackEnd};
+use crate::runtime::{FrameNamer, NameStats};
 use crate::shared::{FastMap, FastSet};
 use crate::shared::{Pid, Tid};
 use perfmap::PerfMap;
@@ -179,7 +179,8 @@ pub struct CacheBytes {
     pub elf_symbols: usize,
     /// The kernel's symbol table.
     pub kernel_symbols: usize,
-    /// Python code objects named (their names and line tables).
+    /// The runtimes' code records named (CPython's code objects: their
+    /// names and line tables).
     pub python_codes: usize,
 }
 
@@ -304,8 +305,9 @@ pub const SPARE_FRAMES_CAPACITY: usize = 128;
 
 /// Names addresses of sampled stacks; keeps caches across drains.
 pub struct Symbolizer {
-    /// Names of Python frames (code records the BPF walker copied).
-    python: python::PythonNames,
+    /// Names of the runtimes' frames (CPython's: code records the BPF
+    /// walker copied).
+    namers: Vec<Box<dyn FrameNamer>>,
     snapshots: HashMap<Pid, MapsSnapshot>,
     /// Names of processes that have no snapshot (kernel threads have no
     /// mappings), read from `/proc/PID/comm` and trusted as long as a
@@ -389,7 +391,7 @@ impl Symbolizer {
             }
         };
         Self {
-            python: python::PythonNames::default(),
+            namers: Vec::new(),
             snapshots: HashMap::new(),
             comms: HashMap::new(),
             workloads: cgroup::Workloads::default(),
@@ -419,14 +421,17 @@ impl Symbolizer {
         }
     }
 
-    /// Names Python frames from the walker's code records (`py_codes`).
-    pub fn set_python_codes(&mut self, codes: libbpf_rs::MapHandle) {
-        self.python.set_map(codes);
+    /// Names the runtimes' tagged slots ([`crate::runtime::namers`]).
+    pub fn set_namers(&mut self, namers: Vec<Box<dyn FrameNamer>>) {
+        self.namers = namers;
     }
 
-    /// What naming Python frames found.
-    pub fn python_stats(&self) -> python::PyNameStats {
-        self.python.stats()
+    /// What naming each runtime's frames found.
+    pub fn runtime_stats(&self) -> Vec<(&'static str, NameStats)> {
+        self.namers
+            .iter()
+            .map(|n| (n.runtime(), n.stats()))
+            .collect()
     }
 
     /// Whether kernel addresses can be named.
@@ -447,7 +452,11 @@ impl Symbolizer {
             dwarf: self.dwarf_bytes,
             elf_symbols: self.symtab_bytes,
             kernel_symbols: self.kernel_symbols.as_ref().map_or(0, KernelSymbols::bytes),
-            python_codes: self.python.stats().cached_bytes as usize,
+            python_codes: self
+                .namers
+                .iter()
+                .map(|n| n.stats().cached_bytes as usize)
+                .sum(),
         }
     }
 
@@ -778,13 +787,15 @@ impl Symbolizer {
         let mut out = FastMap::with_capacity_and_hasher(addrs.len(), Default::default());
         // Interpreter frames are named from their code records, not maps.
         let mut addrs = addrs;
+        let namers = &mut self.namers;
         addrs.retain(|&a| {
-            if python::is_tagged(a) {
-                out.insert(a, self.python.name(pid, a));
-                false
-            } else {
-                true
+            if !crate::runtime::is_tagged(a) {
+                return true;
             }
+            if let Some(n) = namers.iter_mut().find(|n| n.claims(a)) {
+                out.insert(a, n.frames(pid, a));
+            }
+            false
         });
         // The maps read before while they cover every address and are not
         // too old; else fresh ones if the process lives, else those read
@@ -1070,7 +1081,9 @@ impl Symbolizer {
         self.snapshot_bytes = self.snapshots.values().map(|s| s.bytes).sum();
         self.comms
             .retain(|pid, (_, t)| *t >= listed || is_live(*pid));
-        self.python.forget_exited(&is_live);
+        for n in &mut self.namers {
+            n.forget_exited(&is_live);
+        }
     }
 
     fn evict_idle(&mut self, now: Instant) {
@@ -1193,7 +1206,7 @@ fn lookup_addrs(ips: &[u64]) -> impl Iterator<Item = u64> + '_ {
 
 /// Entry `i` of [`lookup_addrs`].
 fn lookup_addr(ips: &[u64], i: usize) -> u64 {
-    if i == 0 || python::is_tagged(ips[i]) {
+    if i == 0 || crate::runtime::is_tagged(ips[i]) {
         ips[i]
     } else {
         ips[i].saturating_sub(1)

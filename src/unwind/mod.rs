@@ -21,9 +21,7 @@
 //! [`defaults::IDLE_TABLE`]. Files larger than [`defaults::MAX_FILE_BYTES`]
 //! are not read.
 
-pub mod elf_header;
 pub mod packed;
-pub mod python;
 pub mod table;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -38,8 +36,9 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use procfs::process::{MMapPath, Process};
 
 use crate::collect::UnwindMaps;
+use crate::runtime::{Finding, Mapped, Runtime};
 use crate::shared::Pid;
-use elf_header::ElfHeader;
+use crate::shared::elf_header::{self, ElfHeader};
 use table::{ElfInfo, TableSource};
 
 /// Defaults and fixed bounds of the unwind stage.
@@ -177,7 +176,7 @@ enum TableState {
 struct TableEntry {
     name: String,
     /// What the file gives interpreter unwinding (CPython, glibc's TLS).
-    runtime: Option<python::FileRuntime>,
+    runtime: Option<Finding>,
     state: TableState,
     /// PT_LOAD segments, to turn runtime addresses into file addresses.
     loads: Vec<table::LoadSegment>,
@@ -245,7 +244,7 @@ enum BuildSource {
 /// What the builder thread answers.
 struct Built {
     id: TableId,
-    runtime: Option<python::FileRuntime>,
+    runtime: Option<Finding>,
     result: Result<(table::UnwindTable, ElfInfo), BuildError>,
     /// The file was refused for what it is (not ELF, sections too large).
     refused: bool,
@@ -344,31 +343,10 @@ impl Recent {
     }
 }
 
-/// What emberd does with a Python process's frames (`emberd check`,
-/// `/metrics`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PythonState {
-    /// Its Python frames are read and merged into its stacks.
-    Unwound {
-        /// The interpreter's version.
-        version: python::PyVersion,
-    },
-    /// Its stacks stay native (the eval loop shows as itself), and why.
-    Native {
-        /// The interpreter's version, when known.
-        version: Option<python::PyVersion>,
-        /// Why (also the `reason` label in `/metrics`).
-        reason: &'static str,
-    },
-}
-
 /// The unwind tables and process mappings of the BPF unwinder.
 pub struct Unwinder {
-    py_procs: MapHandle,
-    /// Read Python frames (false: every interpreter stays native).
-    python_enabled: bool,
-    /// Python processes seen, and what is done with their frames.
-    python: HashMap<Pid, PythonState>,
+    /// The runtimes (CPython) given each process's mappings.
+    runtimes: Vec<Box<dyn Runtime>>,
     rows: RowArray,
     free: BTreeMap<u32, u32>,
     procs_map: MapHandle,
@@ -555,9 +533,7 @@ impl Unwinder {
             ..Default::default()
         };
         Self {
-            py_procs: maps.py_procs,
-            python_enabled: true,
-            python: HashMap::new(),
+            runtimes: Vec::new(),
             rows,
             free,
             max_processes: maps.procs.max_entries() as usize,
@@ -585,15 +561,17 @@ impl Unwinder {
         }
     }
 
-    /// Whether Python frames are read (default true); false leaves every
-    /// interpreter's stacks native.
-    pub fn set_python(&mut self, enabled: bool) {
-        self.python_enabled = enabled;
+    /// The runtimes given each process's mappings ([`crate::runtime::start`]).
+    pub fn set_runtimes(&mut self, runtimes: Vec<Box<dyn Runtime>>) {
+        self.runtimes = runtimes;
     }
 
-    /// Python processes seen, and whether their frames are read.
-    pub fn python_processes(&self) -> impl Iterator<Item = (Pid, &PythonState)> {
-        self.python.iter().map(|(p, s)| (*p, s))
+    /// Each runtime's processes by state (`unwound`, or why native).
+    pub fn runtime_processes(&self) -> Vec<(&'static str, BTreeMap<&'static str, u64>)> {
+        self.runtimes
+            .iter()
+            .map(|r| (r.name(), r.processes()))
+            .collect()
     }
 
     /// Figures for `/metrics` and `emberd check`.
@@ -660,7 +638,7 @@ impl Unwinder {
                         Ok(md) => Some((md, map_file)),
                         Err(_) => std::fs::metadata(path)
                             .ok()
-                            .filter(|md| same_inode(md, m.dev, m.inode))
+                            .filter(|md| crate::shared::procmaps::same_inode(md, m.dev, m.inode))
                             .map(|md| (md, path.clone())),
                     };
                     found.map(|(md, source)| {
@@ -1490,8 +1468,8 @@ impl Unwinder {
             self.count_out(state.uid);
         }
         let _ = self.procs_map.delete(&pid.0.to_ne_bytes());
-        if self.python.remove(&pid).is_some() {
-            let _ = self.py_procs.delete(&pid.0.to_ne_bytes());
+        for r in &mut self.runtimes {
+            r.forget(pid);
         }
     }
 
@@ -1624,115 +1602,29 @@ impl Unwinder {
             self.stats.mappings_dropped += nr as u64;
             tracing::debug!("proc_unwind update for pid {pid} failed: {e}");
         }
-        self.upload_python(pid, state);
+        self.upload_runtimes(pid, state);
     }
 
-    /// Gives the BPF walker a Python process's interpreter (`py_procs`),
-    /// once the tables of its interpreter and libc are in.
-    fn upload_python(&mut self, pid: Pid, state: &ProcState) {
-        use python::FileRuntime;
-        let mut interp = None;
-        let mut unsupported = None;
-        let mut libc = None;
-        for m in &state.mappings {
-            let Some(e) = m.table.and_then(|t| self.tables.get(&t)) else {
-                continue;
-            };
-            match &e.runtime {
-                Some(FileRuntime::Python(p)) => {
-                    interp = Some((p.clone(), bias_of(&e.loads, m)));
-                }
-                Some(FileRuntime::UnsupportedPython { version, reason }) => {
-                    unsupported = Some(PythonState::Native {
-                        version: *version,
-                        reason,
-                    });
-                }
-                Some(FileRuntime::Libc { tls_specific }) => libc = Some(*tls_specific),
-                None => {}
-            }
+    /// Gives the runtimes the process's mappings whose files hold
+    /// something for one, once their tables are in.
+    fn upload_runtimes(&mut self, pid: Pid, state: &ProcState) {
+        if self.runtimes.is_empty() {
+            return;
         }
-        let key = pid.0.to_ne_bytes();
-        let new = match (interp, libc) {
-            (None, _) => unsupported,
-            (Some((p, _)), _) if !self.python_enabled => Some(PythonState::Native {
-                version: Some(p.version),
-                reason: "python unwinding off",
-            }),
-            (Some((p, None)), _) => Some(PythonState::Native {
-                version: Some(p.version),
-                reason: "interpreter's load address not found",
-            }),
-            (Some((p, _)), None) => Some(PythonState::Native {
-                version: Some(p.version),
-                reason: "libc's thread-specific data not found",
-            }),
-            (Some((p, _)), _) if !self.python_place_for(pid, state.uid) => {
-                Some(PythonState::Native {
-                    version: Some(p.version),
-                    reason: "user's share of Python processes",
-                })
-            }
-            (Some((p, Some(bias))), Some(tls)) => {
-                let mut v = [0u8; python::PY_PROC_BYTES];
-                let tss = p.runtime.wrapping_add(u64::from(p.layout.runtime_tss));
-                v[0..8].copy_from_slice(&p.eval.0.wrapping_add(bias).to_ne_bytes());
-                v[8..16].copy_from_slice(&p.eval.1.wrapping_add(bias).to_ne_bytes());
-                v[16..24].copy_from_slice(&tss.wrapping_add(bias).to_ne_bytes());
-                v[24..28].copy_from_slice(&tls.to_ne_bytes());
-                v[28..32].copy_from_slice(&p.version.0.to_ne_bytes());
-                v[32..].copy_from_slice(&p.layout.to_bytes());
-                match self.py_procs.update(&key, &v, MapFlags::ANY) {
-                    Ok(()) => Some(PythonState::Unwound { version: p.version }),
-                    Err(e) => {
-                        tracing::debug!("py_procs update for pid {pid} failed: {e}");
-                        Some(PythonState::Native {
-                            version: Some(p.version),
-                            reason: "too many Python processes",
-                        })
-                    }
-                }
-            }
-        };
-        match new {
-            Some(st) => {
-                if !matches!(st, PythonState::Unwound { .. }) {
-                    let _ = self.py_procs.delete(&key);
-                }
-                if self.python.get(&pid) != Some(&st) {
-                    tracing::debug!("python process {pid}: {st:?}");
-                }
-                self.python.insert(pid, st);
-            }
-            None => {
-                if self.python.remove(&pid).is_some() {
-                    let _ = self.py_procs.delete(&key);
-                }
-            }
-        }
-    }
-}
-
-impl Unwinder {
-    /// Whether `pid` (of user `uid`) may have a place in `py_procs`, which
-    /// every user's Python processes share: a user other than root holds
-    /// at most half of it (issue 41), so one user's thousands of
-    /// interpreters cannot leave another's unnamed. Linear in the Python
-    /// processes, once per upload of one.
-    fn python_place_for(&self, pid: Pid, uid: u32) -> bool {
-        if uid == 0 || matches!(self.python.get(&pid), Some(PythonState::Unwound { .. })) {
-            return true;
-        }
-        let share = (self.py_procs.max_entries() / 2).max(1) as usize;
-        let held = self
-            .python
+        let mapped: Vec<Mapped<'_>> = state
+            .mappings
             .iter()
-            .filter(|(q, st)| {
-                matches!(st, PythonState::Unwound { .. })
-                    && self.processes.get(q).is_some_and(|s| s.uid == uid)
+            .filter_map(|m| {
+                let e = self.tables.get(&m.table?)?;
+                Some(Mapped {
+                    finding: e.runtime.as_ref()?,
+                    bias: bias_of(&e.loads, m),
+                })
             })
-            .count();
-        held < share
+            .collect();
+        for r in &mut self.runtimes {
+            r.place(pid, state.uid, &mapped);
+        }
     }
 }
 
@@ -1754,15 +1646,6 @@ fn real_uid(pid: Pid) -> Option<u32> {
         .and_then(|rest| std::str::from_utf8(rest).ok())
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|u| u.parse().ok())
-}
-
-/// Whether `md` is the file a maps line names by device (major, minor)
-/// and inode.
-pub(crate) fn same_inode(md: &std::fs::Metadata, dev: (i32, i32), inode: u64) -> bool {
-    let (major, minor) = (libc::major(md.dev()), libc::minor(md.dev()));
-    md.ino() == inode
-        && i64::from(major) == i64::from(dev.0)
-        && i64::from(minor) == i64::from(dev.1)
 }
 
 /// runtime address - file virtual address for a mapping, from the PT_LOAD
@@ -1796,7 +1679,9 @@ fn builder_thread(jobs: &JobQueue, done: mpsc::Sender<Built>, max_rows: usize) {
             BuildSource::File(path) => match read_capped(&path) {
                 Ok(b) => (
                     build(&b, max_rows),
-                    File::open(&path).ok().and_then(|f| python::inspect(&f)),
+                    File::open(&path)
+                        .ok()
+                        .and_then(|f| crate::runtime::inspect(&f)),
                 ),
                 Err(e) => {
                     refused = e.is_refusal();

@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
-use super::{Frame, FrameKind};
 use crate::shared::FastMap;
 use crate::shared::Pid;
+use crate::shared::{Frame, FrameKind};
 
 /// Tag of a Python frame slot (`EMBERD_PY_FRAME`).
 pub const PY_FRAME: u64 = 0xec00_0000_0000_0000;
@@ -153,9 +153,12 @@ impl std::fmt::Debug for PythonNames {
 }
 
 impl PythonNames {
-    /// Reads code records from `py_codes`.
-    pub fn set_map(&mut self, codes: MapHandle) {
-        self.codes = Some(codes);
+    /// Names the slots whose code records are in `py_codes`.
+    pub fn new(codes: MapHandle) -> Self {
+        Self {
+            codes: Some(codes),
+            ..Self::default()
+        }
     }
 
     /// Counts so far.

@@ -21,7 +21,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-use super::elf_header::{EHDR_BYTES, ElfHeader, PHDR_BYTES, SHDR_BYTES};
+use crate::shared::elf_header::{EHDR_BYTES, ElfHeader, PHDR_BYTES, SHDR_BYTES};
 
 /// A Python version, as `Py_Version` encodes it (`0xMMmmppRS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -318,7 +318,7 @@ pub fn scan_processes() -> Vec<FoundProcess> {
                 // when it is the very inode mapped.
                 Err(_) => match &m.pathname {
                     procfs::process::MMapPath::Path(host) => match std::fs::metadata(host) {
-                        Ok(md) if super::same_inode(&md, m.dev, m.inode) => {
+                        Ok(md) if crate::shared::procmaps::same_inode(&md, m.dev, m.inode) => {
                             path = host.display().to_string();
                             md
                         }

@@ -1,0 +1,143 @@
+//! The runtime seam, agent side: managed runtimes whose own functions a
+//! native stack would hide behind the runtime's loop (CPython today). The
+//! BPF side of the seam is `bpf/runtime.h`; each runtime is a module here
+//! and a header there.
+//!
+//! What a runtime gives, and who asks:
+//! - [`inspect`]: what a mapped file holds for it, found once per file by
+//!   the unwind stage's table builder and kept with the file's table;
+//! - [`Runtime`]: per-process state, and what its BPF half needs of each
+//!   process (the unwind stage calls it whenever it uploads a process's
+//!   mappings, and when a process is gone), with its figures for
+//!   `/metrics` and logs;
+//! - [`FrameNamer`]: names for the tagged stack slots its BPF half pushed
+//!   (the symbolize stage asks, at drains);
+//! - its settings in [`RuntimeOptions`].
+//!
+//! Adding a runtime: its module here implementing both traits, a variant
+//! of [`Finding`] with a line in [`inspect`], and one line in each of
+//! [`start`] and [`namers`].
+//!
+//! This stage sits between `collect` (whose maps it is handed) and
+//! `unwind`; it imports only those below it.
+
+pub mod python;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::sync::Arc;
+
+use libbpf_rs::MapHandle;
+
+use crate::collect::{CollectError, UnwindMaps};
+use crate::shared::{Frame, Pid};
+
+/// What a mapped file holds for a runtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    /// A CPython interpreter (or the C library whose thread data its
+    /// thread state is found through).
+    Python(python::FileRuntime),
+}
+
+/// What `file`, mapped as code by some process, holds for any runtime.
+pub fn inspect(file: &File) -> Option<Finding> {
+    python::inspect(file).map(Finding::Python)
+}
+
+/// An executable mapping of a process whose file holds something for a
+/// runtime.
+#[derive(Debug, Clone, Copy)]
+pub struct Mapped<'a> {
+    /// What the file holds.
+    pub finding: &'a Finding,
+    /// Runtime address minus file address for this mapping; `None` when
+    /// the segment it maps was not found.
+    pub bias: Option<u64>,
+}
+
+/// The unwind stage's side of a runtime: which processes run it, and what
+/// its BPF half is given of each.
+pub trait Runtime: Send {
+    /// Its name: the `runtime` of its log lines and metrics.
+    fn name(&self) -> &'static str;
+    /// A process's mappings were read or its tables changed: give the BPF
+    /// walker what it needs of this runtime in the process (user `uid`),
+    /// or take it back. `mapped`: its mappings whose files hold something
+    /// for a runtime (any runtime: each picks its own).
+    fn place(&mut self, pid: Pid, uid: u32, mapped: &[Mapped<'_>]);
+    /// A process is gone.
+    fn forget(&mut self, pid: Pid);
+    /// Its processes by state: `unwound`, or why their stacks stay native.
+    fn processes(&self) -> BTreeMap<&'static str, u64>;
+}
+
+/// The symbolize stage's side of a runtime: names of the tagged stack
+/// slots its BPF half pushed in place of native frames.
+pub trait FrameNamer: Send {
+    /// Its name, as [`Runtime::name`].
+    fn runtime(&self) -> &'static str;
+    /// Whether `slot` is one of its tagged frames or markers.
+    fn claims(&self, slot: u64) -> bool;
+    /// The frames (outermost last) slot `slot` of process `pid` stands for.
+    fn frames(&mut self, pid: Pid, slot: u64) -> Arc<[Frame]>;
+    /// Forgets what it holds of processes that are gone.
+    fn forget_exited(&mut self, is_live: &dyn Fn(Pid) -> bool);
+    /// What naming found so far.
+    fn stats(&self) -> NameStats;
+}
+
+/// Counts of a runtime's naming, for `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NameStats {
+    /// Frames named.
+    pub named: u64,
+    /// Frames whose record was gone before the drain (shown as a marker).
+    pub evicted: u64,
+    /// Bytes held in its caches.
+    pub cached_bytes: u64,
+}
+
+/// The runtimes' settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeOptions {
+    /// Read Python frames (default true); false leaves interpreters native.
+    pub python: bool,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        Self { python: true }
+    }
+}
+
+/// Every runtime's unwind side, with the BPF maps it fills.
+pub fn start(
+    options: &RuntimeOptions,
+    maps: &UnwindMaps,
+) -> Result<Vec<Box<dyn Runtime>>, CollectError> {
+    Ok(vec![Box::new(python::CPython::new(
+        handle(&maps.py_procs, "py_procs")?,
+        options.python,
+    ))])
+}
+
+/// Every runtime's naming side, with the BPF maps it reads.
+pub fn namers(maps: &UnwindMaps) -> Result<Vec<Box<dyn FrameNamer>>, CollectError> {
+    Ok(vec![Box::new(python::PythonNames::new(handle(
+        &maps.py_codes,
+        "py_codes",
+    )?))])
+}
+
+/// A handle of its own on a map the sampler holds.
+fn handle(map: &MapHandle, name: &'static str) -> Result<MapHandle, CollectError> {
+    MapHandle::try_from(map).map_err(|source| CollectError::Drain { map: name, source })
+}
+
+/// Whether a stack slot is a runtime's tagged frame or marker, not an
+/// address: runtimes tag their slots with a top byte of 0xe0-0xef
+/// (bpf/emberd.h), which no user or kernel address has.
+pub fn is_tagged(slot: u64) -> bool {
+    slot >> 60 == 0xe
+}
