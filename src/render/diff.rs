@@ -87,6 +87,16 @@ fn fmt_value(v: f64) -> String {
     }
 }
 
+/// The differential SVG's style sheet, written into each SVG as it is.
+const STYLE: &str = include_str!("assets/diff.css");
+
+/// The differential SVG's script: hover details and highlighting of the
+/// same frame in the other graph, `[deeper]` frames that open the towers
+/// cut, the after graph's root on screen. It reads what it needs from the
+/// document (`data-after-root`, `data-grow`, the frames' `data-n`), so its
+/// text is the same in every SVG.
+const SCRIPT: &str = include_str!("assets/diff.js");
+
 /// Writes the differential SVG of `diff`: colours and deltas from its
 /// (normalized) series, the before graph's widths from the values recorded.
 /// Returns the stacks cut short at [`super::tree::MAX_TREE_NODES`].
@@ -97,102 +107,192 @@ pub fn write<W: Write>(diff: &Diff, opts: &DiffSvgOptions, mut w: W) -> io::Resu
     Ok(cut)
 }
 
-/// The differential SVG [`write`] writes, as text (no copy for a caller that
-/// keeps it), and the stacks cut short at [`super::tree::MAX_TREE_NODES`].
-pub fn render(diff: &Diff, opts: &DiffSvgOptions) -> (String, usize) {
-    let series = &diff.series;
-    assert_eq!(series.columns(), 2, "a differential has two columns");
-    // The values as recorded, if normalized, ride along as column 2: the
-    // before graph's geometry, from the same nodes.
-    let raw: Vec<&[u64]> = diff.raw.iter().map(Vec::as_slice).collect();
-    let tree = FrameTree::build_with(series, &raw);
-    let normalized = !raw.is_empty();
-    let before_col = if normalized { 2 } else { 0 };
-    // Column `col` of the graph drawn from column `geo(col)`.
-    let geo = |col: usize| if col == 0 { before_col } else { col };
-    let ta = tree.total(0)[1];
-    let tb_raw = tree.total(0)[before_col];
-    let inner = opts.width - 2.0 * PAD;
-    let px = |t: u64| if t == 0 { 0.0 } else { inner / t as f64 };
-    let scale = [px(tb_raw), px(ta)];
-    // Kept if wide enough in either graph (a frame of the before graph is
-    // as wide as its parent there or narrower, so this keeps subtrees whole).
-    let mut px_per_unit = vec![0.0; tree.columns()];
-    px_per_unit[before_col] = scale[0];
-    px_per_unit[1] = scale[1];
-    let visible = tree.visible(&px_per_unit, opts.min_width);
-    let depth = tree.max_depth(&visible);
-    let max_delta = (0..tree.nodes.len())
-        .map(|i| (tree.own(i)[1] as i128 - tree.own(i)[0] as i128).abs())
-        .max()
-        .unwrap_or(0);
-    let header_h = 34.0 + 16.0 * opts.notes.len() as f64 + 22.0;
-    let after_top = header_h + 20.0;
-    // Whether node `i` is drawn in graph `col`, and how wide.
-    let width_in = |i: usize, col: usize| tree.total(i)[geo(col)] as f64 * scale[col];
-    let drawn_in = |i: usize, col: usize| {
-        visible[i] && tree.total(i)[geo(col)] > 0 && width_in(i, col) >= opts.min_width
-    };
-    // The deepest node drawn in each node's subtree, per graph (nodes come
-    // after their parents, so one pass from the last).
-    let mut deepest = [
-        vec![0usize; tree.nodes.len()],
-        vec![0usize; tree.nodes.len()],
-    ];
-    let mut readable_depth = 0;
-    for i in (0..tree.nodes.len()).rev() {
-        let n = &tree.nodes[i];
-        for (col, deepest) in deepest.iter_mut().enumerate() {
-            if drawn_in(i, col) {
-                let d = deepest[i].max(n.depth);
-                deepest[i] = d;
-                if i > 0 {
-                    deepest[n.parent] = deepest[n.parent].max(d);
-                }
-                if width_in(i, col) >= READABLE_PX {
-                    readable_depth = readable_depth.max(n.depth);
+/// Where everything goes: what [`render`]'s pieces share. Graph (column)
+/// 1 is after, 0 before.
+struct Layout<'a> {
+    tree: FrameTree<'a>,
+    /// Whether the before values were scaled (the recorded ones ride along
+    /// as column 2).
+    normalized: bool,
+    /// The column of the recorded before values: the before graph's widths.
+    before_col: usize,
+    /// After's total, and before's as recorded.
+    ta: u64,
+    tb_raw: u64,
+    /// Pixels per unit in the before and after graphs.
+    scale: [f64; 2],
+    min_width: f64,
+    /// The frames kept (wide enough in either graph).
+    visible: Vec<bool>,
+    /// The deepest kept frame's depth.
+    depth: usize,
+    /// The largest change of a frame's own value: full colour.
+    max_delta: i128,
+    /// The deepest frame drawn under each frame, per graph.
+    deepest: [Vec<usize>; 2],
+    /// The depth where towers are cut, if they are.
+    cut: Option<usize>,
+    header_h: f64,
+    after_top: f64,
+    before_top: f64,
+    /// Height of each graph as first shown.
+    graph_h: f64,
+    height: f64,
+}
+
+impl<'a> Layout<'a> {
+    fn new(diff: &'a Diff, opts: &DiffSvgOptions) -> Self {
+        let series = &diff.series;
+        assert_eq!(series.columns(), 2, "a differential has two columns");
+        // The values as recorded, if normalized, ride along as column 2:
+        // the before graph's geometry, from the same nodes.
+        let raw: Vec<&[u64]> = diff.raw.iter().map(Vec::as_slice).collect();
+        let tree = FrameTree::build_with(series, &raw);
+        let normalized = !raw.is_empty();
+        let before_col = if normalized { 2 } else { 0 };
+        let ta = tree.total(0)[1];
+        let tb_raw = tree.total(0)[before_col];
+        let inner = opts.width - 2.0 * PAD;
+        let px = |t: u64| if t == 0 { 0.0 } else { inner / t as f64 };
+        let scale = [px(tb_raw), px(ta)];
+        // Kept if wide enough in either graph (a frame of the before graph
+        // is as wide as its parent there or narrower, so this keeps
+        // subtrees whole).
+        let mut px_per_unit = vec![0.0; tree.columns()];
+        px_per_unit[before_col] = scale[0];
+        px_per_unit[1] = scale[1];
+        let visible = tree.visible(&px_per_unit, opts.min_width);
+        let depth = tree.max_depth(&visible);
+        let max_delta = (0..tree.nodes.len())
+            .map(|i| (tree.own(i)[1] as i128 - tree.own(i)[0] as i128).abs())
+            .max()
+            .unwrap_or(0);
+        let header_h = 34.0 + 16.0 * opts.notes.len() as f64 + 22.0;
+        let after_top = header_h + 20.0;
+        let mut l = Self {
+            tree,
+            normalized,
+            before_col,
+            ta,
+            tb_raw,
+            scale,
+            min_width: opts.min_width,
+            visible,
+            depth,
+            max_delta,
+            deepest: [Vec::new(), Vec::new()],
+            cut: None,
+            header_h,
+            after_top,
+            before_top: 0.0,
+            graph_h: 0.0,
+            height: 0.0,
+        };
+        let readable_depth = l.find_deepest();
+        // The after graph's root on the first screen: as many rows as fit
+        // under the header, unless readable frames go deeper.
+        let rows = ((SCREEN_H - after_top - 8.0) / FRAME_H).floor() as usize;
+        l.cut = cut_depth(depth, readable_depth, rows, opts.max_depth);
+        l.graph_h = (l.cut.unwrap_or(depth) + 1) as f64 * FRAME_H;
+        l.before_top = after_top + l.graph_h + 40.0;
+        l.height = l.before_top + l.graph_h + 36.0;
+        l
+    }
+
+    /// The column graph `col` is drawn from.
+    fn geo(&self, col: usize) -> usize {
+        if col == 0 { self.before_col } else { col }
+    }
+
+    /// How wide node `i` is in graph `col`.
+    fn width_in(&self, i: usize, col: usize) -> f64 {
+        self.tree.total(i)[self.geo(col)] as f64 * self.scale[col]
+    }
+
+    /// Whether node `i` is drawn in graph `col`.
+    fn drawn_in(&self, i: usize, col: usize) -> bool {
+        self.visible[i]
+            && self.tree.total(i)[self.geo(col)] > 0
+            && self.width_in(i, col) >= self.min_width
+    }
+
+    /// Sets the deepest node drawn in each node's subtree, per graph (nodes
+    /// come after their parents, so one pass from the last); returns the
+    /// deepest readable one.
+    fn find_deepest(&mut self) -> usize {
+        let n_nodes = self.tree.nodes.len();
+        let mut deepest = [vec![0usize; n_nodes], vec![0usize; n_nodes]];
+        let mut readable_depth = 0;
+        for i in (0..n_nodes).rev() {
+            let n = &self.tree.nodes[i];
+            for (col, deepest) in deepest.iter_mut().enumerate() {
+                if self.drawn_in(i, col) {
+                    let d = deepest[i].max(n.depth);
+                    deepest[i] = d;
+                    if i > 0 {
+                        deepest[n.parent] = deepest[n.parent].max(d);
+                    }
+                    if self.width_in(i, col) >= READABLE_PX {
+                        readable_depth = readable_depth.max(n.depth);
+                    }
                 }
             }
         }
+        self.deepest = deepest;
+        readable_depth
     }
-    // The after graph's root on the first screen: as many rows as fit
-    // under the header, unless readable frames go deeper.
-    let rows = ((SCREEN_H - after_top - 8.0) / FRAME_H).floor() as usize;
-    let cut = cut_depth(depth, readable_depth, rows, opts.max_depth);
-    let graph_h = (cut.unwrap_or(depth) + 1) as f64 * FRAME_H;
-    let before_top = after_top + graph_h + 40.0;
-    let height = before_top + graph_h + 36.0;
 
-    let drawn = visible.iter().filter(|v| **v).count();
+    /// What the script grows each graph by to show what was cut.
+    fn grow(&self) -> f64 {
+        self.cut.map_or(0.0, |c| (self.depth - c) as f64 * FRAME_H)
+    }
+}
+
+/// The differential SVG [`write`] writes, as text (no copy for a caller that
+/// keeps it), and the stacks cut short at [`super::tree::MAX_TREE_NODES`].
+pub fn render(diff: &Diff, opts: &DiffSvgOptions) -> (String, usize) {
+    let l = Layout::new(diff, opts);
+    let drawn = l.visible.iter().filter(|v| **v).count();
     let mut s = String::with_capacity(4096 + drawn * 2 * 300);
+    write_head(&mut s, &l, opts);
+    let after = format!(
+        "after ({}): widths are after, colour is the change since before",
+        opts.after
+    );
+    write_graph(&mut s, &l, opts, 1, l.after_top, &after);
+    let before = format!(
+        "before ({}): widths are before, colour is the change to come; hatched paths are gone after",
+        opts.before
+    );
+    write_graph(&mut s, &l, opts, 0, l.before_top, &before);
+    let _ = write!(
+        s,
+        "<text id=\"details\" x=\"{PAD}\" y=\"{}\"> </text>\n\
+         <script type=\"text/ecmascript\"><![CDATA[\n{SCRIPT}]]></script>\n</svg>\n",
+        l.height - 12.0
+    );
+    (s, l.tree.cut_rows())
+}
+
+/// The document's start: its size, the values the script reads, the
+/// hatching, the style, the title, notes and the legend.
+fn write_head(s: &mut String, l: &Layout<'_>, opts: &DiffSvgOptions) {
     let _ = write!(
         s,
         r#"<?xml version="1.0" standalone="no"?>
 <svg version="1.1" width="{w}" height="{height}" viewBox="0 0 {w} {height}" xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" data-after-root="{after_root}" data-grow="{grow}">
 <defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="1.5" height="6" fill="rgba(0,0,40,0.5)"/></pattern></defs>
 <style type="text/css">
-text {{ font-family: Verdana, sans-serif; font-size: 12px; fill: rgb(0,0,0); }}
-.title {{ font-size: 17px; text-anchor: middle; }}
-.note {{ text-anchor: middle; fill: rgb(80,80,80); }}
-.head {{ font-weight: bold; }}
-g.f rect.b {{ stroke: rgb(200,200,200); stroke-width: 0.5; }}
-g.f.new rect.b {{ stroke: rgb(60,0,0); stroke-width: 1.5; }}
-g.f:hover rect.b, g.f.hl rect.b {{ stroke: rgb(0,0,0); stroke-width: 1.5; }}
-g.f text {{ pointer-events: none; }}
-g.f text.inv {{ fill: rgb(255,255,255); }}
-g.f.deeper {{ cursor: pointer; }}
-g.f.deeper rect.b {{ stroke: rgb(110,110,110); stroke-dasharray: 2 2; }}
-.hide {{ display: none; }}
-</style>
+{STYLE}</style>
 <rect x="0" y="0" width="{w}" height="{height}" fill="rgb(248,248,248)"/>
 <text class="title" x="{cx}" y="24">{title}</text>
 "#,
         w = opts.width,
+        height = l.height,
         cx = opts.width / 2.0,
         title = escape(&opts.title),
-        after_root = after_top + graph_h,
-        // What the script grows each graph by to show what was cut.
-        grow = cut.map_or(0.0, |c| (depth - c) as f64 * FRAME_H),
+        after_root = l.after_top + l.graph_h,
+        grow = l.grow(),
     );
     for (i, note) in opts.notes.iter().enumerate() {
         let _ = writeln!(
@@ -212,239 +312,176 @@ g.f.deeper rect.b {{ stroke: rgb(110,110,110); stroke-dasharray: 2 2; }}
         s,
         r#"<text class="note" x="{}" y="{}">{grow}: grew, {shrink}: shrank (by the frame's own {unit}); outlined: new in after; hatched: gone in after</text>"#,
         opts.width / 2.0,
-        header_h - 4.0,
+        l.header_h - 4.0,
         unit = escape(&opts.count_name)
     );
-    let unit = &opts.count_name;
-    let f = opts.factor;
-    for (col, top, label) in [
-        (
-            1usize,
-            after_top,
-            format!(
-                "after ({}): widths are after, colour is the change since before",
-                opts.after
-            ),
-        ),
-        (
-            0usize,
-            before_top,
-            format!(
-                "before ({}): widths are before, colour is the change to come; hatched paths are gone after",
-                opts.before
-            ),
-        ),
-    ] {
+}
+
+/// Graph `col` (1 after, 0 before) under its heading `label`, its top at
+/// `top`: a note instead if its window is empty.
+fn write_graph(
+    s: &mut String,
+    l: &Layout<'_>,
+    opts: &DiffSvgOptions,
+    col: usize,
+    top: f64,
+    label: &str,
+) {
+    let _ = writeln!(
+        s,
+        r#"<g class="top" data-col="{col}"><text class="head" x="{PAD}" y="{}">{}</text>"#,
+        top - 6.0,
+        escape(label)
+    );
+    let gcol = l.geo(col);
+    if l.tree.total(0)[gcol] == 0 {
         let _ = writeln!(
             s,
-            r#"<g class="top" data-col="{col}"><text class="head" x="{PAD}" y="{}">{}</text>"#,
-            top - 6.0,
-            escape(&label)
+            r#"<text x="{PAD}" y="{}">no {} in this window: nothing to draw</text></g>"#,
+            top + FRAME_H,
+            escape(&opts.count_name)
         );
-        let gcol = geo(col);
-        if tree.total(0)[gcol] == 0 {
-            let _ = writeln!(
-                s,
-                r#"<text x="{PAD}" y="{}">no {} in this window: nothing to draw</text></g>"#,
-                top + FRAME_H,
-                escape(unit)
-            );
+        return;
+    }
+    s.push_str("</g>\n");
+    let starts = l.tree.starts(gcol);
+    let bottom = top + l.graph_h;
+    let _ = writeln!(s, r#"<g class="graph" data-col="{col}">"#);
+    for (i, n) in l.tree.nodes.iter().enumerate() {
+        let width_units = l.tree.total(i)[gcol];
+        if !l.visible[i] || width_units == 0 {
             continue;
         }
-        s.push_str("</g>\n");
-        let starts = tree.starts(gcol);
-        let bottom = top + graph_h;
-        let _ = writeln!(s, r#"<g class="graph" data-col="{col}">"#);
-        for (i, n) in tree.nodes.iter().enumerate() {
-            let width_units = tree.total(i)[gcol];
-            if !visible[i] || width_units == 0 {
-                continue;
-            }
-            let x = PAD + starts[i] as f64 * scale[col];
-            let wd = width_units as f64 * scale[col];
-            if wd < opts.min_width {
-                continue;
-            }
-            let y = bottom - (n.depth + 1) as f64 * FRAME_H;
-            let (b, a) = (tree.total(i)[0], tree.total(i)[1]);
-            let b_raw = tree.total(i)[before_col];
-            let delta = a as i128 - b as i128;
-            let own_delta = tree.own(i)[1] as i128 - tree.own(i)[0] as i128;
-            let fill = delta_color(own_delta, max_delta, opts.negate);
-            // From what was recorded, not from normalized values: a path
-            // whose before values truncate to 0 is not new.
-            let class = if col == 1 && n.present & 1 == 0 && i != 0 {
-                "f new"
-            } else if col == 0 && n.present & 2 == 0 {
-                "f gone"
-            } else {
-                "f"
-            };
-            // Past the cut, hidden (placed as in the uncut graph, above its
-            // top); at the cut, a [deeper] frame stands in for a tower.
-            let hidden = match cut {
-                Some(c) if n.depth > c => true,
-                Some(c) if n.depth == c && deepest[col][i] > c => {
-                    let levels = deepest[col][i] - c + 1;
-                    let name = deeper_label(levels);
-                    let mut label = fit_label(&name, wd);
-                    if label.ends_with("..") {
-                        label = fit_label(&format!("+{levels}"), wd);
-                        if label.ends_with("..") {
-                            label.clear();
-                        }
-                    }
-                    let _ = writeln!(
-                        s,
-                        r#"<g class="f deeper" data-n="{i}"><title>{name}
-under {under}: click to show every frame</title><rect class="b" x="{x:.1}" y="{y:.1}" width="{wd:.1}" height="{h}" fill="rgb(228,228,228)"/><text x="{:.1}" y="{:.1}">{label}</text></g>"#,
-                        x + 3.0,
-                        y + 11.5,
-                        under = escape(n.name),
-                        h = FRAME_H - 1.0,
-                    );
-                    true
-                }
-                _ => false,
-            };
-            let class = if hidden {
-                match class {
-                    "f new" => "f new hide deep",
-                    "f gone" => "f gone hide deep",
-                    _ => "f hide deep",
-                }
-            } else {
-                class
-            };
-            let pct = |v: u64, t: u64| {
-                if t == 0 {
-                    0.0
-                } else {
-                    100.0 * v as f64 / t as f64
-                }
-            };
-            let share = if ta == 0 {
-                0.0
-            } else {
-                100.0 * delta as f64 / ta as f64
-            };
-            let _ = write!(
-                s,
-                r#"<g class="{class}" data-n="{i}"><title>{name}
+        let x = PAD + starts[i] as f64 * l.scale[col];
+        let wd = width_units as f64 * l.scale[col];
+        if wd < opts.min_width {
+            continue;
+        }
+        let y = bottom - (n.depth + 1) as f64 * FRAME_H;
+        write_frame(s, l, opts, col, i, (x, wd, y));
+    }
+    s.push_str("</g>\n");
+}
+
+/// Node `i` in graph `col` at `(x, width, y)`: a `[deeper]` frame first if
+/// it stands for a tower cut there, then the frame (hidden past the cut),
+/// its title holding before, after and the delta.
+fn write_frame(
+    s: &mut String,
+    l: &Layout<'_>,
+    opts: &DiffSvgOptions,
+    col: usize,
+    i: usize,
+    (x, wd, y): (f64, f64, f64),
+) {
+    let n = &l.tree.nodes[i];
+    let (b, a) = (l.tree.total(i)[0], l.tree.total(i)[1]);
+    let b_raw = l.tree.total(i)[l.before_col];
+    let delta = a as i128 - b as i128;
+    let own_delta = l.tree.own(i)[1] as i128 - l.tree.own(i)[0] as i128;
+    let fill = delta_color(own_delta, l.max_delta, opts.negate);
+    // From what was recorded, not from normalized values: a path whose
+    // before values truncate to 0 is not new.
+    let class = if col == 1 && n.present & 1 == 0 && i != 0 {
+        "f new"
+    } else if col == 0 && n.present & 2 == 0 {
+        "f gone"
+    } else {
+        "f"
+    };
+    // Past the cut, hidden (placed as in the uncut graph, above its top);
+    // at the cut, a [deeper] frame stands in for a tower.
+    let hidden = match l.cut {
+        Some(c) if n.depth > c => true,
+        Some(c) if n.depth == c && l.deepest[col][i] > c => {
+            write_deeper(s, n.name, i, l.deepest[col][i] - c + 1, (x, wd, y));
+            true
+        }
+        _ => false,
+    };
+    let class = match (hidden, class) {
+        (false, class) => class,
+        (true, "f new") => "f new hide deep",
+        (true, "f gone") => "f gone hide deep",
+        (true, _) => "f hide deep",
+    };
+    let pct = |v: u64, t: u64| {
+        if t == 0 {
+            0.0
+        } else {
+            100.0 * v as f64 / t as f64
+        }
+    };
+    let share = if l.ta == 0 {
+        0.0
+    } else {
+        100.0 * delta as f64 / l.ta as f64
+    };
+    let f = opts.factor;
+    let _ = write!(
+        s,
+        r#"<g class="{class}" data-n="{i}"><title>{name}
 before: {bv} {u} ({bp:.2}%){norm}
 after: {av} {u} ({ap:.2}%)
 delta: {sign}{dv} {u} ({sign}{share:.2}% of the total)</title><rect class="b" x="{x:.1}" y="{y:.1}" width="{wd:.1}" height="{h}" fill="{fill}"/>"#,
-                name = escape(n.name),
-                bv = fmt_value(b_raw as f64 * f),
-                norm = if normalized {
-                    format!(", normalized {}", fmt_value(b as f64 * f))
-                } else {
-                    String::new()
-                },
-                av = fmt_value(a as f64 * f),
-                bp = pct(b_raw, tb_raw),
-                ap = pct(a, ta),
-                sign = if delta >= 0 { "+" } else { "" },
-                dv = fmt_value(delta as f64 * f),
-                u = escape(unit),
-                h = FRAME_H - 1.0,
-            );
-            if class.starts_with("f gone") {
-                let _ = write!(
-                    s,
-                    r#"<rect x="{x:.1}" y="{y:.1}" width="{wd:.1}" height="{h}" fill="url(#hatch)" pointer-events="none"/>"#,
-                    h = FRAME_H - 1.0
-                );
-            }
-            let label = fit_label(n.name, wd);
-            // Dark fills (strong changes) get white labels.
-            let strong = max_delta > 0 && own_delta.abs() * 2 > max_delta;
-            if !label.is_empty() {
-                let _ = write!(
-                    s,
-                    r#"<text{} x="{:.1}" y="{:.1}">{}</text>"#,
-                    if strong { r#" class="inv""# } else { "" },
-                    x + 3.0,
-                    y + 11.5,
-                    escape(&label)
-                );
-            }
-            s.push_str("</g>\n");
-        }
-        s.push_str("</g>\n");
-    }
-    let _ = write!(
-        s,
-        r#"<text id="details" x="{PAD}" y="{}"> </text>
-<script type="text/ecmascript"><![CDATA[
-(function () {{
-  var svg = document.documentElement;
-  var details = document.getElementById("details");
-  var height0 = +svg.getAttribute("height"), height = height0;
-  var afterRoot = +svg.getAttribute("data-after-root"), grow = +svg.getAttribute("data-grow");
-  // Keeps the details line on screen when the image is taller than the window.
-  function pin() {{
-    var wh = window.innerHeight;
-    var y = height > wh + 1 ? Math.min(height, window.scrollY + wh) : height;
-    details.setAttribute("y", y - 12);
-  }}
-  // Opens with the after graph's root on screen.
-  function toRoot() {{
-    if (afterRoot + 24 > window.innerHeight) window.scrollTo(0, afterRoot + 24 - window.innerHeight);
-    pin();
-  }}
-  // Shows the frames past the cut: each graph grows by `grow`, its frames
-  // (placed from its root, at the bottom) moving down with it.
-  function uncut(marker) {{
-    if (!grow) return;
-    var was = marker.getBoundingClientRect().top;
-    var moves = [['g.graph[data-col="1"]', grow], ['g.top[data-col="0"]', grow], ['g.graph[data-col="0"]', 2 * grow]];
-    for (var i = 0; i < moves.length; i++) {{
-      var el = document.querySelector(moves[i][0]);
-      if (el) el.setAttribute("transform", "translate(0," + moves[i][1] + ")");
-    }}
-    var deep = document.querySelectorAll("g.f.deep");
-    for (var i = 0; i < deep.length; i++) deep[i].classList.remove("hide");
-    var marks = document.querySelectorAll("g.f.deeper");
-    for (var i = 0; i < marks.length; i++) marks[i].classList.add("hide");
-    height = height0 + 2 * grow; grow = 0;
-    svg.setAttribute("height", height);
-    svg.setAttribute("viewBox", "0 0 " + svg.getAttribute("width") + " " + height);
-    var same = marker.parentNode.querySelector('g.f.deep[data-n="' + marker.getAttribute("data-n") + '"]');
-    if (same) window.scrollBy(0, same.getBoundingClientRect().top - was);
-    pin();
-  }}
-  document.addEventListener("click", function (e) {{
-    var g = group(e); if (g && g.classList.contains("deeper")) uncut(g);
-  }});
-  window.addEventListener("scroll", pin);
-  window.addEventListener("resize", pin);
-  window.addEventListener("load", toRoot);
-  function group(e) {{ var t = e.target; while (t && !(t.classList && t.classList.contains("f"))) t = t.parentNode; return t; }}
-  function mark(n, on) {{
-    var all = document.querySelectorAll('g.f[data-n="' + n + '"]');
-    for (var i = 0; i < all.length; i++) all[i].classList.toggle("hl", on);
-  }}
-  document.addEventListener("mouseover", function (e) {{
-    var g = group(e); if (!g) return;
-    var t = g.querySelector("title").textContent.split("\n");
-    details.textContent = t[0] + ": " + t.slice(1).join(", ");
-    mark(g.getAttribute("data-n"), true);
-  }});
-  document.addEventListener("mouseout", function (e) {{
-    var g = group(e); if (!g) return;
-    details.textContent = " ";
-    mark(g.getAttribute("data-n"), false);
-  }});
-  toRoot();
-}})();
-]]></script>
-</svg>
-"#,
-        height - 12.0
+        name = escape(n.name),
+        bv = fmt_value(b_raw as f64 * f),
+        norm = if l.normalized {
+            format!(", normalized {}", fmt_value(b as f64 * f))
+        } else {
+            String::new()
+        },
+        av = fmt_value(a as f64 * f),
+        bp = pct(b_raw, l.tb_raw),
+        ap = pct(a, l.ta),
+        sign = if delta >= 0 { "+" } else { "" },
+        dv = fmt_value(delta as f64 * f),
+        u = escape(&opts.count_name),
+        h = FRAME_H - 1.0,
     );
-    let cut = tree.cut_rows();
-    (s, cut)
+    if class.starts_with("f gone") {
+        let _ = write!(
+            s,
+            r#"<rect x="{x:.1}" y="{y:.1}" width="{wd:.1}" height="{h}" fill="url(#hatch)" pointer-events="none"/>"#,
+            h = FRAME_H - 1.0
+        );
+    }
+    let label = fit_label(n.name, wd);
+    // Dark fills (strong changes) get white labels.
+    let strong = l.max_delta > 0 && own_delta.abs() * 2 > l.max_delta;
+    if !label.is_empty() {
+        let _ = write!(
+            s,
+            r#"<text{} x="{:.1}" y="{:.1}">{}</text>"#,
+            if strong { r#" class="inv""# } else { "" },
+            x + 3.0,
+            y + 11.5,
+            escape(&label)
+        );
+    }
+    s.push_str("</g>\n");
+}
+
+/// The `[deeper: N frames]` frame standing for node `i` (named `under`)
+/// and the `levels` cut under it, at `(x, width, y)`.
+fn write_deeper(s: &mut String, under: &str, i: usize, levels: usize, (x, wd, y): (f64, f64, f64)) {
+    let name = deeper_label(levels);
+    let mut label = fit_label(&name, wd);
+    if label.ends_with("..") {
+        label = fit_label(&format!("+{levels}"), wd);
+        if label.ends_with("..") {
+            label.clear();
+        }
+    }
+    let _ = writeln!(
+        s,
+        r#"<g class="f deeper" data-n="{i}"><title>{name}
+under {under}: click to show every frame</title><rect class="b" x="{x:.1}" y="{y:.1}" width="{wd:.1}" height="{h}" fill="rgb(228,228,228)"/><text x="{:.1}" y="{:.1}">{label}</text></g>"#,
+        x + 3.0,
+        y + 11.5,
+        under = escape(under),
+        h = FRAME_H - 1.0,
+    );
 }
 
 #[cfg(test)]

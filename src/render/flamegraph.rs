@@ -180,6 +180,107 @@ fn push_deeper_label(s: &mut String, name: &str, levels: usize, width_px: f64) {
     }
 }
 
+/// Where everything goes: what [`write_tree`]'s pieces share.
+struct Geometry {
+    /// The root's value: the graph's full width.
+    total: u64,
+    /// Image width.
+    width: f64,
+    /// Frames narrower than this (pixels) are not drawn.
+    min_width: f64,
+    /// Pixels per unit of value.
+    px_per: f64,
+    /// Margin above and below the frames.
+    top: f64,
+    bottom: f64,
+    /// Frame height.
+    fh: f64,
+    /// Image height as first shown.
+    height: f64,
+    /// The depth where thin towers are cut, if they are.
+    cut: Option<u32>,
+    /// Frames drawn.
+    drawn: usize,
+    /// Root at the top.
+    inverted: bool,
+}
+
+impl Geometry {
+    fn new(nodes: &[Placed<'_>], options: &SvgOptions) -> Self {
+        let total = nodes[0].total;
+        let width = options.width.unwrap_or(1200) as f64;
+        let px_per = if total > 0 {
+            (width - 2.0 * PAD) / total as f64
+        } else {
+            0.0
+        };
+        let top = if options.subtitle.is_some() {
+            60.0
+        } else {
+            36.0
+        };
+        let bottom = 34.0;
+        let fh = options.frame_height.map_or(FRAME_H, f64::from);
+        let mut g = Self {
+            total,
+            width,
+            min_width: options.min_width.unwrap_or(0.1),
+            px_per,
+            top,
+            bottom,
+            fh,
+            height: 0.0,
+            cut: None,
+            drawn: 0,
+            inverted: options.inverted,
+        };
+        let (mut max_depth, mut readable_depth) = (0, 0);
+        let mut i = 0;
+        while i < nodes.len() {
+            let n = &nodes[i];
+            if g.visible(n) {
+                max_depth = max_depth.max(n.depth);
+                if n.total as f64 * px_per >= READABLE_PX {
+                    readable_depth = readable_depth.max(n.depth);
+                }
+                g.drawn += 1;
+                i += 1;
+            } else {
+                i = n.end as usize;
+            }
+        }
+        let rows = ((SCREEN_H - top - bottom) / fh).floor() as usize;
+        g.cut = cut_depth(
+            max_depth as usize,
+            readable_depth as usize,
+            rows,
+            options.max_depth,
+        )
+        .map(|c| c as u32);
+        let shown_depth = g.cut.unwrap_or(max_depth);
+        g.height = (f64::from(shown_depth) + 1.0) * fh + top + bottom;
+        g
+    }
+
+    /// Whether `n` is wide enough to draw.
+    fn visible(&self, n: &Placed<'_>) -> bool {
+        n.total as f64 * self.px_per >= self.min_width
+    }
+
+    /// The top of a frame at `depth`, in whole pixels (the frame height and
+    /// margins are), written as integers. Frames past the cut are placed
+    /// as an uncut graph would place them (above the top edge when the
+    /// root is at the bottom): the script shows them by moving the frames
+    /// down and growing the image.
+    fn frame_y(&self, depth: u32) -> i64 {
+        if self.inverted {
+            (self.top + f64::from(depth) * self.fh) as i64
+        } else {
+            (self.height - self.bottom - (f64::from(depth) + 1.0) * self.fh) as i64
+        }
+    }
+}
+
 /// Writes `tree` as an interactive SVG, drawn as it is: `options.reverse`
 /// applies when the tree is built ([`CallTree::from_profile`],
 /// `view::call_tree`).
@@ -191,144 +292,73 @@ fn push_deeper_label(s: &mut String, name: &str, levels: usize, width_px: f64) {
 /// hidden, for a click (zoom) to show. See [`super::tree::cut_depth`].
 pub fn write_tree<W: Write>(tree: &CallTree, options: &SvgOptions, mut w: W) -> io::Result<()> {
     let nodes = tree.layout();
-    let total = nodes[0].total;
-
-    let width = options.width.unwrap_or(1200) as f64;
-    let min_width = options.min_width.unwrap_or(0.1);
-    let px_per = if total > 0 {
-        (width - 2.0 * PAD) / total as f64
-    } else {
-        0.0
-    };
-    let visible = |n: &Placed<'_>| n.total as f64 * px_per >= min_width;
-    let (mut max_depth, mut readable_depth, mut drawn) = (0, 0, 0);
-    let mut i = 0;
-    while i < nodes.len() {
-        let n = &nodes[i];
-        if visible(n) {
-            max_depth = max_depth.max(n.depth);
-            if n.total as f64 * px_per >= READABLE_PX {
-                readable_depth = readable_depth.max(n.depth);
-            }
-            drawn += 1;
-            i += 1;
-        } else {
-            i = n.end as usize;
-        }
-    }
-    let top = if options.subtitle.is_some() {
-        60.0
-    } else {
-        36.0
-    };
-    let bottom = 34.0;
-    let fh = options.frame_height.map_or(FRAME_H, f64::from);
-    let rows = ((SCREEN_H - top - bottom) / fh).floor() as usize;
-    let cut = cut_depth(
-        max_depth as usize,
-        readable_depth as usize,
-        rows,
-        options.max_depth,
-    )
-    .map(|c| c as u32);
-    let shown_depth = cut.unwrap_or(max_depth);
-    let height = (f64::from(shown_depth) + 1.0) * fh + top + bottom;
-    // Frames past the cut are placed as an uncut graph would place them
-    // (above the top edge when the root is at the bottom): the script
-    // shows them by moving the frames down and growing the image.
-    let frame_y = |depth: u32| -> i64 {
-        if options.inverted {
-            (top + f64::from(depth) * fh) as i64
-        } else {
-            (height - bottom - (f64::from(depth) + 1.0) * fh) as i64
-        }
-    };
-
+    let g = Geometry::new(&nodes, options);
     // About 200 bytes a frame drawn, plus the script and header.
-    let mut s = String::with_capacity(16 * 1024 + drawn * 200);
+    let mut s = String::with_capacity(16 * 1024 + g.drawn * 200);
     let _ = write!(
         s,
         r##"<?xml version="1.0" standalone="no"?>
 <svg version="1.1" width="{width}" height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg" data-inverted="{inv}">
 <defs><linearGradient id="background" y1="0" y2="1" x1="0" x2="0"><stop stop-color="#eeeeee" offset="5%"/><stop stop-color="#eeeeb0" offset="95%"/></linearGradient></defs>
 <style type="text/css">
-text {{ font-family: Verdana, sans-serif; font-size: 12px; fill: rgb(0,0,0); }}
-#title {{ text-anchor: middle; font-size: 17px; }}
-#subtitle {{ text-anchor: middle; fill: rgb(160,160,160); }}
-#search, #unzoom {{ cursor: pointer; }}
-#frames > g:hover > rect {{ stroke: black; stroke-width: 0.5; cursor: pointer; }}
-#frames > g.deeper > rect {{ stroke: rgb(110,110,110); stroke-width: 0.5; stroke-dasharray: 2 2; }}
-.band {{ fill: #eeeeee; opacity: 0.92; pointer-events: none; }}
-.hide {{ display: none; }}
-.parent {{ opacity: 0.5; }}
-</style>
+{STYLE}</style>
 <rect x="0" y="0" width="100%" height="100%" fill="url(#background)"/>
 "##,
+        width = g.width,
+        height = g.height,
         inv = u8::from(options.inverted),
     );
-    if total == 0 {
+    if g.total == 0 {
         let _ = writeln!(
             s,
             r#"<text x="{}" y="{}" text-anchor="middle">no samples in this window</text>"#,
-            width / 2.0,
-            top + 20.0
+            g.width / 2.0,
+            g.top + 20.0
         );
     }
+    write_frames(&mut s, &nodes, &g, options);
+    write_head_and_foot(&mut s, &g, options);
+    s.push_str("<script type=\"text/ecmascript\"><![CDATA[\n");
+    s.push_str(SCRIPT);
+    s.push_str("]]></script>\n</svg>\n");
+    w.write_all(s.as_bytes())?;
+    w.flush()
+}
+
+/// The frames group: the values the script lays frames out with as its
+/// attributes, then every frame wide enough, a `[deeper]` frame over each
+/// tower cut.
+fn write_frames(s: &mut String, nodes: &[Placed<'_>], g: &Geometry, options: &SvgOptions) {
     let _ = writeln!(
         s,
-        r#"<g id="frames" data-total="{total}" data-width="{width}" data-pad="{PAD}" data-top="{top}" data-bottom="{bottom}">"#
+        r#"<g id="frames" data-total="{}" data-width="{}" data-pad="{PAD}" data-top="{}" data-bottom="{}">"#,
+        g.total, g.width, g.top, g.bottom
     );
     let palette = options.palette.unwrap_or(Palette::Java);
     let mut i = 0;
-    while i < nodes.len() && total > 0 {
+    while i < nodes.len() && g.total > 0 {
         let n = nodes[i];
-        if !visible(&n) {
+        if !g.visible(&n) {
             i = n.end as usize;
             continue;
         }
+        let at = (
+            PAD + n.start as f64 * g.px_per,
+            n.total as f64 * g.px_per,
+            g.frame_y(n.depth),
+        );
+        let hidden = match g.cut {
+            Some(c) if n.depth > c => true,
+            Some(c) if n.depth == c => match cut_levels(nodes, i, g, c) {
+                Some(levels) => {
+                    write_deeper(s, &n, levels, g.total, options, at);
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        };
         i += 1;
-        let (x, wd) = (PAD + n.start as f64 * px_per, n.total as f64 * px_per);
-        // Whole pixels (the frame height and margins are), written as integers.
-        let y = frame_y(n.depth);
-        let mut class = "";
-        if let Some(c) = cut {
-            if n.depth > c {
-                class = "hide deep";
-            } else if n.depth == c {
-                // The deepest frame drawn under this one, if past the cut:
-                // this one then stands in for the tower.
-                let (mut deepest, mut j) = (n.depth, i);
-                while j < n.end as usize {
-                    if visible(&nodes[j]) {
-                        deepest = deepest.max(nodes[j].depth);
-                        j += 1;
-                    } else {
-                        j = nodes[j].end as usize;
-                    }
-                }
-                if deepest > c {
-                    class = "hide deep";
-                    let levels = (deepest - c + 1) as usize;
-                    let name = deeper_label(levels);
-                    s.push_str("<g class=\"deeper\"><title>");
-                    s.push_str(&name);
-                    push_frame_tail(
-                        &mut s,
-                        &n,
-                        total,
-                        options,
-                        (x, wd, y),
-                        Rgb {
-                            r: 228,
-                            g: 228,
-                            b: 228,
-                        },
-                    );
-                    push_deeper_label(&mut s, &name, levels, wd);
-                    s.push_str("</text></g>\n");
-                }
-            }
-        }
         let color = match options.cold_suffix {
             Some(suffix) if n.name.ends_with(suffix) => cold_color(n.name),
             _ if n.depth == 0 => Rgb {
@@ -338,34 +368,76 @@ text {{ font-family: Verdana, sans-serif; font-size: 12px; fill: rgb(0,0,0); }}
             },
             _ => palette.color(n.name, options.hash),
         };
-        if class.is_empty() {
-            s.push_str("<g><title>");
+        if hidden {
+            s.push_str("<g class=\"hide deep\"><title>");
         } else {
-            s.push_str("<g class=\"");
-            s.push_str(class);
-            s.push_str("\"><title>");
+            s.push_str("<g><title>");
         }
-        escape_into(&mut s, n.name);
-        push_frame_tail(&mut s, &n, total, options, (x, wd, y), color);
-        push_label(&mut s, n.name, wd);
+        escape_into(s, n.name);
+        push_frame_tail(s, &n, g.total, options, at, color);
+        push_label(s, n.name, at.1);
         s.push_str("</text></g>\n");
     }
     s.push_str("</g>\n");
-    // Title, buttons and details after the frames, drawn over them: the
-    // script keeps them on screen (with a band behind them) when the graph
-    // is taller than the window.
+}
+
+/// The levels of the tower cut under node `i`, at the cut depth `c`: from
+/// `c` to the deepest frame drawn under it, if that is past `c` (node `i`
+/// then stands for the tower).
+fn cut_levels(nodes: &[Placed<'_>], i: usize, g: &Geometry, c: u32) -> Option<usize> {
+    let n = &nodes[i];
+    let (mut deepest, mut j) = (n.depth, i + 1);
+    while j < n.end as usize {
+        if g.visible(&nodes[j]) {
+            deepest = deepest.max(nodes[j].depth);
+            j += 1;
+        } else {
+            j = nodes[j].end as usize;
+        }
+    }
+    (deepest > c).then(|| (deepest - c + 1) as usize)
+}
+
+/// The `[deeper: N frames]` frame standing for `n` and the `levels` cut
+/// under it, in its place.
+fn write_deeper(
+    s: &mut String,
+    n: &Placed<'_>,
+    levels: usize,
+    total: u64,
+    options: &SvgOptions,
+    at: (f64, f64, i64),
+) {
+    let name = deeper_label(levels);
+    s.push_str("<g class=\"deeper\"><title>");
+    s.push_str(&name);
+    let grey = Rgb {
+        r: 228,
+        g: 228,
+        b: 228,
+    };
+    push_frame_tail(s, n, total, options, at, grey);
+    push_deeper_label(s, &name, levels, at.1);
+    s.push_str("</text></g>\n");
+}
+
+/// Title, buttons and details after the frames, drawn over them: the
+/// script keeps them on screen (with a band behind them) when the graph
+/// is taller than the window.
+fn write_head_and_foot(s: &mut String, g: &Geometry, options: &SvgOptions) {
+    let (width, height, bottom) = (g.width, g.height, g.bottom);
     let _ = write!(
         s,
         r#"<g id="head"><rect class="band hide" x="0" y="0" width="{width}" height="{band}"/>
 <text id="title" x="{mid}" y="24">"#,
-        band = top - 6.0,
+        band = g.top - 6.0,
         mid = width / 2.0,
     );
-    escape_into(&mut s, &options.title);
+    escape_into(s, &options.title);
     s.push_str("</text>\n");
     if let Some(sub) = &options.subtitle {
         let _ = write!(s, r#"<text id="subtitle" x="{}" y="48">"#, width / 2.0);
-        escape_into(&mut s, sub);
+        escape_into(s, sub);
         s.push_str("</text>\n");
     }
     let _ = write!(
@@ -384,11 +456,6 @@ text {{ font-family: Verdana, sans-serif; font-size: 12px; fill: rgb(0,0,0); }}
         width - PAD,
         height - 17.0,
     );
-    s.push_str("<script type=\"text/ecmascript\"><![CDATA[\n");
-    s.push_str(SCRIPT);
-    s.push_str("]]></script>\n</svg>\n");
-    w.write_all(s.as_bytes())?;
-    w.flush()
 }
 
 /// Appends a frame's title from its value on (after its name), its rect at
@@ -455,6 +522,14 @@ fn cold_color(name: &str) -> Rgb {
     }
 }
 
+/// The flame graph's style sheet, written into each SVG as it is.
+const STYLE: &str = include_str!("assets/flamegraph.css");
+
+/// The flame graph's script, the same text in every SVG: it reads what it
+/// needs from the document (the frames group's `data-total`, `data-width`,
+/// `data-pad`, `data-top`, `data-bottom`; the root's `data-inverted`; each
+/// frame's `data-x`, `data-w` and title).
+///
 /// Hover shows a frame's details at the bottom; a click zooms to it (its
 /// callers stay, full width and faded; Reset Zoom undoes it) and shows its
 /// callees past the cut, the image growing to hold them; a click on a
@@ -464,200 +539,7 @@ fn cold_color(name: &str) -> Rgb {
 /// samples under them, each sample counted once, and scrolls to the widest
 /// match if none is on screen. A graph taller than the window opens
 /// scrolled to its root, the title, buttons and details kept on screen.
-const SCRIPT: &str = r#"(function () {
-  var svg = document.documentElement;
-  var framesEl = document.getElementById("frames");
-  var total = +framesEl.getAttribute("data-total");
-  var width = +framesEl.getAttribute("data-width");
-  var pad = +framesEl.getAttribute("data-pad");
-  var top = +framesEl.getAttribute("data-top");
-  var bottom = +framesEl.getAttribute("data-bottom");
-  var inverted = svg.getAttribute("data-inverted") === "1";
-  var height0 = +svg.getAttribute("height"), height = height0;
-  var head = document.getElementById("head"), foot = document.getElementById("foot");
-  var bands = document.querySelectorAll(".band");
-  var details = document.getElementById("details");
-  var unzoomBtn = document.getElementById("unzoom");
-  var searchBtn = document.getElementById("search");
-  var matched = document.getElementById("matched");
-  var frames = [], markers = [], cutOf = {};
-  var gs = framesEl.getElementsByTagName("g");
-  for (var i = 0; i < gs.length; i++) {
-    var g = gs[i], r = g.getElementsByTagName("rect")[0];
-    var t = g.getElementsByTagName("title")[0].textContent;
-    var f = { g: g, rect: r, text: g.getElementsByTagName("text")[0],
-      x: +r.getAttribute("data-x"), w: +r.getAttribute("data-w"),
-      y: +r.getAttribute("y"), h: +r.getAttribute("height") + 1, fill: r.getAttribute("fill"),
-      name: t.slice(0, t.lastIndexOf(" (")), title: t,
-      marker: g.classList.contains("deeper"), deep: g.classList.contains("deep") };
-    g.__frame = f;
-    frames.push(f);
-    if (f.marker) { f.levels = f.name.replace(/[^0-9]/g, ""); markers.push(f); }
-    else if (f.deep) cutOf[f.x + "," + f.w + "," + f.y] = f;
-  }
-  // A [deeper] frame stands for the hidden frame in its place.
-  for (var m = 0; m < markers.length; m++) markers[m].cut = cutOf[markers[m].x + "," + markers[m].w + "," + markers[m].y];
-  function label(f, px) {
-    var fits = Math.floor((px - 6) / (12 * 0.59));
-    if (fits < 3) return "";
-    if (f.name.length <= fits) return f.name;
-    if (f.marker) return f.levels.length + 1 <= fits ? "+" + f.levels : "";
-    return f.name.slice(0, fits - 2) + "..";
-  }
-  // Keeps the title, buttons and details on screen when the image is
-  // taller than the window.
-  function pin() {
-    var wh = window.innerHeight, tall = height > wh + 1;
-    var y = tall ? Math.max(0, Math.min(window.scrollY, height - wh)) : 0;
-    head.setAttribute("transform", "translate(0," + y + ")");
-    foot.setAttribute("transform", "translate(0," + (tall ? y + wh - height0 : height - height0) + ")");
-    for (var i = 0; i < bands.length; i++) bands[i].classList.toggle("hide", !tall);
-  }
-  // Frames keep the places the server gave them; frames past the cut lie
-  // beyond the image's edge, which grows (and, root at the bottom, the
-  // frames move down) to hold every frame shown.
-  function resize(lo, hi) {
-    var shift = 0, h = height0;
-    if (hi >= lo) {
-      if (inverted) h = Math.max(height0, hi + bottom);
-      else { shift = Math.max(0, top - lo); h = height0 + shift; }
-    }
-    height = h;
-    svg.setAttribute("height", h);
-    svg.setAttribute("viewBox", "0 0 " + width + " " + h);
-    if (shift) framesEl.setAttribute("transform", "translate(0," + shift + ")");
-    else framesEl.removeAttribute("transform");
-    pin();
-  }
-  // Lays frames out for the window [x0, x0 + w0) of samples, `zoomed`
-  // being the frame it is zoomed to (null: the whole graph, cut).
-  function layout(zoomed) {
-    var x0 = zoomed ? zoomed.x : 0, w0 = zoomed ? zoomed.w : total;
-    var scale = (width - 2 * pad) / w0;
-    var lo = Infinity, hi = -Infinity;
-    for (var i = 0; i < frames.length; i++) {
-      var f = frames[i], g = f.g;
-      var above = zoomed && (inverted ? f.y < zoomed.y : f.y > zoomed.y);
-      var inside = f.x >= x0 && f.x + f.w <= x0 + w0;
-      g.classList.remove("hide");
-      g.classList.remove("parent");
-      var x, w;
-      if (zoomed ? f.marker : f.deep) {
-        g.classList.add("hide");
-        continue;
-      } else if (zoomed && above && f.x <= x0 && f.x + f.w >= x0 + w0) {
-        g.classList.add("parent");
-        x = pad; w = width - 2 * pad;
-      } else if (!zoomed || (inside && !above)) {
-        x = pad + (f.x - x0) * scale; w = f.w * scale;
-      } else {
-        g.classList.add("hide");
-        continue;
-      }
-      lo = Math.min(lo, f.y); hi = Math.max(hi, f.y + f.h);
-      f.rect.setAttribute("x", x.toFixed(2));
-      f.rect.setAttribute("width", w.toFixed(2));
-      f.text.setAttribute("x", (x + 3).toFixed(2));
-      f.text.textContent = label(f, w);
-    }
-    resize(lo, hi);
-    unzoomBtn.classList.toggle("hide", !zoomed);
-  }
-  function toRoot() {
-    if (!inverted && height > window.innerHeight) window.scrollTo(0, height);
-    pin();
-  }
-  function frameOf(e) {
-    var t = e.target;
-    while (t && t !== framesEl) { if (t.__frame) return t.__frame; t = t.parentNode; }
-    return null;
-  }
-  framesEl.addEventListener("mouseover", function (e) {
-    var f = frameOf(e);
-    if (f) details.textContent = f.marker ? f.title + ": click to show them" : "Function: " + f.title;
-  });
-  framesEl.addEventListener("mouseout", function () { details.textContent = " "; });
-  framesEl.addEventListener("click", function (e) {
-    var f = frameOf(e); if (!f) return;
-    var to = f.marker ? f.cut : f;
-    if (!to) return;
-    // The clicked frame stays where it is on screen.
-    var was = f.rect.getBoundingClientRect().top;
-    layout(to === frames[0] ? null : to);
-    window.scrollBy(0, to.rect.getBoundingClientRect().top - was);
-    pin();
-  });
-  unzoomBtn.addEventListener("click", function () { layout(null); toRoot(); });
-  var searching = false;
-  function resetSearch() {
-    for (var i = 0; i < frames.length; i++) frames[i].rect.setAttribute("fill", frames[i].fill);
-    matched.textContent = " ";
-    searchBtn.textContent = "Search";
-    searching = false;
-  }
-  function search(pattern) {
-    var re;
-    try { re = new RegExp(pattern); } catch (err) { matched.textContent = "bad regex: " + err.message; return; }
-    resetSearch();
-    var spans = [], shown = [];
-    for (var i = 0; i < frames.length; i++) {
-      var f = frames[i];
-      if (f.marker || f.name === "all" || !re.test(f.name)) continue;
-      f.rect.setAttribute("fill", "rgb(230,0,230)");
-      spans.push([f.x, f.x + f.w]);
-      if (!f.g.classList.contains("hide")) shown.push(f);
-      else if (f.deep) {
-        for (var m = 0; m < markers.length; m++) {
-          var k = markers[m];
-          if (k.x <= f.x && f.x + f.w <= k.x + k.w && !k.g.classList.contains("hide")) {
-            k.rect.setAttribute("fill", "rgb(230,0,230)");
-            shown.push(k);
-          }
-        }
-      }
-    }
-    // Nested matches (a recursive function) count once.
-    spans.sort(function (a, b) { return a[0] - b[0] || b[1] - a[1]; });
-    var sum = 0, end = -1;
-    for (var j = 0; j < spans.length; j++) {
-      var a = Math.max(spans[j][0], end), b = spans[j][1];
-      if (b > a) { sum += b - a; end = b; }
-    }
-    matched.textContent = "Matched: " + (total ? (100 * sum / total).toFixed(1) : "0.0") + "%";
-    searchBtn.textContent = "Reset Search";
-    searching = true;
-    // The widest match comes into view if no match is wholly on screen
-    // (clear of the bands over the frames, when they show).
-    var best = null, tall = height > window.innerHeight + 1;
-    var lo = tall ? top - 6 : 0, hi = window.innerHeight - (tall ? bottom : 0);
-    for (var s = 0; s < shown.length; s++) {
-      var rc = shown[s].rect.getBoundingClientRect();
-      if (rc.top >= lo && rc.bottom <= hi) { best = null; break; }
-      if (!best || shown[s].w > best.w) best = shown[s];
-    }
-    if (best) {
-      window.scrollBy(0, best.rect.getBoundingClientRect().top - window.innerHeight / 2);
-      pin();
-    }
-  }
-  searchBtn.addEventListener("click", function () {
-    if (searching) { resetSearch(); return; }
-    var p = window.prompt("Search for frames matching (regular expression):", "");
-    if (p) search(p);
-  });
-  window.addEventListener("keydown", function (e) {
-    if ((e.ctrlKey || e.metaKey) && e.key === "f") {
-      e.preventDefault();
-      var p = window.prompt("Search for frames matching (regular expression):", "");
-      if (p) search(p);
-    }
-  });
-  window.addEventListener("scroll", pin);
-  window.addEventListener("resize", pin);
-  window.addEventListener("load", toRoot);
-  toRoot();
-})();
-"#;
+const SCRIPT: &str = include_str!("assets/flamegraph.js");
 
 #[cfg(test)]
 mod tests {

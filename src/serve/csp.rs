@@ -40,8 +40,9 @@ pub fn own_script(svg: &[u8]) -> Option<&[u8]> {
     let body = trim_end(body).strip_suffix(CLOSE)?;
     let at = rfind(body, OPEN)?;
     let text = &body[at + OPEN.len()..];
-    // A second script inside the first cannot be: the renderers' values
-    // are JSON-escaped (no `<`, no `]]>`).
+    // A second script inside the first cannot be: the renderers' scripts
+    // are their asset files (`src/render/assets/*.js`), values passed as
+    // document attributes, never in the script's text.
     if find(text, b"<script").is_some() || find(text, b"]]>").is_some() {
         return None;
     }
@@ -136,5 +137,42 @@ mod tests {
         assert!(!text.contains("evil"), "{text}");
         assert_eq!(script_hashes(&svg).len(), 1);
         assert!(!svg_policy(&svg).contains(&b64(b"evil()")));
+    }
+
+    /// Every renderer's script is its asset file as it is, the same text
+    /// in every SVG: titles, units, phase labels and frame names are data
+    /// (escaped attributes and text), so what they hold changes the
+    /// document, never the script or its hash.
+    #[test]
+    fn every_renderer_writes_the_same_script_whatever_its_values() {
+        use crate::query::columns::{Diff, Rewrite, Series};
+        use crate::query::profile::test_profile as profile;
+        use crate::render::{animation, diff, flamegraph};
+        let evil = "\"]]></script><script>evil()</script>'";
+        let plain = profile(&[("main;a", 3), ("main;b", 1)]);
+        let hostile = profile(&[(&format!("main;{evil}"), 5), ("x", 2)]);
+        let svgs = |p: &crate::query::profile::Profile, text: &str| -> [Vec<u8>; 3] {
+            let mut fg = flamegraph::SvgOptions::new(text, text);
+            fg.subtitle = Some(text.to_owned());
+            let mut f = Vec::new();
+            flamegraph::write(p, &fg, &mut f).unwrap();
+            let mut dopts = diff::DiffSvgOptions::new(text, text);
+            dopts.notes = vec![text.to_owned()];
+            dopts.before = text.to_owned();
+            let d = Diff::new(&plain, p, Rewrite::default(), None, true);
+            let d = diff::render(&d, &dopts).0.into_bytes();
+            let mut aopts = animation::AnimationOptions::new(text, vec![text.into(); 2], text);
+            aopts.subtitle = Some(text.to_owned());
+            let series = Series::from_profiles(&[&plain, p], Rewrite::default());
+            let a = animation::render(&series, &aopts).0.into_bytes();
+            [f, d, a]
+        };
+        let (fair, foul) = (svgs(&plain, "t"), svgs(&hostile, evil));
+        for (fair, foul) in fair.iter().zip(&foul) {
+            let mine = own_script(fair).expect("a script");
+            assert_eq!(own_script(foul), Some(mine));
+            assert_eq!(script_hashes(foul), script_hashes(fair));
+            assert!(!String::from_utf8_lossy(foul).contains("evil()</script>"));
+        }
     }
 }
