@@ -375,9 +375,6 @@ fn write_frame(
     (x, wd, y): (f64, f64, f64),
 ) {
     let n = &l.tree.nodes[i];
-    let (b, a) = (l.tree.total(i)[0], l.tree.total(i)[1]);
-    let b_raw = l.tree.total(i)[l.before_col];
-    let delta = a as i128 - b as i128;
     let own_delta = l.tree.own(i)[1] as i128 - l.tree.own(i)[0] as i128;
     let fill = delta_color(own_delta, l.max_delta, opts.negate);
     // From what was recorded, not from normalized values: a path whose
@@ -405,38 +402,11 @@ fn write_frame(
         (true, "f gone") => "f gone hide deep",
         (true, _) => "f hide deep",
     };
-    let pct = |v: u64, t: u64| {
-        if t == 0 {
-            0.0
-        } else {
-            100.0 * v as f64 / t as f64
-        }
-    };
-    let share = if l.ta == 0 {
-        0.0
-    } else {
-        100.0 * delta as f64 / l.ta as f64
-    };
-    let f = opts.factor;
+    let _ = write!(s, r#"<g class="{class}" data-n="{i}"><title>"#);
+    push_title(s, l, opts, i);
     let _ = write!(
         s,
-        r#"<g class="{class}" data-n="{i}"><title>{name}
-before: {bv} {u} ({bp:.2}%){norm}
-after: {av} {u} ({ap:.2}%)
-delta: {sign}{dv} {u} ({sign}{share:.2}% of the total)</title><rect class="b" x="{x:.1}" y="{y:.1}" width="{wd:.1}" height="{h}" fill="{fill}"/>"#,
-        name = escape(n.name),
-        bv = fmt_value(b_raw as f64 * f),
-        norm = if l.normalized {
-            format!(", normalized {}", fmt_value(b as f64 * f))
-        } else {
-            String::new()
-        },
-        av = fmt_value(a as f64 * f),
-        bp = pct(b_raw, l.tb_raw),
-        ap = pct(a, l.ta),
-        sign = if delta >= 0 { "+" } else { "" },
-        dv = fmt_value(delta as f64 * f),
-        u = escape(&opts.count_name),
+        r#"</title><rect class="b" x="{x:.1}" y="{y:.1}" width="{wd:.1}" height="{h}" fill="{fill}"/>"#,
         h = FRAME_H - 1.0,
     );
     if class.starts_with("f gone") {
@@ -460,6 +430,45 @@ delta: {sign}{dv} {u} ({sign}{share:.2}% of the total)</title><rect class="b" x=
         );
     }
     s.push_str("</g>\n");
+}
+
+/// Node `i`'s title: its name, then before (as recorded, and normalized
+/// if it was), after and the delta, each with its share of its total.
+fn push_title(s: &mut String, l: &Layout<'_>, opts: &DiffSvgOptions, i: usize) {
+    let (b, a) = (l.tree.total(i)[0], l.tree.total(i)[1]);
+    let b_raw = l.tree.total(i)[l.before_col];
+    let delta = a as i128 - b as i128;
+    let pct = |v: u64, t: u64| {
+        if t == 0 {
+            0.0
+        } else {
+            100.0 * v as f64 / t as f64
+        }
+    };
+    let share = if l.ta == 0 {
+        0.0
+    } else {
+        100.0 * delta as f64 / l.ta as f64
+    };
+    let f = opts.factor;
+    let _ = write!(
+        s,
+        "{name}\nbefore: {bv} {u} ({bp:.2}%){norm}\nafter: {av} {u} ({ap:.2}%)\n\
+         delta: {sign}{dv} {u} ({sign}{share:.2}% of the total)",
+        name = escape(l.tree.nodes[i].name),
+        bv = fmt_value(b_raw as f64 * f),
+        norm = if l.normalized {
+            format!(", normalized {}", fmt_value(b as f64 * f))
+        } else {
+            String::new()
+        },
+        av = fmt_value(a as f64 * f),
+        bp = pct(b_raw, l.tb_raw),
+        ap = pct(a, l.ta),
+        sign = if delta >= 0 { "+" } else { "" },
+        dv = fmt_value(delta as f64 * f),
+        u = escape(&opts.count_name),
+    );
 }
 
 /// The `[deeper: N frames]` frame standing for node `i` (named `under`)
