@@ -16,6 +16,10 @@ use crate::daemon::config::{self, Config, RawConfig};
 
 /// Where the daemon is and its token: the daemon's own settings.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("daemon_user", config::with_default(Some(format!(
+    "{}, the installed unit's User=",
+    config::defaults::DAEMON_USER
+)))))]
 pub struct LoginArgs {
     /// The daemon's config file. Default: /etc/emberd/emberd.toml if it exists.
     #[arg(long)]
@@ -27,8 +31,7 @@ pub struct LoginArgs {
     #[arg(long)]
     pub auth_token_file: Option<PathBuf>,
     /// The user the daemon runs as besides root (name or uid): the token is
-    /// sent only to a port held by root or this user [default: emberd, the
-    /// installed unit's User=].
+    /// sent only to a port held by root or this user.
     #[arg(long)]
     pub daemon_user: Option<String>,
 }

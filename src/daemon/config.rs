@@ -1,7 +1,18 @@
-//! Daemon configuration: TOML file and flags (`RawConfig`), checked into a
-//! [`Config`]. Every key of the file is also a flag; flags win.
+//! Daemon configuration: every setting is declared once, in the
+//! `settings!` list below, with its flag, its key in the TOML file, its
+//! type, its default (read from the stage's `defaults` where it lives), its
+//! range and its help. From that one list come [`RawConfig`] (the parser of
+//! both the command line and the file), the merge (flags over the file,
+//! the file over defaults), one accessor per setting that applies the
+//! default and checks the range, and the `[default: ...]` of `--help`.
+//!
+//! Out of range is an error, for a flag and a file key alike: the daemon
+//! does not start and says `key = value is out of range: use lo..=hi`.
+//! Nothing is clamped silently.
 
+use std::fmt::Display;
 use std::net::SocketAddr;
+use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -10,16 +21,13 @@ use serde::Deserialize;
 
 use crate::shared::Secret;
 
-/// Defaults of the daemon's settings.
+/// Defaults of the daemon's own settings; the others are read from the
+/// `defaults` module of the stage that uses them.
 pub mod defaults {
     /// Default config file; a missing default file means "all defaults".
     pub const CONFIG_PATH: &str = "/etc/emberd/emberd.toml";
     /// Loopback only: profiles name every process on the host.
     pub const LISTEN: &str = "127.0.0.1:7099";
-    /// History kept, seconds.
-    pub const RETENTION_SECONDS: u64 = 3600;
-    /// Store budget, MiB.
-    pub const MEMORY_BUDGET_MIB: u64 = 12;
     /// Who besides root may own a local socket that receives pushes
     /// (`pyroscope_listener_user`, `otlp_listener_user`): nobody else.
     pub const LISTENER_USER: Option<&str> = None;
@@ -29,214 +37,326 @@ pub mod defaults {
     pub const DAEMON_USER: &str = "emberd";
 }
 
-/// Settings as written in the file or on the command line, unchecked.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawConfig {
-    /// `listen = "127.0.0.1:7099"`.
-    pub listen: Option<String>,
-    /// `allow_remote = false`: required to listen on a non-loopback address.
-    pub allow_remote: Option<bool>,
-    /// `unix_socket = "/run/emberd/emberd.sock"`: serve HTTP on this Unix
-    /// socket (mode 0660: emberd's user and group) instead of TCP.
-    pub unix_socket: Option<std::path::PathBuf>,
-    /// `allowed_hosts = ["profiler.example"]`: host names (besides IP
-    /// literals and `localhost`) the `Host` header may carry; others get 421,
-    /// so a DNS-rebinding page in a browser on this host reads nothing.
-    pub allowed_hosts: Option<Vec<String>>,
-    /// `auth_token_file = "/etc/emberd/token"`: when set, every route but
-    /// `/healthz` needs `Authorization: Bearer <the file's first line>`.
-    pub auth_token_file: Option<std::path::PathBuf>,
-    /// `frequency_hz = 99`.
-    pub frequency_hz: Option<u64>,
-    /// `retention_seconds = 3600`.
-    pub retention_seconds: Option<u64>,
-    /// `memory_budget_mib = 12`: the store's byte budget.
-    pub memory_budget_mib: Option<u64>,
-    /// `stack_map_entries = 16384`: entries of each BPF stack map (default:
-    /// 16384, or 256 per CPU on hosts with more than 64).
-    pub stack_map_entries: Option<u32>,
-    /// `counts_map_entries = 10240`: entries of each BPF counts map
-    /// (default: 10240, or 256 per CPU on hosts with more than 40).
-    pub counts_map_entries: Option<u32>,
-    /// `perf_map_max_mib = 64`: larger perf maps are not read.
-    pub perf_map_max_mib: Option<u64>,
-    /// `perf_map_budget_mib = 16`: bytes of parsed perf maps kept, all
-    /// processes together.
-    pub perf_map_budget_mib: Option<u64>,
-    /// `symbol_cache_mib = 4`: bytes of named addresses cached (kernel and
-    /// files together; a full cache forgets what was not used lately).
-    pub symbol_cache_mib: Option<u64>,
-    /// `process_snapshot_mib = 2`: bytes of process mappings remembered
-    /// (so samples of exited processes are named); oldest dropped first.
-    pub process_snapshot_mib: Option<u64>,
-    /// `dwarf_budget_mib = 8`: parsed DWARF held at once, all files
-    /// together; a file whose DWARF alone is larger is named from its
-    /// symbol table (no inlined frames or source lines).
-    pub dwarf_budget_mib: Option<u64>,
-    /// `unwind_table_budget_mib = 32`: bytes of unwind rows the BPF
-    /// unwinder holds (kernel memory, allocated at start; the default is
-    /// less on hosts with under 2 GiB of memory).
-    pub unwind_table_budget_mib: Option<u64>,
-    /// `unwind_processes = 8192`: processes whose mappings the BPF
-    /// unwinder holds (about 5 KiB of kernel memory each); when full, a
-    /// user holding the most gives up a place to a user holding fewer.
-    pub unwind_processes: Option<u32>,
-    /// `python = true`: show CPython 3.11-3.13 frames in place of the
-    /// interpreter's eval loop (false: interpreters' stacks stay native).
-    pub python: Option<bool>,
-    /// `python_code_entries = 4096`: code objects whose names the Python
-    /// walker keeps in BPF (about 560 bytes of kernel memory each,
-    /// allocated at start).
-    pub python_code_entries: Option<u32>,
-    /// `offcpu = true`: record off-CPU time.
-    pub offcpu: Option<bool>,
-    /// `wakeup = true`: record wakeup time.
-    pub wakeup: Option<bool>,
-    /// `offwake = true`: record off-wake chains.
-    pub offwake: Option<bool>,
-    /// `pagefault = true`: record page faults.
-    pub pagefault: Option<bool>,
-    /// `offcpu_min_us = 1`: shorter off-CPU periods are not charged.
-    pub offcpu_min_us: Option<u64>,
-    /// `offcpu_max_ms = 10000`: longer off-CPU periods are not charged.
-    pub offcpu_max_ms: Option<u64>,
-    /// `offcpu_states = "SD"`: task states that count (S sleeping, D disk
-    /// sleep, R preempted), or "all".
-    pub offcpu_states: Option<String>,
-    /// `offcpu_sample_one_in = 1`: record 1 in N switch-outs (values scaled).
-    pub offcpu_sample_one_in: Option<u32>,
-    /// `pagefault_period = 16`: faults per page-fault sample.
-    pub pagefault_period: Option<u64>,
-    /// `offcpu_sample_below_us = 1000`: shorter off-CPU periods (and the
-    /// wakeups ending them) are recorded with probability length/this and
-    /// charged this; 0 records all.
-    pub offcpu_sample_below_us: Option<u64>,
-    /// `brk = false`: record heap growth by brk() (slows every syscall a little).
-    pub brk: Option<bool>,
-    /// `mmap = false`: record mmap() bytes.
-    pub mmap: Option<bool>,
-    /// `munmap = false`: record munmap() bytes.
-    pub munmap: Option<bool>,
-    /// `blockio = true`: record block I/O latency.
-    pub blockio: Option<bool>,
-    /// `malloc_pids = [1234]`: trace malloc in these processes (uprobes).
-    pub malloc_pids: Option<Vec<u32>>,
-    /// `malloc_comms = ["mysqld"]`: trace malloc in processes of these
-    /// names, now and as they start.
-    pub malloc_comms: Option<Vec<String>>,
-    /// `malloc_sample_kib = 512`: mean KiB between malloc samples; 0
-    /// records every allocation.
-    pub malloc_sample_kib: Option<u64>,
-    /// `malloc_live_entries = 65536`: sampled allocations tracked until freed.
-    pub malloc_live_entries: Option<u32>,
-    /// `pyroscope_url = "http://pyroscope:4040"`: push each interval's profiles to Grafana Pyroscope (its base URL).
-    pub pyroscope_url: Option<String>,
-    /// `pyroscope_bearer_token_file`: a file whose first line is the bearer token of Pyroscope pushes.
-    pub pyroscope_bearer_token_file: Option<PathBuf>,
-    /// `pyroscope_basic_auth_user`: basic-auth user of Pyroscope pushes (Grafana Cloud: the stack's user id).
-    pub pyroscope_basic_auth_user: Option<String>,
-    /// `pyroscope_basic_auth_password_file`: a file whose first line is the basic-auth password.
-    pub pyroscope_basic_auth_password_file: Option<PathBuf>,
-    /// `pyroscope_headers = ["X-Scope-OrgID: team-a"]`: extra headers of Pyroscope pushes.
-    pub pyroscope_headers: Option<Vec<Secret>>,
-    /// `pyroscope_listener_user = "alloy"`: a user (name or uid) besides
-    /// root whose socket on this host may receive Pyroscope pushes.
-    pub pyroscope_listener_user: Option<String>,
-    /// `otlp_endpoint = "http://collector:4318"`: push OTLP profiles (its base URL, as OpenTelemetry exporters take it).
-    pub otlp_endpoint: Option<String>,
-    /// `otlp_bearer_token_file`: a file whose first line is the bearer token of OTLP pushes.
-    pub otlp_bearer_token_file: Option<PathBuf>,
-    /// `otlp_basic_auth_user`: basic-auth user of OTLP pushes.
-    pub otlp_basic_auth_user: Option<String>,
-    /// `otlp_basic_auth_password_file`: a file whose first line is the basic-auth password.
-    pub otlp_basic_auth_password_file: Option<PathBuf>,
-    /// `otlp_headers = ["X-Scope-OrgID: team-a"]`: extra headers of OTLP pushes.
-    pub otlp_headers: Option<Vec<Secret>>,
-    /// `otlp_listener_user = "otelcol"`: a user (name or uid) besides root
-    /// whose socket on this host may receive OTLP pushes.
-    pub otlp_listener_user: Option<String>,
-    /// `push_interval_seconds = 15`: seconds between pushes, each carrying that interval.
-    pub push_interval_seconds: Option<u64>,
-    /// `push_queue_intervals = 20`: unsent intervals kept per destination (then the oldest is dropped).
-    pub push_queue_intervals: Option<u32>,
-    /// `push_timeout_seconds = 10`: deadline of one push.
-    pub push_timeout_seconds: Option<u64>,
-    /// `push_max_label_sets = 100`: distinct service/unit/container label sets per pushed event and interval (the lightest beyond are pushed as `[other services]`).
-    pub push_max_label_sets: Option<u32>,
+/// How a default reads in `--help`, after the setting's text as
+/// `[default: X]`; `None` shows none (an empty list says nothing).
+trait HelpDefault {
+    fn help_default(&self) -> Option<String>;
 }
 
-impl RawConfig {
-    /// `other`'s settings where given, else `self`'s.
-    fn overridden_by(self, other: RawConfig) -> RawConfig {
-        RawConfig {
-            listen: other.listen.or(self.listen),
-            allow_remote: other.allow_remote.or(self.allow_remote),
-            allowed_hosts: other.allowed_hosts.or(self.allowed_hosts),
-            unix_socket: other.unix_socket.or(self.unix_socket),
-            auth_token_file: other.auth_token_file.or(self.auth_token_file),
-            frequency_hz: other.frequency_hz.or(self.frequency_hz),
-            retention_seconds: other.retention_seconds.or(self.retention_seconds),
-            memory_budget_mib: other.memory_budget_mib.or(self.memory_budget_mib),
-            stack_map_entries: other.stack_map_entries.or(self.stack_map_entries),
-            counts_map_entries: other.counts_map_entries.or(self.counts_map_entries),
-            perf_map_max_mib: other.perf_map_max_mib.or(self.perf_map_max_mib),
-            perf_map_budget_mib: other.perf_map_budget_mib.or(self.perf_map_budget_mib),
-            symbol_cache_mib: other.symbol_cache_mib.or(self.symbol_cache_mib),
-            process_snapshot_mib: other.process_snapshot_mib.or(self.process_snapshot_mib),
-            dwarf_budget_mib: other.dwarf_budget_mib.or(self.dwarf_budget_mib),
-            unwind_table_budget_mib: other
-                .unwind_table_budget_mib
-                .or(self.unwind_table_budget_mib),
-            unwind_processes: other.unwind_processes.or(self.unwind_processes),
-            python: other.python.or(self.python),
-            python_code_entries: other.python_code_entries.or(self.python_code_entries),
-            offcpu: other.offcpu.or(self.offcpu),
-            wakeup: other.wakeup.or(self.wakeup),
-            offwake: other.offwake.or(self.offwake),
-            pagefault: other.pagefault.or(self.pagefault),
-            offcpu_min_us: other.offcpu_min_us.or(self.offcpu_min_us),
-            offcpu_max_ms: other.offcpu_max_ms.or(self.offcpu_max_ms),
-            offcpu_states: other.offcpu_states.or(self.offcpu_states),
-            offcpu_sample_one_in: other.offcpu_sample_one_in.or(self.offcpu_sample_one_in),
-            pagefault_period: other.pagefault_period.or(self.pagefault_period),
-            offcpu_sample_below_us: other.offcpu_sample_below_us.or(self.offcpu_sample_below_us),
-            brk: other.brk.or(self.brk),
-            mmap: other.mmap.or(self.mmap),
-            munmap: other.munmap.or(self.munmap),
-            blockio: other.blockio.or(self.blockio),
-            malloc_pids: other.malloc_pids.or(self.malloc_pids),
-            malloc_comms: other.malloc_comms.or(self.malloc_comms),
-            malloc_sample_kib: other.malloc_sample_kib.or(self.malloc_sample_kib),
-            malloc_live_entries: other.malloc_live_entries.or(self.malloc_live_entries),
-            pyroscope_url: other.pyroscope_url.or(self.pyroscope_url),
-            pyroscope_bearer_token_file: other
-                .pyroscope_bearer_token_file
-                .or(self.pyroscope_bearer_token_file),
-            pyroscope_basic_auth_user: other
-                .pyroscope_basic_auth_user
-                .or(self.pyroscope_basic_auth_user),
-            pyroscope_basic_auth_password_file: other
-                .pyroscope_basic_auth_password_file
-                .or(self.pyroscope_basic_auth_password_file),
-            pyroscope_headers: other.pyroscope_headers.or(self.pyroscope_headers),
-            pyroscope_listener_user: other
-                .pyroscope_listener_user
-                .or(self.pyroscope_listener_user),
-            otlp_endpoint: other.otlp_endpoint.or(self.otlp_endpoint),
-            otlp_bearer_token_file: other.otlp_bearer_token_file.or(self.otlp_bearer_token_file),
-            otlp_basic_auth_user: other.otlp_basic_auth_user.or(self.otlp_basic_auth_user),
-            otlp_basic_auth_password_file: other
-                .otlp_basic_auth_password_file
-                .or(self.otlp_basic_auth_password_file),
-            otlp_headers: other.otlp_headers.or(self.otlp_headers),
-            otlp_listener_user: other.otlp_listener_user.or(self.otlp_listener_user),
-            push_interval_seconds: other.push_interval_seconds.or(self.push_interval_seconds),
-            push_queue_intervals: other.push_queue_intervals.or(self.push_queue_intervals),
-            push_timeout_seconds: other.push_timeout_seconds.or(self.push_timeout_seconds),
-            push_max_label_sets: other.push_max_label_sets.or(self.push_max_label_sets),
+macro_rules! shown_as_is {
+    ($($t:ty),*) => {$(
+        impl HelpDefault for $t {
+            fn help_default(&self) -> Option<String> {
+                Some(self.to_string())
+            }
+        }
+    )*};
+}
+shown_as_is!(u32, u64, bool, String);
+
+impl<T> HelpDefault for Vec<T> {
+    fn help_default(&self) -> Option<String> {
+        None
+    }
+}
+
+/// Appends `[default: shown]` to an argument's help (its doc comment, as
+/// clap made it), so `--help` prints the default from where it is declared.
+pub fn with_default(shown: Option<String>) -> impl FnOnce(clap::Arg) -> clap::Arg {
+    move |arg| match shown {
+        None => arg,
+        Some(shown) => {
+            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            arg.help(format!("{help} [default: {shown}]"))
         }
     }
+}
+
+/// `Ok` when `value` is in `range`, else the error every setting gives.
+fn in_range<T: PartialOrd + Display>(
+    key: &str,
+    value: &T,
+    range: impl RangeBounds<T>,
+) -> anyhow::Result<()> {
+    if range.contains(value) {
+        return Ok(());
+    }
+    let accepted = match (range.start_bound(), range.end_bound()) {
+        (Bound::Included(lo), Bound::Included(hi)) => format!("{lo}..={hi}"),
+        (Bound::Included(lo), Bound::Unbounded) => format!("{lo} or more"),
+        (Bound::Unbounded, Bound::Included(hi)) => format!("at most {hi}"),
+        // Only inclusive bounds are declared below.
+        _ => "another value".to_owned(),
+    };
+    bail!("{key} = {value} is out of range: use {accepted}")
+}
+
+/// Declares the daemon's settings. Each entry is
+///
+/// ```text
+/// /// Help text (also the field's doc).
+/// #[arg(...)]                           // optional: clap attributes beyond `long`
+/// key: Type = default, shown Some(text), range lo..=hi;
+/// ```
+///
+/// where `= default` (evaluated when read), `shown` (what `[default: ...]`
+/// says when the default alone does not say it, `None` for nothing) and
+/// `range` are optional. A setting without a default is an `Option` for
+/// whoever reads it; one with a range is read through a `Result`.
+macro_rules! settings {
+    (@shown $ty:ty, [$($default:expr)?] [$shown:expr]) => { $shown };
+    (@shown $ty:ty, [$default:expr] []) => {{
+        let default: $ty = $default;
+        HelpDefault::help_default(&default)
+    }};
+    (@shown $ty:ty, [] []) => { None };
+    (@type $ty:ty, [$default:expr], [$range:expr]) => { anyhow::Result<$ty> };
+    (@type $ty:ty, [$default:expr], []) => { $ty };
+    (@type $ty:ty, [], [$range:expr]) => { anyhow::Result<Option<$ty>> };
+    (@type $ty:ty, [], []) => { Option<$ty> };
+    (@get $key:ident, $given:expr, [$default:expr], [$range:expr]) => {{
+        let value = match $given { Some(v) => v, None => $default };
+        in_range(stringify!($key), &value, $range)?;
+        Ok(value)
+    }};
+    (@get $key:ident, $given:expr, [$default:expr], []) => {
+        match $given { Some(v) => v, None => $default }
+    };
+    (@get $key:ident, $given:expr, [], [$range:expr]) => {{
+        let value = $given;
+        if let Some(v) = &value {
+            in_range(stringify!($key), v, $range)?;
+        }
+        Ok(value)
+    }};
+    (@get $key:ident, $given:expr, [], []) => { $given };
+    (@check $raw:expr, $key:ident, [$range:expr]) => { $raw.$key()?; };
+    (@check $raw:expr, $key:ident, []) => {};
+    ($(
+        $(#[doc = $doc:literal])+
+        $(#[arg($($arg:tt)*)])*
+        $key:ident: $ty:ty $(= $default:expr)? $(, shown $shown:expr)? $(, range $range:expr)?;
+    )+) => {
+        /// Settings as written in the file or on the command line,
+        /// unchecked: `None` where not given. Each field is a key of the
+        /// file and a flag, `--key-name`; its accessor of the same name
+        /// gives the value, the default where none was given, in range.
+        #[derive(Debug, Clone, Default, Deserialize, clap::Args)]
+        #[serde(deny_unknown_fields)]
+        $(#[command(mut_arg(
+            stringify!($key),
+            with_default(settings!(@shown $ty, [$($default)?] [$($shown)?])),
+        ))])+
+        pub struct RawConfig {
+            $(
+                $(#[doc = $doc])+
+                #[arg(long)]
+                $(#[arg($($arg)*)])*
+                pub $key: Option<$ty>,
+            )+
+        }
+
+        impl RawConfig {
+            /// Every key of the file, in the order of `--help`.
+            pub const KEYS: &[&str] = &[$(stringify!($key)),+];
+
+            $(
+                #[doc = concat!(
+                    "`", stringify!($key), "`: the flag's or the file's value, \
+                     else the default (if it has one), checked against its range (if it has one)."
+                )]
+                pub fn $key(&self) -> settings!(@type $ty, [$($default)?], [$($range)?]) {
+                    settings!(@get $key, Clone::clone(&self.$key), [$($default)?], [$($range)?])
+                }
+            )+
+
+            /// `other`'s settings where given, else `self`'s.
+            fn overridden_by(self, other: RawConfig) -> RawConfig {
+                RawConfig {
+                    $($key: other.$key.or(self.$key),)+
+                }
+            }
+
+            /// Checks the range of every setting that has one.
+            fn check_ranges(&self) -> anyhow::Result<()> {
+                $(settings!(@check self, $key, [$($range)?]);)+
+                Ok(())
+            }
+        }
+    };
+}
+
+settings! {
+    /// HTTP listen address.
+    listen: String = defaults::LISTEN.to_owned();
+    /// Allow a non-loopback listen address (profiles name every process).
+    // A switch on the command line (`--allow-remote`), a boolean in the file.
+    #[arg(num_args = 0, default_missing_value = "true")]
+    allow_remote: bool = false, shown None;
+    /// A host name the Host header may carry (besides IP literals and
+    /// localhost); repeat for more. Others get 421 (DNS rebinding).
+    #[arg(long = "allowed-host")]
+    allowed_hosts: Vec<String> = Vec::new();
+    /// File whose first line is the bearer token every route but /healthz needs.
+    auth_token_file: PathBuf;
+    /// Serve HTTP on this Unix socket (mode 0660) instead of TCP.
+    unix_socket: PathBuf;
+    /// Samples per second per CPU.
+    #[arg(short = 'F')]
+    // Its range, 1 to the kernel's perf_event_max_sample_rate (which the
+    // kernel may lower as it runs), is checked when the sampler starts.
+    frequency_hz: u64 = crate::collect::defaults::FREQUENCY_HZ;
+    /// History kept, seconds.
+    retention_seconds: u64 = crate::store::defaults::RETENTION.as_secs(),
+        range 60..=7 * 86400;
+    /// Memory budget of the sample stores, all together, MiB.
+    memory_budget_mib: u64 = (crate::store::defaults::MEMORY_BUDGET >> 20) as u64,
+        range 4..=65536;
+    /// Entries of each BPF stack map.
+    // No one default: the CPU sampler's and the events' differ (`Config::from_raw`).
+    stack_map_entries: u32,
+        shown Some(format!(
+            "{}, or {} per CPU",
+            crate::collect::defaults::STACK_MAP_ENTRIES,
+            crate::collect::defaults::STACK_ENTRIES_PER_CPU
+        )),
+        range 64..;
+    /// Entries of each BPF counts map.
+    // At least 16: the events' counts maps need that many (8 did for the CPU's).
+    counts_map_entries: u32,
+        shown Some(format!(
+            "{}, or {} per CPU above {} CPUs",
+            crate::collect::defaults::COUNTS_MAP_ENTRIES,
+            crate::collect::defaults::COUNTS_ENTRIES_PER_CPU,
+            crate::collect::defaults::COUNTS_MAP_ENTRIES
+                / crate::collect::defaults::COUNTS_ENTRIES_PER_CPU
+        )),
+        range 16..;
+    /// Bytes of unwind tables (.eh_frame rows) the BPF unwinder holds, MiB.
+    // Kernel memory, allocated at start; at most 2^29 rows of 4 bytes.
+    unwind_table_budget_mib: u64 = crate::unwind::defaults::table_budget_bytes() >> 20,
+        shown Some(format!(
+            "{}, or 1/64 of the host's memory if less",
+            crate::unwind::defaults::TABLE_BUDGET_BYTES >> 20
+        )),
+        range 1..=2048;
+    /// Processes whose mappings the BPF unwinder holds.
+    // About 5 KiB of kernel memory each; when full, a user holding the most
+    // gives up a place to a user holding fewer.
+    unwind_processes: u32 = crate::unwind::defaults::MAX_PROCESSES, range 16..=1_048_576;
+    /// Show CPython 3.11-3.13 frames in place of the eval loop.
+    python: bool = true;
+    /// Code objects whose names the Python walker keeps in BPF.
+    // About 560 bytes of kernel memory each, allocated at start.
+    python_code_entries: u32 = crate::unwind::defaults::PYTHON_CODE_ENTRIES,
+        range 64..=1_048_576;
+    /// Larger perf maps are not read, MiB.
+    perf_map_max_mib: u64 = crate::symbolize::defaults::PERF_MAP_MAX_FILE_BYTES >> 20,
+        range 1..=4096;
+    /// Parsed perf maps kept, all processes, MiB.
+    perf_map_budget_mib: u64 = (crate::symbolize::defaults::PERF_MAP_BUDGET_BYTES >> 20) as u64,
+        range 1..=65536;
+    /// Named addresses cached (kernel and files), MiB.
+    symbol_cache_mib: u64 = (crate::symbolize::defaults::SYMBOL_CACHE_BYTES >> 20) as u64,
+        range 1..=65536;
+    /// Process mappings remembered (to name samples of exited processes), MiB.
+    process_snapshot_mib: u64 = (crate::symbolize::defaults::SNAPSHOT_BUDGET_BYTES >> 20) as u64,
+        range 1..=65536;
+    /// Parsed DWARF held, all files, MiB; a file whose DWARF is larger is
+    /// named from its symbol table, without inlined frames or lines.
+    // 0: symbol tables only, for every file.
+    dwarf_budget_mib: u64 = (crate::symbolize::defaults::DWARF_BUDGET_BYTES >> 20) as u64,
+        range 0..=65536;
+    /// Record off-CPU time.
+    offcpu: bool = true;
+    /// Record wakeup time.
+    wakeup: bool = true;
+    /// Record off-wake chains.
+    offwake: bool = true;
+    /// Record page faults.
+    pagefault: bool = true;
+    /// Shorter off-CPU periods are not charged, us.
+    // Its bound is offcpu_max_ms, checked with it (`events_of`).
+    offcpu_min_us: u64 = crate::collect::events::defaults::MIN_BLOCK_NS / 1000;
+    /// Longer off-CPU periods are not charged, ms.
+    offcpu_max_ms: u64 = crate::collect::events::defaults::MAX_BLOCK_NS / 1_000_000,
+        range 1..=3_600_000;
+    /// Task states counted off CPU: S, D, SD or all.
+    offcpu_states: String = states_name(crate::collect::events::defaults::STATE_MASK);
+    /// Record one in N switch-outs, values scaled by N.
+    offcpu_sample_one_in: u32 = 1, range 1..;
+    /// Faults per page-fault sample.
+    pagefault_period: u64 = crate::collect::events::defaults::PAGEFAULT_PERIOD, range 1..;
+    /// Off-CPU periods shorter than this are sampled (probability
+    /// length/this, charged this), us; 0 records all.
+    offcpu_sample_below_us: u64 = crate::collect::events::defaults::SAMPLE_BELOW_NS / 1000,
+        range 0..=1_000_000;
+    /// Record heap growth by brk().
+    brk: bool = crate::collect::events::defaults::SYSCALL_EVENTS,
+        shown Some(format!(
+            "{}: a syscall hook slows every syscall",
+            crate::collect::events::defaults::SYSCALL_EVENTS
+        ));
+    /// Record mmap() bytes.
+    mmap: bool = crate::collect::events::defaults::SYSCALL_EVENTS;
+    /// Record munmap() bytes.
+    munmap: bool = crate::collect::events::defaults::SYSCALL_EVENTS;
+    /// Record block I/O latency.
+    blockio: bool = true;
+    /// Trace malloc in this process (repeatable; uprobes: every call traps).
+    #[arg(long = "malloc-pid")]
+    malloc_pids: Vec<u32> = Vec::new();
+    /// Trace malloc in processes of this name (repeatable), as they start too.
+    #[arg(long = "malloc-comm")]
+    malloc_comms: Vec<String> = Vec::new();
+    /// Mean KiB between malloc samples; 0 records every allocation.
+    malloc_sample_kib: u64 = crate::collect::events::defaults::MALLOC_SAMPLE_BYTES >> 10,
+        range 0..=1 << 20;
+    /// Sampled allocations tracked until freed.
+    malloc_live_entries: u32 = crate::collect::events::defaults::MALLOC_LIVE_ENTRIES,
+        range 1..=1 << 22;
+    /// Push each interval's profiles to Grafana Pyroscope at this base URL (http://host:4040).
+    pyroscope_url: String;
+    /// File whose first line is the bearer token of Pyroscope pushes.
+    pyroscope_bearer_token_file: PathBuf;
+    /// Basic-auth user of Pyroscope pushes.
+    // Grafana Cloud: the stack's user id.
+    pyroscope_basic_auth_user: String;
+    /// File whose first line is the basic-auth password of Pyroscope pushes.
+    pyroscope_basic_auth_password_file: PathBuf;
+    /// Push OTLP profiles to this base URL (http://collector:4318).
+    otlp_endpoint: String;
+    /// File whose first line is the bearer token of OTLP pushes.
+    otlp_bearer_token_file: PathBuf;
+    /// Basic-auth user of OTLP pushes.
+    otlp_basic_auth_user: String;
+    /// File whose first line is the basic-auth password of OTLP pushes.
+    otlp_basic_auth_password_file: PathBuf;
+    /// Seconds between pushes.
+    push_interval_seconds: u64 = crate::export::defaults::INTERVAL_SECONDS, range 1..=3600;
+    /// Unsent intervals kept per destination.
+    // Then the oldest is dropped.
+    push_queue_intervals: u32 = crate::export::defaults::QUEUE_INTERVALS as u32,
+        range 1..=1000;
+    /// Deadline of one push, seconds.
+    push_timeout_seconds: u64 = crate::export::defaults::TIMEOUT_SECONDS, range 1..=300;
+    /// Distinct service/unit/container label sets per pushed event and interval.
+    // The lightest beyond are pushed as `[other services]`.
+    push_max_label_sets: u32 = crate::export::defaults::MAX_LABEL_SETS as u32,
+        range 1..=100_000;
+    /// An extra header of Pyroscope pushes, "Name: value" (repeatable).
+    // Secrets: the values may be keys.
+    #[arg(long = "pyroscope-header")]
+    pyroscope_headers: Vec<Secret> = Vec::new();
+    /// An extra header of OTLP pushes, "Name: value" (repeatable).
+    #[arg(long = "otlp-header")]
+    otlp_headers: Vec<Secret> = Vec::new();
+    /// A user (name or uid) besides root whose socket on this host may
+    /// receive Pyroscope pushes.
+    pyroscope_listener_user: String, shown Some("root only".to_owned());
+    /// A user (name or uid) besides root whose socket on this host may
+    /// receive OTLP pushes.
+    otlp_listener_user: String, shown Some("root only".to_owned());
 }
 
 /// Checked daemon settings.
@@ -302,6 +422,19 @@ pub fn parse_states(s: &str) -> anyhow::Result<u32> {
     Ok(mask)
 }
 
+/// The letters [`parse_states`] reads as `mask`: how the default
+/// (`collect::events::defaults::STATE_MASK`) is written as a setting.
+fn states_name(mask: u32) -> String {
+    if mask == 0 {
+        return "all".to_owned();
+    }
+    [(0x1, 'S'), (0x2, 'D')]
+        .into_iter()
+        .filter(|(bit, _)| mask & bit != 0)
+        .map(|(_, letter)| letter)
+        .collect()
+}
+
 impl RawConfig {
     /// The settings of the file at `path`, or of the default path if it
     /// exists (else none: all defaults), unchecked.
@@ -329,17 +462,10 @@ impl Config {
         Self::from_raw(RawConfig::load(path)?.overridden_by(flags))
     }
 
-    /// Checks raw settings.
+    /// Checks raw settings: every range first, then what each stage needs.
     pub fn from_raw(raw: RawConfig) -> anyhow::Result<Config> {
+        raw.check_ranges()?;
         let listen = listen_of(&raw)?;
-        let retention = raw.retention_seconds.unwrap_or(defaults::RETENTION_SECONDS);
-        if !(60..=7 * 86400).contains(&retention) {
-            bail!("retention_seconds = {retention} is out of range: use 60..=604800");
-        }
-        let budget = raw.memory_budget_mib.unwrap_or(defaults::MEMORY_BUDGET_MIB);
-        if !(4..=65536).contains(&budget) {
-            bail!("memory_budget_mib = {budget} is out of range: use 4..=65536");
-        }
         let events = events_of(&raw)?;
         let auth_token = auth_token_of(&raw)?;
         let push = push_of(&raw)?;
@@ -348,49 +474,37 @@ impl Config {
             events,
             listen,
             allowed_hosts: raw
-                .allowed_hosts
-                .clone()
-                .unwrap_or_default()
+                .allowed_hosts()
                 .into_iter()
                 .map(|h| h.to_ascii_lowercase())
                 .collect(),
             auth_token,
-            unix_socket: raw.unix_socket.clone(),
-            frequency_hz: raw
-                .frequency_hz
-                .unwrap_or(crate::collect::defaults::FREQUENCY_HZ),
-            retention: Duration::from_secs(retention),
-            memory_budget: (budget as usize) << 20,
+            unix_socket: raw.unix_socket(),
+            frequency_hz: raw.frequency_hz(),
+            retention: Duration::from_secs(raw.retention_seconds()?),
+            memory_budget: (raw.memory_budget_mib()? as usize) << 20,
             stack_map_entries: raw
-                .stack_map_entries
+                .stack_map_entries()?
                 .unwrap_or_else(crate::collect::defaults::stack_map_entries),
             counts_map_entries: raw
-                .counts_map_entries
+                .counts_map_entries()?
                 .unwrap_or_else(crate::collect::defaults::counts_map_entries),
             unwind_rows: unwind_rows(raw.unwind_table_budget_mib)?,
-            unwind_processes: match raw.unwind_processes {
-                None => crate::unwind::defaults::MAX_PROCESSES,
-                Some(n @ 16..=1_048_576) => n,
-                Some(n) => bail!("unwind_processes = {n} is out of range: use 16 ..= 1048576"),
-            },
-            python: raw.python.unwrap_or(true),
-            python_code_entries: match raw.python_code_entries {
-                None => crate::unwind::defaults::PYTHON_CODE_ENTRIES,
-                Some(n @ 64..=1_048_576) => n,
-                Some(n) => anyhow::bail!("python_code_entries = {n}: use 64 to 1048576"),
-            },
-            symbolizer: symbolizer_of(&raw),
+            unwind_processes: raw.unwind_processes()?,
+            python: raw.python(),
+            python_code_entries: raw.python_code_entries()?,
+            symbolizer: symbolizer_of(&raw)?,
         })
     }
 }
 
 /// `listen`, refused off loopback unless `allow_remote` says so.
 pub fn listen_of(raw: &RawConfig) -> anyhow::Result<SocketAddr> {
-    let listen_s = raw.listen.as_deref().unwrap_or(defaults::LISTEN);
+    let listen_s = raw.listen();
     let listen: SocketAddr = listen_s
         .parse()
         .with_context(|| format!("listen = {listen_s:?} is not an address like 127.0.0.1:7099"))?;
-    if !listen.ip().is_loopback() && !raw.allow_remote.unwrap_or(false) {
+    if !listen.ip().is_loopback() && !raw.allow_remote() {
         bail!(
             "listen = {listen} would serve profiles that name every process on this host to the network; \
              set allow_remote = true (or pass --allow-remote) to do that on purpose"
@@ -402,76 +516,44 @@ pub fn listen_of(raw: &RawConfig) -> anyhow::Result<SocketAddr> {
 /// The events' options, each key checked.
 fn events_of(raw: &RawConfig) -> anyhow::Result<crate::collect::events::EventOptions> {
     use crate::collect::events::{EventOptions, defaults as ev};
-    let min_us = raw.offcpu_min_us.unwrap_or(ev::MIN_BLOCK_NS / 1000);
-    let max_ms = raw.offcpu_max_ms.unwrap_or(ev::MAX_BLOCK_NS / 1_000_000);
-    if min_us.saturating_mul(1000) > max_ms.saturating_mul(1_000_000)
-        || max_ms == 0
-        || max_ms > 3_600_000
-    {
-        bail!(
-            "offcpu_min_us = {min_us} / offcpu_max_ms = {max_ms}: need min <= max and 1 <= max_ms <= 3600000"
-        );
-    }
-    let sample_one_in = raw.offcpu_sample_one_in.unwrap_or(1);
-    let pagefault_period = raw.pagefault_period.unwrap_or(ev::PAGEFAULT_PERIOD);
-    if sample_one_in == 0 || pagefault_period == 0 {
-        bail!("offcpu_sample_one_in and pagefault_period must be at least 1");
-    }
-    let below_us = raw
-        .offcpu_sample_below_us
-        .unwrap_or(ev::SAMPLE_BELOW_NS / 1000);
-    if below_us > 1_000_000 {
-        bail!(
-            "offcpu_sample_below_us = {below_us} is out of range: use 0 (record every wakeup) ..= 1000000"
-        );
+    let min_us = raw.offcpu_min_us();
+    let max_ms = raw.offcpu_max_ms()?;
+    if min_us.saturating_mul(1000) > max_ms.saturating_mul(1_000_000) {
+        bail!("offcpu_min_us = {min_us} is more than offcpu_max_ms = {max_ms}: need min <= max");
     }
     let events = EventOptions {
-        offcpu: raw.offcpu.unwrap_or(true),
-        wakeup: raw.wakeup.unwrap_or(true),
-        offwake: raw.offwake.unwrap_or(true),
-        pagefault: raw.pagefault.unwrap_or(true),
+        offcpu: raw.offcpu(),
+        wakeup: raw.wakeup(),
+        offwake: raw.offwake(),
+        pagefault: raw.pagefault(),
         min_block_ns: min_us * 1000,
         max_block_ns: max_ms * 1_000_000,
-        state_mask: match &raw.offcpu_states {
-            Some(s) => parse_states(s)?,
-            None => ev::STATE_MASK,
-        },
-        sample_one_in,
-        pagefault_period,
-        sample_below_ns: below_us * 1000,
+        state_mask: parse_states(&raw.offcpu_states())?,
+        sample_one_in: raw.offcpu_sample_one_in()?,
+        pagefault_period: raw.pagefault_period()?,
+        sample_below_ns: raw.offcpu_sample_below_us()? * 1000,
         pid: None,
-        brk: raw.brk.unwrap_or(ev::SYSCALL_EVENTS),
-        mmap: raw.mmap.unwrap_or(ev::SYSCALL_EVENTS),
-        munmap: raw.munmap.unwrap_or(ev::SYSCALL_EVENTS),
-        blockio: raw.blockio.unwrap_or(true),
+        brk: raw.brk(),
+        mmap: raw.mmap(),
+        munmap: raw.munmap(),
+        blockio: raw.blockio(),
         malloc: crate::collect::events::MallocTargets {
             pids: raw
-                .malloc_pids
-                .clone()
-                .unwrap_or_default()
+                .malloc_pids()
                 .into_iter()
                 .map(crate::shared::Pid)
                 .collect(),
-            comms: raw.malloc_comms.clone().unwrap_or_default(),
+            comms: raw.malloc_comms(),
         },
-        malloc_sample_bytes: match raw.malloc_sample_kib {
-            None => ev::MALLOC_SAMPLE_BYTES,
-            Some(k) if k <= 1 << 20 => k << 10,
-            Some(k) => bail!(
-                "malloc_sample_kib = {k} is out of range: use 0 (every allocation) ..= 1048576"
-            ),
-        },
-        counts_entries: raw.counts_map_entries.unwrap_or_else(|| {
+        malloc_sample_bytes: raw.malloc_sample_kib()? << 10,
+        // The events' maps are at least as large as theirs by default.
+        counts_entries: raw.counts_map_entries()?.unwrap_or_else(|| {
             ev::COUNTS_MAP_ENTRIES.max(crate::collect::defaults::counts_map_entries())
         }),
-        stack_entries: raw.stack_map_entries.unwrap_or_else(|| {
+        stack_entries: raw.stack_map_entries()?.unwrap_or_else(|| {
             ev::STACK_MAP_ENTRIES.max(crate::collect::defaults::stack_map_entries())
         }),
-        malloc_live_entries: match raw.malloc_live_entries {
-            None => ev::MALLOC_LIVE_ENTRIES,
-            Some(n) if (1..=1 << 22).contains(&n) => n,
-            Some(n) => bail!("malloc_live_entries = {n} is out of range: use 1 ..= 4194304"),
-        },
+        malloc_live_entries: raw.malloc_live_entries()?,
     };
     if let Some(c) = events
         .malloc
@@ -503,7 +585,7 @@ fn credentials_of(
     bearer_file: &Option<PathBuf>,
     user: &Option<String>,
     password_file: &Option<PathBuf>,
-    headers: &Option<Vec<Secret>>,
+    headers: Vec<Secret>,
     listener_user: &Option<String>,
 ) -> anyhow::Result<crate::export::Credentials> {
     let bearer = bearer_file
@@ -532,14 +614,14 @@ fn credentials_of(
     Ok(crate::export::Credentials {
         bearer,
         basic,
-        headers: headers.clone().unwrap_or_default(),
+        headers,
         listener,
     })
 }
 
 /// The push settings: `None` without a destination.
 pub fn push_of(raw: &RawConfig) -> anyhow::Result<Option<crate::export::PushOptions>> {
-    use crate::export::{Destination, Protocol, defaults as push};
+    use crate::export::{Destination, Protocol};
     let mut destinations = Vec::new();
     if let Some(url) = &raw.pyroscope_url {
         let creds = credentials_of(
@@ -547,7 +629,7 @@ pub fn push_of(raw: &RawConfig) -> anyhow::Result<Option<crate::export::PushOpti
             &raw.pyroscope_bearer_token_file,
             &raw.pyroscope_basic_auth_user,
             &raw.pyroscope_basic_auth_password_file,
-            &raw.pyroscope_headers,
+            raw.pyroscope_headers(),
             &raw.pyroscope_listener_user,
         )?;
         destinations
@@ -559,39 +641,24 @@ pub fn push_of(raw: &RawConfig) -> anyhow::Result<Option<crate::export::PushOpti
             &raw.otlp_bearer_token_file,
             &raw.otlp_basic_auth_user,
             &raw.otlp_basic_auth_password_file,
-            &raw.otlp_headers,
+            raw.otlp_headers(),
             &raw.otlp_listener_user,
         )?;
         destinations
             .push(Destination::new(Protocol::Otlp, url, &creds).map_err(anyhow::Error::msg)?);
     }
-    let interval = raw.push_interval_seconds.unwrap_or(push::INTERVAL_SECONDS);
-    if !(1..=3600).contains(&interval) {
-        bail!("push_interval_seconds = {interval} is out of range: use 1..=3600");
-    }
-    let queue = raw
-        .push_queue_intervals
-        .map_or(push::QUEUE_INTERVALS, |n| n as usize);
-    if !(1..=1000).contains(&queue) {
-        bail!("push_queue_intervals = {queue} is out of range: use 1..=1000");
-    }
-    let timeout = raw.push_timeout_seconds.unwrap_or(push::TIMEOUT_SECONDS);
-    if !(1..=300).contains(&timeout) {
-        bail!("push_timeout_seconds = {timeout} is out of range: use 1..=300");
-    }
-    let max_label_sets = raw
-        .push_max_label_sets
-        .map_or(push::MAX_LABEL_SETS, |n| n as usize);
-    if !(1..=100_000).contains(&max_label_sets) {
-        bail!("push_max_label_sets = {max_label_sets} is out of range: use 1..=100000");
-    }
+    // Checked with or without a destination, as every range is.
+    let interval = raw.push_interval_seconds()?;
+    let queue_intervals = raw.push_queue_intervals()? as usize;
+    let timeout = raw.push_timeout_seconds()?;
+    let max_label_sets = raw.push_max_label_sets()? as usize;
     if destinations.is_empty() {
         return Ok(None);
     }
     Ok(Some(crate::export::PushOptions {
         destinations,
         interval: Duration::from_secs(interval),
-        queue_intervals: queue,
+        queue_intervals,
         timeout: Duration::from_secs(timeout),
         max_label_sets,
     }))
@@ -617,25 +684,17 @@ pub fn auth_token_of(raw: &RawConfig) -> anyhow::Result<Option<Secret>> {
 }
 
 /// The symbolizer's budgets.
-fn symbolizer_of(raw: &RawConfig) -> crate::symbolize::SymbolizerOptions {
-    let mut o = crate::symbolize::SymbolizerOptions::default();
-    if let Some(m) = raw.perf_map_max_mib {
-        o.perf_map_max_file_bytes = m.clamp(1, 4096) << 20;
-    }
-    if let Some(m) = raw.perf_map_budget_mib {
-        o.perf_map_budget_bytes = (m.clamp(1, 65536) << 20) as usize;
-    }
-    if let Some(m) = raw.symbol_cache_mib {
-        o.symbol_cache_bytes = (m.clamp(1, 65536) << 20) as usize;
-    }
-    if let Some(m) = raw.process_snapshot_mib {
-        o.snapshot_budget_bytes = (m.clamp(1, 65536) << 20) as usize;
-    }
-    if let Some(m) = raw.dwarf_budget_mib {
+fn symbolizer_of(raw: &RawConfig) -> anyhow::Result<crate::symbolize::SymbolizerOptions> {
+    let mib = |m: u64| (m << 20) as usize;
+    Ok(crate::symbolize::SymbolizerOptions {
+        perf_map_max_file_bytes: raw.perf_map_max_mib()? << 20,
+        perf_map_budget_bytes: mib(raw.perf_map_budget_mib()?),
+        symbol_cache_bytes: mib(raw.symbol_cache_mib()?),
+        snapshot_budget_bytes: mib(raw.process_snapshot_mib()?),
         // 0 is allowed: symbol tables only, for every file.
-        o.dwarf_budget_bytes = (m.min(65536) << 20) as usize;
-    }
-    o
+        dwarf_budget_bytes: mib(raw.dwarf_budget_mib()?),
+        ..Default::default()
+    })
 }
 
 fn read_file(path: &Path) -> anyhow::Result<RawConfig> {
@@ -652,17 +711,15 @@ pub fn shown_path(path: Option<&PathBuf>) -> String {
     )
 }
 
-/// 4-byte words of the unwind-table array for a budget in MiB.
+/// 4-byte words of the unwind-table array for a budget in MiB (`None`: the
+/// host's default): `unwind_table_budget_mib` as the daemon reads it, for
+/// `emberd record` too.
 pub fn unwind_rows(budget_mib: Option<u64>) -> anyhow::Result<u32> {
-    let bytes = budget_mib.map_or_else(crate::unwind::defaults::table_budget_bytes, |m| m << 20);
-    let rows = bytes / 4;
-    if !(1..=(1 << 29)).contains(&rows) {
-        anyhow::bail!(
-            "unwind_table_budget_mib = {}: use 1 to 2048 MiB",
-            bytes >> 20
-        );
-    }
-    Ok(rows as u32)
+    let raw = RawConfig {
+        unwind_table_budget_mib: budget_mib,
+        ..RawConfig::default()
+    };
+    Ok(((raw.unwind_table_budget_mib()? << 20) / 4) as u32)
 }
 
 #[cfg(test)]
@@ -739,5 +796,164 @@ mod tests {
         assert_eq!((c.frequency_hz, c.retention.as_secs()), (199, 600));
         assert_eq!(c.memory_budget, 12 << 20);
         assert!(c.listen.ip().is_loopback());
+    }
+
+    /// The daemon's command line: the settings flattened, as `emberd` has them.
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        settings: RawConfig,
+    }
+
+    fn flags(args: &[&str]) -> RawConfig {
+        use clap::Parser;
+        Flags::try_parse_from(std::iter::once("emberd").chain(args.iter().copied()))
+            .unwrap()
+            .settings
+    }
+
+    #[test]
+    fn a_flag_and_a_file_key_are_the_same_setting() {
+        let given = flags(&[
+            "--allow-remote",
+            "--allowed-host",
+            "a.example",
+            "--allowed-host",
+            "b.example",
+            "-F",
+            "49",
+            "--python",
+            "false",
+            "--otlp-header",
+            "X-Key: k",
+        ]);
+        let file: RawConfig = toml::from_str(
+            "allow_remote = true\nallowed_hosts = [\"a.example\", \"b.example\"]\n\
+             frequency_hz = 49\npython = false\notlp_headers = [\"X-Key: k\"]\n",
+        )
+        .unwrap();
+        assert_eq!(format!("{given:?}"), format!("{file:?}"));
+        assert_eq!(given.allowed_hosts(), ["a.example", "b.example"]);
+        assert_eq!(given.otlp_headers()[0].expose(), "X-Key: k");
+        // Not given is not the default: the file's value stays.
+        let none = flags(&[]);
+        assert!(
+            none.allow_remote.is_none() && none.python.is_none(),
+            "{none:?}"
+        );
+        assert!(file.clone().overridden_by(none).python == Some(false));
+    }
+
+    #[test]
+    fn out_of_range_is_an_error_naming_key_value_and_range() {
+        for (toml_line, error) in [
+            (
+                "retention_seconds = 30",
+                "retention_seconds = 30 is out of range: use 60..=604800",
+            ),
+            (
+                "symbol_cache_mib = 0",
+                "symbol_cache_mib = 0 is out of range: use 1..=65536",
+            ),
+            (
+                "perf_map_max_mib = 5000",
+                "perf_map_max_mib = 5000 is out of range: use 1..=4096",
+            ),
+            (
+                "dwarf_budget_mib = 70000",
+                "dwarf_budget_mib = 70000 is out of range: use 0..=65536",
+            ),
+            (
+                "stack_map_entries = 63",
+                "stack_map_entries = 63 is out of range: use 64 or more",
+            ),
+            (
+                "pagefault_period = 0",
+                "pagefault_period = 0 is out of range: use 1 or more",
+            ),
+        ] {
+            let raw: RawConfig = toml::from_str(toml_line).unwrap();
+            let e = Config::from_raw(raw).unwrap_err().to_string();
+            assert_eq!(e, error);
+        }
+        let e = Config::from_raw(flags(&["--unwind-table-budget-mib", "0"])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unwind_table_budget_mib = 0 is out of range: use 1..=2048"
+        );
+        assert!(unwind_rows(Some(4096)).is_err());
+        assert_eq!(unwind_rows(Some(2048)).unwrap(), 1 << 29);
+        // The bounds themselves are in range.
+        let raw: RawConfig =
+            toml::from_str("dwarf_budget_mib = 0\nperf_map_max_mib = 4096\n").unwrap();
+        let c = Config::from_raw(raw).unwrap();
+        assert_eq!(c.symbolizer.dwarf_budget_bytes, 0);
+        assert_eq!(c.symbolizer.perf_map_max_file_bytes, 4096 << 20);
+    }
+
+    #[test]
+    fn defaults_are_the_stages_own() {
+        use crate::symbolize::defaults as sym;
+        let c = Config::from_raw(RawConfig::default()).unwrap();
+        assert_eq!(c.memory_budget, crate::store::defaults::MEMORY_BUDGET);
+        assert_eq!(c.retention, crate::store::defaults::RETENTION);
+        assert_eq!(c.symbolizer.symbol_cache_bytes, sym::SYMBOL_CACHE_BYTES);
+        assert_eq!(c.symbolizer.dwarf_budget_bytes, sym::DWARF_BUDGET_BYTES);
+        assert_eq!(
+            c.events.state_mask,
+            crate::collect::events::defaults::STATE_MASK
+        );
+        assert_eq!(
+            c.events.malloc_sample_bytes,
+            crate::collect::events::defaults::MALLOC_SAMPLE_BYTES
+        );
+        assert_eq!(
+            c.unwind_rows as u64,
+            crate::unwind::defaults::table_budget_bytes() / 4
+        );
+        assert_eq!(states_name(0), "all");
+        assert_eq!(parse_states(&states_name(0x2)).unwrap(), 0x2);
+    }
+
+    #[test]
+    fn help_prints_each_default_once_from_its_constant() {
+        use clap::CommandFactory;
+        let cmd = Flags::command();
+        let help = |id: &str| {
+            let arg = cmd.get_arguments().find(|a| a.get_id() == id).unwrap();
+            arg.get_help().unwrap().to_string()
+        };
+        assert_eq!(
+            help("memory_budget_mib"),
+            format!(
+                "Memory budget of the sample stores, all together, MiB [default: {}]",
+                crate::store::defaults::MEMORY_BUDGET >> 20
+            )
+        );
+        assert_eq!(
+            help("offcpu_states"),
+            "Task states counted off CPU: S, D, SD or all [default: SD]"
+        );
+        assert!(!help("allowed_hosts").contains("[default"));
+        for arg in cmd.get_arguments() {
+            let h = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            assert!(h.matches("[default").count() <= 1, "{h}");
+        }
+    }
+
+    /// README's configuration table has a row for every key.
+    #[test]
+    fn the_readme_lists_every_key() {
+        let readme = include_str!("../../README.md");
+        let table = &readme[readme.find("## Configuration").unwrap()..];
+        let table = &table[..table.find("\n## ").unwrap()];
+        for key in RawConfig::KEYS {
+            assert!(
+                table
+                    .lines()
+                    .any(|l| l.starts_with('|') && l.contains(&format!("`{key}`"))),
+                "{key} is not in README.md's configuration table"
+            );
+        }
     }
 }
