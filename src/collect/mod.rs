@@ -10,6 +10,7 @@ mod counters;
 pub mod events;
 pub mod forms;
 pub mod malloc;
+pub mod metrics;
 pub mod new_process;
 mod perf_event;
 pub mod privileges;

@@ -543,10 +543,12 @@ impl Collector {
         }
         let alive = |pid: crate::shared::Pid| Path::new(&format!("/proc/{pid}")).exists();
         if let Some(stats) = h.apply_heap(now_unix, batch.heap, alive) {
-            self.shared.metrics.observe_heap(&stats);
+            self.shared.metrics.store.observe_heap(&stats);
         }
         let metrics = &self.shared.metrics;
-        metrics.observe_store(&inserted.totals, inserted.dropped_before);
+        metrics
+            .store
+            .observe(&inserted.totals, inserted.dropped_before);
         if let Some(t) = batch.started {
             metrics.observe_drain_time(t.elapsed());
         }
@@ -582,10 +584,10 @@ impl Collector {
         let (p, metrics) = (&self.pipeline, &self.shared.metrics);
         let event_counters = p.event_counters().and_then(Result::ok);
         if let Some(counters) = &event_counters {
-            metrics.observe_events(counters);
+            metrics.collect.observe_events(counters);
         }
         if let Ok(counters) = p.counters() {
-            metrics.observe_faults(
+            metrics.collect.observe_faults(
                 counters.get(crate::collect::Counter::NewProcessDropped),
                 event_counters.map_or(0, |c| c.new_process_dropped),
                 p.events_drain_failures(),
@@ -606,8 +608,10 @@ impl Collector {
             ("response_cache", cached_bytes),
         ]);
         if let Ok((cpu, events)) = p.unwind_counters() {
-            metrics.observe_unwind(&cpu, events.as_ref(), &p.unwind_stats());
-            metrics.observe_python(
+            metrics
+                .unwind
+                .observe(&cpu, events.as_ref(), &p.unwind_stats());
+            metrics.python.observe(
                 &cpu,
                 events.as_ref(),
                 &p.runtime_names("python"),
@@ -615,13 +619,13 @@ impl Collector {
             );
         }
         if let Ok(counters) = p.counters() {
-            metrics.observe_drain(
+            metrics.collect.observe_drain(
                 &counters,
-                &p.misses(),
                 self.missing_total,
                 self.kept_total,
                 keys as f64 / f64::from(self.counts_entries),
             );
+            metrics.symbolize.observe(&p.misses());
         }
     }
 }

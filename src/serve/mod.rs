@@ -802,7 +802,7 @@ async fn pprof_event(
 
 async fn metrics(State(st): State<AppState>) -> Response {
     // Gauges over every store, read now.
-    st.metrics.observe_store_gauges(&st.history.totals());
+    st.metrics.store.observe_gauges(&st.history.totals());
     if let Some(p) = &st.pusher {
         st.metrics.observe_push(p);
     }

@@ -6,6 +6,7 @@ pub mod elf_header;
 pub mod frame;
 pub mod hash;
 pub mod ids;
+pub mod metrics;
 pub mod peer;
 pub mod procmaps;
 pub mod secret;

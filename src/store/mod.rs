@@ -22,6 +22,7 @@
 pub mod heap;
 pub mod history;
 mod intern;
+pub mod metrics;
 
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -16,6 +16,7 @@ mod cache;
 pub mod cgroup;
 pub(crate) mod elf_worker;
 pub mod kallsyms;
+pub mod metrics;
 pub mod packed;
 pub mod perfmap;
 mod procmaps;

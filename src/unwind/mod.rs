@@ -21,6 +21,7 @@
 //! [`defaults::IDLE_TABLE`]. Files larger than [`defaults::MAX_FILE_BYTES`]
 //! are not read.
 
+pub mod metrics;
 pub mod packed;
 pub mod table;
 

@@ -4,6 +4,7 @@
 //! of the frames it pushed ([`names`]).
 
 pub mod layout;
+pub mod metrics;
 pub mod names;
 
 use std::collections::{BTreeMap, HashMap};
