@@ -2,7 +2,8 @@
 //! not) that a user mapped executable. Reached as the builder thread
 //! reaches it: `read_capped` on the file, then `build`; and `build_table`
 //! on the whole bytes, whose rows the parts `read_capped` reads must give
-//! alike; and the interpreter check (`python::inspect`) on the file.
+//! alike; the shared bounded ELF reader (`shared::elf`) on the file; and the
+//! interpreter check (`python::inspect`) that reads through it.
 #![no_main]
 
 use emberd::unwind::table::{self, CfaRule, UnwindTable};
@@ -52,6 +53,14 @@ fuzz_target!(|data: &[u8]| {
     );
 
     let f = mem_file(data);
+    // The shared reader: headers within the file, `.dynsym` within its
+    // limit, whatever the header claims.
+    let (_, peak) = peak_of(|| {
+        let h = emberd::shared::elf::Headers::read(&f.file)?;
+        let _ = h.read_vaddr(&f.file, 0, 64);
+        h.dynamic_symbols(&f.file, &["main", "_PyRuntime"])
+    });
+    check_bound("shared::elf", peak, data.len(), 2, 64 << 10);
     // The interpreter check reads the same headers and `.dynsym` on its
     // own: within the file, whatever its header claims (a 4 KiB file
     // claiming 3,200 headers of 65,535 bytes once took 400 MiB here).

@@ -2,7 +2,7 @@
 //! hash maps, the clock. It imports no stage; every stage may import it.
 
 pub mod clock;
-pub mod elf_header;
+pub mod elf;
 pub mod frame;
 pub mod hash;
 pub mod ids;

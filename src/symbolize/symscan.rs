@@ -25,12 +25,11 @@ use std::path::Path;
 use object::read::elf::{ElfFile64, SectionHeader};
 use object::{Endianness, ReadCache};
 
+use crate::shared::elf::limits::MAX_NAME_BYTES;
+use crate::shared::elf::{self, SYM_BYTES as SYM_SIZE};
+
 /// Bytes read from a symbol table at a time.
 const CHUNK: usize = 64 << 10;
-/// Longest name read (a longer one names nothing).
-const MAX_NAME: usize = 64 << 10;
-/// `Elf64_Sym`'s size.
-const SYM_SIZE: usize = 24;
 
 /// Where a symbol table and its strings are in a file.
 #[derive(Debug, Clone, Copy)]
@@ -122,30 +121,6 @@ impl Scanner {
         // for addrs[j] and those after it, and there only if no later bucket
         // has one: keep the best of each bucket, then carry them forward.
         let mut buckets: Vec<Option<Best>> = vec![None; addrs.len()];
-        let u16_at = |b: &[u8], at: usize| {
-            let v = [b[at], b[at + 1]];
-            if little {
-                u16::from_le_bytes(v)
-            } else {
-                u16::from_be_bytes(v)
-            }
-        };
-        let u32_at = |b: &[u8], at: usize| {
-            let v = b[at..at + 4].try_into().expect("4 bytes");
-            if little {
-                u32::from_le_bytes(v)
-            } else {
-                u32::from_be_bytes(v)
-            }
-        };
-        let u64_at = |b: &[u8], at: usize| {
-            let v = b[at..at + 8].try_into().expect("8 bytes");
-            if little {
-                u64::from_le_bytes(v)
-            } else {
-                u64::from_be_bytes(v)
-            }
-        };
         let mut at = 0u64;
         let end = section.size - section.size % SYM_SIZE as u64;
         while at < end {
@@ -153,23 +128,20 @@ impl Scanner {
             self.buf.resize(n, 0);
             f.read_exact_at(&mut self.buf, section.offset + at)?;
             at += n as u64;
-            for sym in self.buf.chunks_exact(SYM_SIZE) {
-                // Elf64_Sym: st_name u32, st_info u8, st_other u8,
-                // st_shndx u16, st_value u64, st_size u64. Functions (and
-                // GNU indirect functions) defined in this file, named, as
-                // the compact table keeps them.
-                let kind = sym[4] & 0xf;
-                if !matches!(kind, object::elf::STT_FUNC | object::elf::STT_GNU_IFUNC)
-                    || u16_at(sym, 6) == object::elf::SHN_UNDEF
+            for sym in elf::symbols(&self.buf, little) {
+                // Functions (and GNU indirect functions) defined in this
+                // file, named, as the compact table keeps them.
+                if !matches!(sym.kind, object::elf::STT_FUNC | object::elf::STT_GNU_IFUNC)
+                    || sym.shndx == object::elf::SHN_UNDEF
                 {
                     continue;
                 }
-                let name = u32_at(sym, 0);
+                let name = sym.name;
                 if name == 0 {
                     continue;
                 }
-                let start = u64_at(sym, 8);
-                let size = u64_at(sym, 16).min(u64::from(u32::MAX));
+                let start = sym.value;
+                let size = sym.size.min(u64::from(u32::MAX));
                 let j = addrs.partition_point(|&a| a < start);
                 let Some(slot) = buckets.get_mut(j) else {
                     continue;
@@ -223,7 +195,7 @@ impl Scanner {
                     .filter(|n| !n.is_empty() && !n.contains('\n'))
                     .map(super::symtab::demangle));
             }
-            if avail < len || len >= MAX_NAME {
+            if avail < len || len >= MAX_NAME_BYTES {
                 return Ok(None);
             }
             len *= 4;

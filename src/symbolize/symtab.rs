@@ -27,7 +27,7 @@ use super::packed::{Addrs, NameReader, PackedNames};
 /// would be over most of [`super::elf_worker::SYMBOL_TABLE_BUDGET`] anyway
 /// (they shrink about 4.5 times). Larger files are named by a pass over
 /// their tables at each request ([`super::symscan`]).
-pub const MAX_READ_BYTES: u64 = 8 << 20;
+pub const MAX_READ_BYTES: u64 = crate::shared::elf::limits::MAX_SYMTAB_BYTES;
 
 /// Function symbols of one table, sorted by start.
 #[derive(Debug)]

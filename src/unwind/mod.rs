@@ -39,7 +39,7 @@ use procfs::process::{MMapPath, Process};
 use crate::collect::UnwindMaps;
 use crate::runtime::{Finding, Mapped, Runtime};
 use crate::shared::Pid;
-use crate::shared::elf_header::{self, ElfHeader};
+use crate::shared::elf::{self, ElfHeader};
 use table::{ElfInfo, TableSource};
 
 /// Defaults and fixed bounds of the unwind stage.
@@ -1865,48 +1865,36 @@ fn read_elf_parts(f: &File, buf: &mut [u8]) -> Result<(), PartsError> {
             .ok_or(PartsError::NotElf)?;
         f.read_exact_at(dst, off).map_err(PartsError::Io)
     };
-    if buf.len() < elf_header::EHDR_BYTES {
+    if buf.len() < elf::EHDR_BYTES {
         return Err(PartsError::NotElf);
     }
-    read(buf, 0, elf_header::EHDR_BYTES as u64, false)?;
-    let first: &[u8; elf_header::EHDR_BYTES] =
-        buf[..elf_header::EHDR_BYTES].try_into().expect("64 bytes");
+    read(buf, 0, elf::EHDR_BYTES as u64, false)?;
+    let first: &[u8; elf::EHDR_BYTES] = buf[..elf::EHDR_BYTES].try_into().expect("64 bytes");
     // Entry sizes are ELF64's own and the tables inside the file: at most
     // 3.5 + 4 MiB of headers, whatever the file claims.
     let h = ElfHeader::parse(first, buf.len() as u64).map_err(|_| PartsError::NotElf)?;
-    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4")) as u64;
-    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
-    let (phoff, phentsize, phnum) = (h.phoff, elf_header::PHDR_BYTES, h.phnum);
-    let (shoff, shentsize, shnum, shstrndx) =
-        (h.shoff, elf_header::SHDR_BYTES, h.shnum, h.shstrndx);
-    if shstrndx >= shnum {
+    if h.shstrndx >= h.shnum {
         return Err(PartsError::NotElf);
     }
-    let (ph_at, ph_len) = h.ph_range();
-    read(buf, ph_at, ph_len, false)?;
-    let (sh_at, sh_len) = h.sh_range();
-    read(buf, sh_at, sh_len, false)?;
-    let header = |buf: &[u8], i: u64| -> Option<(u64, u32, u64, u64)> {
-        let at = usize::try_from(shoff + i * shentsize).ok()?;
-        let h = buf.get(at..at + 64)?;
-        Some((
-            u32_at(h, 0),
-            u32_at(h, 4) as u32,
-            u64_at(h, 24),
-            u64_at(h, 32),
-        ))
-    };
-    // PT_NOTE segments: the build id, where section headers do not say.
-    for i in 0..phnum {
-        let at = usize::try_from(phoff + i * phentsize).map_err(|_| PartsError::NotElf)?;
-        let h = buf.get(at..at + 56).ok_or(PartsError::NotElf)?;
-        if u32_at(h, 0) == 4 {
-            let (off, size) = (u64_at(h, 8), u64_at(h, 32));
-            read(buf, off, size, true)?;
-        }
+    // Decoded out of `buf` before the sections are read into it: the notes
+    // and section headers (32 bytes kept of each 64).
+    fn slice(buf: &[u8], (at, len): (u64, u64)) -> Result<&[u8], PartsError> {
+        let at = usize::try_from(at).map_err(|_| PartsError::NotElf)?;
+        let len = usize::try_from(len).map_err(|_| PartsError::NotElf)?;
+        buf.get(at..at + len).ok_or(PartsError::NotElf)
     }
-    let (_, _, stroff, strsize) = header(buf, shstrndx).ok_or(PartsError::NotElf)?;
-    read(buf, stroff, strsize, true)?;
+    read(buf, h.ph_range().0, h.ph_range().1, false)?;
+    read(buf, h.sh_range().0, h.sh_range().1, false)?;
+    let notes: Vec<elf::Segment> = elf::segments(slice(buf, h.ph_range())?)
+        .filter(|p| p.kind == elf::PT_NOTE)
+        .collect();
+    let sections: Vec<elf::Section> = elf::sections(slice(buf, h.sh_range())?).collect();
+    // PT_NOTE segments: the build id, where section headers do not say.
+    for p in notes {
+        read(buf, p.offset, p.filesz, true)?;
+    }
+    let names = sections[h.shstrndx as usize];
+    read(buf, names.offset, names.size, true)?;
     const WANTED: &[&[u8]] = &[
         b".eh_frame",
         b".eh_frame_hdr",
@@ -1914,17 +1902,16 @@ fn read_elf_parts(f: &File, buf: &mut [u8]) -> Result<(), PartsError> {
         b".zdebug_frame",
         b".gnu_debuglink",
     ];
-    for i in 0..shnum {
-        let (name, kind, off, size) = header(buf, i).ok_or(PartsError::NotElf)?;
-        let name_at = usize::try_from(stroff + name).map_err(|_| PartsError::NotElf)?;
-        let name = buf.get(name_at..).ok_or(PartsError::NotElf)?;
-        let name = &name[..name
-            .iter()
-            .position(|&c| c == 0)
-            .ok_or(PartsError::NotElf)?];
-        // SHT_NOBITS (8) has no bytes in the file.
-        if kind != 8 && (kind == 7 /* SHT_NOTE */ || WANTED.contains(&name)) {
-            read(buf, off, size, true)?;
+    for s in &sections {
+        let name_at = names
+            .offset
+            .checked_add(u64::from(s.name))
+            .and_then(|at| usize::try_from(at).ok())
+            .ok_or(PartsError::NotElf)?;
+        let name = elf::c_str(buf, name_at).ok_or(PartsError::NotElf)?;
+        // SHT_NOBITS has no bytes in the file.
+        if s.kind != elf::SHT_NOBITS && (s.kind == elf::SHT_NOTE || WANTED.contains(&name)) {
+            read(buf, s.offset, s.size, true)?;
         }
     }
     Ok(())

@@ -387,7 +387,7 @@ fn section_data<'a>(
 /// A compressed CFI section's size once decompressed, at most: the largest
 /// `.debug_frame` seen (libxul's separate debug file) is a fifth of this.
 /// Larger claims are refused, so a few bytes of file cannot ask for more.
-pub const MAX_DECOMPRESSED_BYTES: u64 = 64 << 20;
+pub const MAX_DECOMPRESSED_BYTES: u64 = crate::shared::elf::limits::MAX_DECOMPRESSED_BYTES;
 
 /// The zstd frames of `data`, decompressed, if they make exactly `size`
 /// bytes; reading stops one byte past `size`.

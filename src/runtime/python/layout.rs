@@ -19,9 +19,8 @@
 //! give; a file that is not what it claims is simply not an interpreter.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 
-use crate::shared::elf_header::{EHDR_BYTES, ElfHeader, PHDR_BYTES, SHDR_BYTES};
+use crate::shared::elf::Headers;
 
 /// A Python version, as `Py_Version` encodes it (`0xMMmmppRS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -210,11 +209,6 @@ pub struct PyInterpreter {
     pub layout: PyLayout,
 }
 
-/// Bound on `.dynsym` + `.dynstr` read to look for the interpreter's
-/// symbols: libpython's are ~90 KiB, a large C++ library's can be tens of
-/// MiB (and holds no interpreter).
-const MAX_DYNSYM_BYTES: u64 = 4 << 20;
-
 /// Symbols looked for.
 const EVAL: &str = "_PyEval_EvalFrameDefault";
 const RUNTIME: &str = "_PyRuntime";
@@ -223,11 +217,13 @@ const GETSPECIFIC: &[&str] = &["pthread_getspecific", "__pthread_getspecific"];
 
 /// What `file` contributes to interpreter unwinding, if anything.
 pub fn inspect(file: &File) -> Option<FileRuntime> {
-    let elf = Elf::read(file)?;
-    let syms = elf.dynamic_symbols(
-        file,
-        &[EVAL, RUNTIME, VERSION, GETSPECIFIC[0], GETSPECIFIC[1]],
-    )?;
+    let elf = Headers::read(file).ok()?;
+    let syms = elf
+        .dynamic_symbols(
+            file,
+            &[EVAL, RUNTIME, VERSION, GETSPECIFIC[0], GETSPECIFIC[1]],
+        )
+        .ok()?;
     let get = |name: &str| syms.iter().find(|s| s.0 == name).map(|s| (s.1, s.2));
     if let Some((eval, eval_size)) = get(EVAL) {
         let version = get(VERSION)
@@ -377,7 +373,7 @@ pub fn tls_specific_of(code: &[u8]) -> Option<u32> {
 /// then the version): the frame and code-object offsets there must be the
 /// table's. None when they agree or the file has none; else the reason.
 fn check_debug_offsets(
-    elf: &Elf,
+    elf: &Headers,
     file: &File,
     runtime: u64,
     version: PyVersion,
@@ -457,115 +453,6 @@ fn debug_offsets_at(version: PyVersion) -> Option<DebugOffsetsAt> {
             str_ascii_size: 560,
         }),
         _ => None,
-    }
-}
-
-/// The few parts of an ELF file read here: section headers and the
-/// program headers that place virtual addresses in the file.
-struct Elf {
-    sections: Vec<Section>,
-    loads: Vec<(u64, u64, u64)>, // vaddr, offset, filesz
-    /// The file's size: what any table it names must lie within.
-    len: u64,
-}
-
-#[derive(Clone, Copy)]
-struct Section {
-    kind: u32,
-    offset: u64,
-    size: u64,
-    link: u32,
-}
-
-impl Elf {
-    fn read(file: &File) -> Option<Elf> {
-        let mut h = [0u8; EHDR_BYTES];
-        file.read_exact_at(&mut h, 0).ok()?;
-        // Entry sizes ELF64's own, tables inside the file: at most 7.5 MiB
-        // of headers whatever the file (any user's) claims.
-        let len = file.metadata().ok()?.len();
-        let header = ElfHeader::parse(&h, len).ok()?;
-        let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4"));
-        let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
-        let read = |(at, len): (u64, u64)| -> Option<Vec<u8>> {
-            let mut out = vec![0u8; usize::try_from(len).ok()?];
-            file.read_exact_at(&mut out, at).ok()?;
-            Some(out)
-        };
-        let (ph, sh) = (read(header.ph_range())?, read(header.sh_range())?);
-        let loads = ph
-            .chunks_exact(PHDR_BYTES as usize)
-            .filter(|p| u32_at(p, 0) == 1)
-            .map(|p| (u64_at(p, 16), u64_at(p, 8), u64_at(p, 32)))
-            .collect();
-        let sections = sh
-            .chunks_exact(SHDR_BYTES as usize)
-            .map(|s| Section {
-                kind: u32_at(s, 4),
-                offset: u64_at(s, 24),
-                size: u64_at(s, 32),
-                link: u32_at(s, 40),
-            })
-            .collect();
-        Some(Elf {
-            sections,
-            loads,
-            len,
-        })
-    }
-
-    /// `len` bytes at virtual address `vaddr`, from the file.
-    fn read_vaddr(&self, file: &File, vaddr: u64, len: usize) -> Option<Vec<u8>> {
-        let &(v, off, filesz) = self
-            .loads
-            .iter()
-            .find(|&&(v, _, filesz)| v <= vaddr && vaddr + len as u64 <= v + filesz)?;
-        let _ = filesz;
-        let mut out = vec![0u8; len];
-        file.read_exact_at(&mut out, off + (vaddr - v)).ok()?;
-        Some(out)
-    }
-
-    /// (name, value, size) of the wanted names among the defined dynamic
-    /// symbols; None when the file has no `.dynsym` or it is too large.
-    fn dynamic_symbols(&self, file: &File, wanted: &[&str]) -> Option<Vec<(String, u64, u64)>> {
-        const SHT_DYNSYM: u32 = 11;
-        let dynsym = self.sections.iter().find(|s| s.kind == SHT_DYNSYM)?;
-        let dynstr = self.sections.get(dynsym.link as usize)?;
-        if dynsym.size.checked_add(dynstr.size)? > MAX_DYNSYM_BYTES {
-            return None;
-        }
-        // Inside the file, or nothing is allocated for them.
-        for s in [dynsym, dynstr] {
-            if s.offset.checked_add(s.size)? > self.len {
-                return None;
-            }
-        }
-        let mut syms = vec![0u8; dynsym.size as usize];
-        file.read_exact_at(&mut syms, dynsym.offset).ok()?;
-        let mut strs = vec![0u8; dynstr.size as usize];
-        file.read_exact_at(&mut strs, dynstr.offset).ok()?;
-        let mut out = Vec::new();
-        for s in syms.chunks_exact(24) {
-            let name = u32::from_le_bytes(s[0..4].try_into().expect("4")) as usize;
-            let shndx = u16::from_le_bytes([s[6], s[7]]);
-            let value = u64::from_le_bytes(s[8..16].try_into().expect("8"));
-            let size = u64::from_le_bytes(s[16..24].try_into().expect("8"));
-            if shndx == 0 {
-                continue; // undefined: imported, not this file's
-            }
-            let Some(rest) = strs.get(name..) else {
-                continue;
-            };
-            let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
-            let Ok(n) = std::str::from_utf8(&rest[..end]) else {
-                continue;
-            };
-            if wanted.contains(&n) && !out.iter().any(|(o, _, _): &(String, u64, u64)| o == n) {
-                out.push((n.to_owned(), value, size));
-            }
-        }
-        Some(out)
     }
 }
 
