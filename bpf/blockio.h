@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * Block I/O latency, included by events.bpf.c: the time from a request's
+ * Block I/O latency, programs of events.bpf.c (recorded with the helpers of
+ * bpf/events.h): the time from a request's
  * start to its completion, charged to the stacks (kernel and user) of the
  * thread that started it, with the device as the label. So synchronous
  * application I/O shows under the application's stack, read-ahead under the
@@ -28,6 +29,14 @@
  */
 #ifndef EMBERD_BLOCKIO_H
 #define EMBERD_BLOCKIO_H
+
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+#include "emberd.h"
+#include "events.h"
 
 struct gendisk___emberd {
 	char disk_name[32];

@@ -27,7 +27,9 @@
  * py_codes_by_uid) that users beyond a count map's size share. */
 #define EMBERD_OTHER_UIDS 0xffffffffU
 
-/* How a stack's walk ended. Keep in step with `StackEnd` in src/collect/stack.rs. */
+/* How a stack's walk ended. `StackEnd` in src/collect/stack.rs takes its
+ * values from here (build.rs makes every enum of this file Rust constants,
+ * src/bpf.rs `enums`) and fails the build if it has more or fewer. */
 enum stack_end {
 	STACK_END_ROOT = 0,          /* reached the outermost frame */
 	STACK_END_TRUNCATED = 1,     /* EMBERD_MAX_STACK_DEPTH frames and more to go */
@@ -302,8 +304,8 @@ struct py_code {
 	__u32 _pad;
 };
 
-/* Indices of each object's `unwind_counters`; keep in step with
- * `UnwindCounter` in src/collect/stack.rs. */
+/* Indices of each object's `unwind_counters`, read by index by
+ * `UnwindCounters` in src/collect/stack.rs (generated constants). */
 enum unwind_counter {
 	UCOUNTER_WALKS = 0,          /* user stacks walked */
 	UCOUNTER_NOT_READY,          /* walks of processes without tables yet */
@@ -339,8 +341,8 @@ struct sample_key {
 };
 
 /*
- * Indices of the per-CPU counters map. Keep in step with `Counter` in
- * src/collect/counters.rs.
+ * Indices of the per-CPU counters map: `Counter` in src/collect/counters.rs
+ * (its values, checked at build time).
  */
 enum emberd_counter {
 	COUNTER_SAMPLES = 0,        /* samples the program saw, idle included */
@@ -367,7 +369,8 @@ struct emberd_config {
 
 /* ---- events.bpf.c: off-CPU, wakeup, off-wake chains, page faults ---- */
 
-/* Keep in step with `EventKind` in src/collect/events.rs. */
+/* The ids of stored events: each row of EVENTS in src/shared/events.rs
+ * names its own (generated constants). */
 enum emberd_event {
 	EVENT_OFFCPU = 1,   /* value: ns blocked, charged to the blocked stack */
 	EVENT_WAKEUP = 2,   /* value: ns the woken thread had blocked, charged to the waker's stack */
@@ -434,8 +437,8 @@ struct blocked {
 /* Entries of events.bpf.c's `predicted` array, indexed by thread id modulo this. */
 #define EMBERD_PREDICTED_SLOTS 65536
 
-/* Indices of the events program's per-CPU counters; keep in step with
- * `EventCounter` in src/collect/events.rs. */
+/* Indices of the events program's per-CPU counters, read by index by
+ * `EventSampler::counters` in src/collect/events.rs (generated constants). */
 enum emberd_event_counter {
 	ECOUNTER_SWITCHES = 0,     /* sched_switch calls seen */
 	ECOUNTER_WAKEUPS,          /* sched_waking calls seen */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * Memory growth, included by events.bpf.c (it uses its counts, stacks and
- * helpers): brk() growth, mmap() and munmap() bytes, and sampled malloc.
+ * Memory growth, programs of events.bpf.c (recorded with the helpers of
+ * bpf/events.h): brk() growth, mmap() and munmap() bytes, and sampled malloc.
  *
  * Syscalls. Where tracefs is mounted the agent attaches the classic
  * syscalls:sys_{enter,exit}_{brk,mmap,munmap} tracepoints, which run only
@@ -25,6 +25,13 @@
  */
 #ifndef EMBERD_MEMORY_H
 #define EMBERD_MEMORY_H
+
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include "emberd.h"
+#include "events.h"
 
 /* x86_64 syscall numbers. */
 #define NR_MMAP 9
@@ -378,18 +385,19 @@ int handle__alloc_enter(struct uprobe_regs *ctx)
 }
 
 /* The bounded form: a program per function, for kernels before 5.15,
- * which have no attach cookies. */
-#define ALLOC_ENTER_BOUNDED(name, fn)                                               \
+ * which have no attach cookies. Each program's full name is written out:
+ * src/collect/programs.rs names them. */
+#define ALLOC_ENTER_BOUNDED(program, fn)                                            \
 	SEC("uprobe")                                                               \
-	int handle__##name##_enter_bounded(struct uprobe_regs *ctx)                 \
+	int program(struct uprobe_regs *ctx)                                        \
 	{                                                                           \
 		return WITH_SCRATCH(on_alloc_enter(ctx, fn, EMBERD_FORM_BOUNDED));  \
 	}
-ALLOC_ENTER_BOUNDED(malloc, ALLOC_MALLOC)
-ALLOC_ENTER_BOUNDED(calloc, ALLOC_CALLOC)
-ALLOC_ENTER_BOUNDED(realloc, ALLOC_REALLOC)
-ALLOC_ENTER_BOUNDED(posix_memalign, ALLOC_POSIX_MEMALIGN)
-ALLOC_ENTER_BOUNDED(aligned_alloc, ALLOC_ALIGNED_ALLOC)
+ALLOC_ENTER_BOUNDED(handle__malloc_enter_bounded, ALLOC_MALLOC)
+ALLOC_ENTER_BOUNDED(handle__calloc_enter_bounded, ALLOC_CALLOC)
+ALLOC_ENTER_BOUNDED(handle__realloc_enter_bounded, ALLOC_REALLOC)
+ALLOC_ENTER_BOUNDED(handle__posix_memalign_enter_bounded, ALLOC_POSIX_MEMALIGN)
+ALLOC_ENTER_BOUNDED(handle__aligned_alloc_enter_bounded, ALLOC_ALIGNED_ALLOC)
 
 static __always_inline int on_alloc_enter(struct uprobe_regs *ctx, __u64 fn, const int form)
 {

@@ -59,23 +59,29 @@ static __always_inline void count(__u32 which)
 #include "new_process.h"
 #include "unwind.h"
 
-/* After exec the process's mappings are another program's: its
- * proc_unwind entry (read before) must not be used (see exec_at). */
-static __always_inline void on_exec(__u32 old_pid)
+/*
+ * TP_PROTO(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+ * After exec the process's mappings are another program's: it is new again
+ * (bpf/new_process.h), and its proc_unwind entry (read before) must not be
+ * used (see exec_at).
+ */
+SEC("raw_tracepoint/sched_process_exec")
+int handle__sched_process_exec(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u64 now = bpf_ktime_get_ns();
 
+	new_process_exec();
 	bpf_map_update_elem(&exec_at, &tgid, &now, BPF_ANY);
+	return 0;
 }
 
-static __always_inline void on_thread_exit(__u32 tid)
+/* TP_PROTO(struct task_struct *p), in the exiting task. */
+SEC("raw_tracepoint/sched_process_exit")
+int handle__sched_process_exit(void *ctx)
 {
-}
-
-static __always_inline void on_new_process_dropped(void)
-{
-	count(COUNTER_NEW_PROCESS_DROPPED);
+	new_process_exit();
+	return 0;
 }
 
 /* Stores a stack built in the scratch buffer, counting a loss by reason. */
@@ -141,7 +147,8 @@ static __always_inline int on_cpu_clock(struct bpf_perf_event_data *ctx, const i
 		count(COUNTER_FILTERED);
 		return 0;
 	}
-	note_process(tgid);
+	if (note_process(tgid))
+		count(COUNTER_NEW_PROCESS_DROPPED);
 	__u32 b = begin_write(&active_buffer, writers);
 	if (b == 0)
 		record(ctx, &counts0, &stacks0, tgid, pid, form);

@@ -1,28 +1,30 @@
 //! The BPF program's per-CPU counters: what it saw, skipped and lost.
 
-/// Indices of the `counters` map. Keep in step with `enum emberd_counter` in
-/// `bpf/emberd.h`.
+use crate::bpf::enums as c;
+
+/// Indices of the `counters` map: `enum emberd_counter` in `bpf/emberd.h`,
+/// whose values these are (checked at build time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
 pub enum Counter {
     /// Samples the program saw, idle included.
-    Samples = 0,
+    Samples = c::COUNTER_SAMPLES,
     /// Samples of the idle task, left out.
-    IdleSkipped,
+    IdleSkipped = c::COUNTER_IDLE_SKIPPED,
     /// Samples of other processes when one process is profiled.
-    Filtered,
+    Filtered = c::COUNTER_FILTERED,
     /// Kernel stacks lost to a hash collision in the stack map (-EEXIST).
-    KernelStackCollision,
+    KernelStackCollision = c::COUNTER_KSTACK_COLLISION,
     /// User stacks lost to a hash collision in the stack map (-EEXIST).
-    UserStackCollision,
+    UserStackCollision = c::COUNTER_USTACK_COLLISION,
     /// Stacks lost because the stack map was full (-ENOMEM).
-    StackMapFull,
+    StackMapFull = c::COUNTER_STACK_MAP_FULL,
     /// Samples with neither a kernel nor a user stack.
-    UserStackMissing,
+    UserStackMissing = c::COUNTER_USTACK_MISSING,
     /// Samples lost because the counts map was full.
-    CountsFull,
+    CountsFull = c::COUNTER_COUNTS_FULL,
     /// New processes not announced because `new_tgids` was full.
-    NewProcessDropped,
+    NewProcessDropped = c::COUNTER_NEW_PROCESS_DROPPED,
 }
 
 impl Counter {
@@ -54,6 +56,8 @@ impl Counter {
         }
     }
 }
+
+crate::bpf::check_c_enum!(Counter, c::COUNTER_MAX);
 
 /// Cumulative values of every counter since the program was loaded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

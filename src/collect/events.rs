@@ -8,72 +8,21 @@ use std::fmt;
 use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, ProgramMut};
 
 use super::forms::{self, ProgramForm};
+use super::programs::{self, Attach, Plan, ProgramTableError, UprobeRole};
 use super::stack::{self, UnwindCounters, stack_by_key};
 use super::{CollectError, PerfEvent, Pid, RawSample, RawStack, Tid, UnwindMaps, online_cpus};
+use crate::bpf::enums as c;
 use crate::bpf::events::types;
 use crate::bpf::events::{EventsSkel, EventsSkelBuilder};
 
-/// The events besides CPU samples. Values: `EVENT_*` in `bpf/emberd.h`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum EventKind {
-    /// Time off CPU, charged to the stack the thread blocked in (ns).
-    OffCpu,
-    /// Time the woken thread had been blocked, charged to the waker's stack (ns).
-    Wakeup,
-    /// Blocked stack and waker stack together (ns).
-    OffWake,
-    /// Page faults charged to the faulting user stack.
-    PageFault,
-    /// Bytes the heap's break grew by, charged to the brk() caller.
-    Brk,
-    /// Bytes mapped by mmap() (label `anon` or `file`).
-    Mmap,
-    /// Bytes unmapped by munmap().
-    Munmap,
-    /// Block I/O latency (ns), charged to the thread that started the
-    /// request (label: the device).
-    BlockIo,
-    /// Bytes allocated by malloc and friends (sampled by bytes, weighed).
-    Malloc,
-    /// Objects allocated (sampled, weighed).
-    MallocObjects,
-}
-
-impl EventKind {
-    /// Every kind, in documentation order.
-    pub const ALL: [EventKind; 10] = [
-        EventKind::OffCpu,
-        EventKind::Wakeup,
-        EventKind::OffWake,
-        EventKind::PageFault,
-        EventKind::Brk,
-        EventKind::Mmap,
-        EventKind::Munmap,
-        EventKind::BlockIo,
-        EventKind::Malloc,
-        EventKind::MallocObjects,
-    ];
-
-    fn from_raw(v: u32) -> Option<Self> {
-        Some(match v {
-            1 => EventKind::OffCpu,
-            2 => EventKind::Wakeup,
-            3 => EventKind::OffWake,
-            4 => EventKind::PageFault,
-            5 => EventKind::Brk,
-            6 => EventKind::Mmap,
-            7 => EventKind::Munmap,
-            8 => EventKind::BlockIo,
-            9 => EventKind::Malloc,
-            10 => EventKind::MallocObjects,
-            _ => return None,
-        })
-    }
-}
+/// A stored event: one whose BPF records carry its id (a row of
+/// [`crate::shared::events::EVENTS`] with a `bpf_id`, `EVENT_*` in
+/// `bpf/emberd.h`). The same type as the views, so an event is declared once.
+pub use crate::shared::events::Event as EventKind;
 
 /// Defaults of [`EventOptions`].
 pub mod defaults {
@@ -234,6 +183,10 @@ impl EventOptions {
     /// Whether `kind` is recorded with these options.
     pub fn records(&self, kind: EventKind) -> bool {
         match kind {
+            EventKind::Cpu
+            | EventKind::HotCold
+            | EventKind::MallocInUse
+            | EventKind::MallocInUseObjects => false,
             EventKind::OffCpu => self.offcpu,
             EventKind::Wakeup => self.wakeup,
             EventKind::OffWake => self.offwake,
@@ -247,27 +200,7 @@ impl EventOptions {
     }
 }
 
-/// How brk, mmap and munmap are hooked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SyscallHooks {
-    /// The classic `syscalls:sys_{enter,exit}_*` tracepoints: only those
-    /// calls run a program. Needs tracefs mounted.
-    Tracepoints,
-    /// The raw `sys_enter`/`sys_exit` tracepoints: every syscall runs a
-    /// program that leaves at the first comparison. No tracefs needed.
-    RawSyscalls,
-}
-
-/// How block I/O is hooked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BlockHooks {
-    /// `block_io_start`/`block_io_done` (Linux 6.5+): started in the
-    /// submitting thread.
-    IoStartDone,
-    /// `block_rq_issue`/`block_rq_complete`: the issuing thread, which may
-    /// be a kworker that flushed another thread's plug.
-    RqIssueComplete,
-}
+pub use super::programs::{BlockHooks, SyscallHooks};
 
 /// Which hooks the loaded programs use, for `emberd check` and the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -615,14 +548,43 @@ const STACK_GC_EVERY: u64 = 2;
 /// are collected: longer than a drain and the flip that precedes it.
 const HELD_STACK_HORIZON_NS: u64 = 4_000_000_000;
 
+impl Plan {
+    /// The plan for `options` on the hooks chosen, in `form`, with the
+    /// pre-5.18 sched_switch program if `compat`.
+    fn of(options: &EventOptions, hooks: Hooks, form: ProgramForm, compat: bool) -> Self {
+        Self {
+            form,
+            sched: options.offcpu || options.wakeup || options.offwake,
+            compat,
+            pagefault: options.pagefault,
+            syscalls: hooks.syscalls,
+            brk: options.brk,
+            mmap: options.mmap,
+            munmap: options.munmap,
+            block: hooks.block,
+            rq_merge: hooks.rq_merge,
+            malloc: options.malloc.any(),
+        }
+    }
+}
+
+/// The loaded program `name` (a name of [`programs::PROGRAMS`]).
+fn program<'o>(
+    obj: &'o libbpf_rs::Object,
+    name: &'static str,
+) -> Result<ProgramMut<'o>, CollectError> {
+    obj.progs_mut()
+        .find(|p| p.name() == name)
+        .ok_or(CollectError::Programs(ProgramTableError::Missing(name)))
+}
+
 /// Opens, configures and loads `bpf/events.bpf.c` with one of the two
 /// sched_switch programs.
 fn load(
     options: &EventOptions,
     hooks: Hooks,
     unwind: &UnwindMaps,
-    compat: bool,
-    form: ProgramForm,
+    plan: &Plan,
 ) -> Result<EventsSkel<'static>, CollectError> {
     let storage = Box::leak(Box::new(MaybeUninit::uninit()));
     let mut open = EventsSkelBuilder::default()
@@ -650,7 +612,7 @@ fn load(
     cfg.mmap = u8::from(options.mmap);
     cfg.munmap = u8::from(options.munmap);
     cfg.blockio = u8::from(options.blockio);
-    let bounded = form == ProgramForm::Bounded;
+    let bounded = plan.form == ProgramForm::Bounded;
     cfg.bounded = u8::from(bounded);
     cfg.rq_after_queue = u8::from(hooks.rq_after_queue);
     cfg.malloc_sample_bytes = options.malloc_sample_bytes;
@@ -737,62 +699,18 @@ fn load(
             .set_autocreate(false)
             .map_err(|source| CollectError::LoadEvents { source })?;
     }
-    let p = &mut open.progs;
-    let (lp, bd) = (!bounded, bounded);
-    // Only what is switched on is loaded: an event that is off costs nothing.
-    p.handle__sched_switch.set_autoload(sched && lp && !compat);
-    p.handle__sched_switch_compat
-        .set_autoload(sched && lp && compat);
-    p.handle__sched_switch_bounded.set_autoload(sched && bd);
-    p.handle__sched_waking.set_autoload(sched && lp);
-    p.handle__sched_waking_bounded.set_autoload(sched && bd);
-    p.handle__sched_wakeup_new.set_autoload(sched && lp);
-    p.handle__sched_wakeup_new_bounded.set_autoload(sched && bd);
-    p.refresh_held_stacks.set_autoload(sched);
-    p.handle__page_fault.set_autoload(options.pagefault && lp);
-    p.handle__page_fault_bounded
-        .set_autoload(options.pagefault && bd);
-    let (tp, raw) = match hooks.syscalls {
-        Some(SyscallHooks::Tracepoints) => (true, false),
-        Some(SyscallHooks::RawSyscalls) => (false, true),
-        None => (false, false),
-    };
-    p.handle__sys_enter_brk.set_autoload(tp);
-    p.handle__sys_enter_mmap.set_autoload(tp);
-    p.handle__sys_enter_munmap.set_autoload(tp);
-    p.handle__sys_exit.set_autoload(tp && lp);
-    p.handle__sys_exit_bounded.set_autoload(tp && bd);
-    p.handle__sys_enter_raw.set_autoload(raw);
-    p.handle__sys_exit_raw.set_autoload(raw && lp);
-    p.handle__sys_exit_raw_bounded.set_autoload(raw && bd);
-    let (io, rq) = match hooks.block {
-        Some(BlockHooks::IoStartDone) => (true, false),
-        Some(BlockHooks::RqIssueComplete) => (false, true),
-        None => (false, false),
-    };
-    p.handle__block_io_start.set_autoload(io && lp);
-    p.handle__block_io_start_bounded.set_autoload(io && bd);
-    p.handle__block_io_done.set_autoload(io);
-    p.handle__block_rq_issue.set_autoload(rq && lp);
-    p.handle__block_rq_issue_bounded.set_autoload(rq && bd);
-    p.handle__block_rq_complete.set_autoload(rq);
-    // block_io_start fires once per request; block_rq_issue again after
-    // a requeue, which this hook tells from a reused address.
-    p.handle__block_rq_requeue.set_autoload(rq);
-    p.handle__block_rq_merge
-        .set_autoload(hooks.block.is_some() && hooks.rq_merge);
-    p.handle__alloc_enter.set_autoload(malloc && lp);
-    for prog in [
-        &mut p.handle__malloc_enter_bounded,
-        &mut p.handle__calloc_enter_bounded,
-        &mut p.handle__realloc_enter_bounded,
-        &mut p.handle__posix_memalign_enter_bounded,
-        &mut p.handle__aligned_alloc_enter_bounded,
-    ] {
-        prog.set_autoload(malloc && bd);
+    // Only what is switched on is loaded: an event that is off costs
+    // nothing. Which program serves what: src/collect/programs.rs.
+    let names: Vec<String> = open
+        .open_object()
+        .progs()
+        .map(|p| p.name().to_string_lossy().into_owned())
+        .collect();
+    programs::check_names(names.iter().map(String::as_str))?;
+    for mut prog in open.open_object_mut().progs_mut() {
+        let on = programs::loads(plan, &prog.name().to_string_lossy());
+        prog.set_autoload(on);
     }
-    p.handle__alloc_exit.set_autoload(malloc);
-    p.handle__free.set_autoload(malloc);
     open.load()
         .map_err(|source| CollectError::LoadEvents { source })
 }
@@ -839,8 +757,8 @@ impl EventSampler {
             ));
         }
         let form = forms::chosen().form;
-        let sched = options.offcpu || options.wakeup || options.offwake;
         let hooks = Hooks::choose(&options);
+        let plan = |compat| Plan::of(&options, hooks, form, compat);
         // sched_switch has passed prev_state since Linux 5.18; before, the
         // verifier rejects reading it, and the compat program reads the
         // state from the task instead. EMBERD_TEST_SCHED_SWITCH_COMPAT=1
@@ -848,155 +766,70 @@ impl EventSampler {
         let force_compat = std::env::var_os("EMBERD_TEST_SCHED_SWITCH_COMPAT").is_some();
         // The bounded form has only the pre-5.18 sched_switch program, which
         // reads the state from the task on every kernel.
-        let (skel, compat) = if force_compat || form == ProgramForm::Bounded {
-            (load(&options, hooks, unwind, true, form)?, true)
+        let (skel, plan) = if force_compat || form == ProgramForm::Bounded {
+            (load(&options, hooks, unwind, &plan(true))?, plan(true))
         } else {
-            match load(&options, hooks, unwind, false, form) {
-                Ok(skel) => (skel, false),
-                Err(e) if sched => {
+            match load(&options, hooks, unwind, &plan(false)) {
+                Ok(skel) => (skel, plan(false)),
+                Err(e) if plan(false).sched => {
                     tracing::warn!(
                         "sched_switch with prev_state did not load ({e}); using the pre-5.18 form that reads the task's state"
                     );
-                    (load(&options, hooks, unwind, true, form)?, true)
+                    (load(&options, hooks, unwind, &plan(true))?, plan(true))
                 }
                 Err(e) => return Err(e),
             }
         };
-        let bounded = form == ProgramForm::Bounded;
-        let p = &skel.progs;
         assert_eq!(
             skel.maps.event_counts0.key_size() as usize,
             std::mem::size_of::<types::event_key>(),
             "bpf/emberd.h and src/bpf.rs disagree on event_key"
         );
-        let mut links = vec![
-            skel.progs
-                .handle__sched_process_exec
-                .attach()
-                .map_err(|source| CollectError::LoadEvents { source })?,
-            skel.progs
-                .handle__sched_process_exit
-                .attach()
-                .map_err(|source| CollectError::LoadEvents { source })?,
-        ];
-        if sched {
-            let progs = if bounded {
-                [
-                    &p.handle__sched_switch_bounded,
-                    &p.handle__sched_waking_bounded,
-                    &p.handle__sched_wakeup_new_bounded,
-                ]
-            } else {
-                [
-                    if compat {
-                        &p.handle__sched_switch_compat
-                    } else {
-                        &p.handle__sched_switch
-                    },
-                    &p.handle__sched_waking,
-                    &p.handle__sched_wakeup_new,
-                ]
+        let mut links = Vec::new();
+        let mut held_stacks = None;
+        for (row, name) in programs::chosen(&plan) {
+            let prog = program(skel.object(), name)?;
+            let attach = |r: libbpf_rs::Result<Link>| {
+                r.map_err(|source| {
+                    tracing::debug!("attaching {name} ({}) failed", row.serves);
+                    CollectError::LoadEvents { source }
+                })
             };
-            for prog in progs {
-                links.push(
-                    prog.attach()
-                        .map_err(|source| CollectError::LoadEvents { source })?,
-                );
-            }
-        }
-        if options.pagefault {
-            for cpu in online_cpus()? {
-                let event = PerfEvent::page_faults(cpu, options.pagefault_period)?;
-                let prog = if bounded {
-                    &p.handle__page_fault_bounded
-                } else {
-                    &p.handle__page_fault
-                };
-                let link = prog
-                    .attach_perf_event(event.as_raw_fd())
-                    .map_err(|source| CollectError::Attach { cpu, source })?;
-                event.into_raw_fd();
-                links.push(link);
-            }
-        }
-        let attach =
-            |r: libbpf_rs::Result<Link>| r.map_err(|source| CollectError::LoadEvents { source });
-        match hooks.syscalls {
-            Some(SyscallHooks::Tracepoints) => {
-                use libbpf_rs::TracepointCategory::Syscalls;
-                let exit = if bounded {
-                    &p.handle__sys_exit_bounded
-                } else {
-                    &p.handle__sys_exit
-                };
-                for (prog, name, on) in [
-                    (&p.handle__sys_enter_brk, "sys_enter_brk", options.brk),
-                    (exit, "sys_exit_brk", options.brk),
-                    (&p.handle__sys_enter_mmap, "sys_enter_mmap", options.mmap),
-                    (exit, "sys_exit_mmap", options.mmap),
-                    (
-                        &p.handle__sys_enter_munmap,
-                        "sys_enter_munmap",
-                        options.munmap,
-                    ),
-                    (exit, "sys_exit_munmap", options.munmap),
-                ] {
-                    if on {
-                        links.push(attach(prog.attach_tracepoint(Syscalls, name))?);
+            match row.attach {
+                Attach::Auto => links.push(attach(prog.attach())?),
+                Attach::PageFaults => {
+                    for cpu in online_cpus()? {
+                        let event = PerfEvent::page_faults(cpu, options.pagefault_period)?;
+                        let link = prog
+                            .attach_perf_event(event.as_raw_fd())
+                            .map_err(|source| CollectError::Attach { cpu, source })?;
+                        event.into_raw_fd();
+                        links.push(link);
                     }
                 }
+                Attach::Syscall(tracepoint) => links.push(attach(
+                    prog.attach_tracepoint(libbpf_rs::TracepointCategory::Syscalls, tracepoint),
+                )?),
+                Attach::TaskIterator => {
+                    held_stacks = prog
+                        .attach()
+                        .map_err(|e| {
+                            tracing::debug!(
+                                "task iterator unavailable ({e}); stacks kept for the longest block"
+                            )
+                        })
+                        .ok();
+                }
+                // Per process, as they appear: see watch_process.
+                Attach::Uprobe(_) => {}
             }
-            Some(SyscallHooks::RawSyscalls) => {
-                links.push(attach(p.handle__sys_enter_raw.attach())?);
-                links.push(attach(if bounded {
-                    p.handle__sys_exit_raw_bounded.attach()
-                } else {
-                    p.handle__sys_exit_raw.attach()
-                })?);
-            }
-            None => {}
-        }
-        match hooks.block {
-            Some(BlockHooks::IoStartDone) => {
-                links.push(attach(if bounded {
-                    p.handle__block_io_start_bounded.attach()
-                } else {
-                    p.handle__block_io_start.attach()
-                })?);
-                links.push(attach(p.handle__block_io_done.attach())?);
-            }
-            Some(BlockHooks::RqIssueComplete) => {
-                links.push(attach(if bounded {
-                    p.handle__block_rq_issue_bounded.attach()
-                } else {
-                    p.handle__block_rq_issue.attach()
-                })?);
-                links.push(attach(p.handle__block_rq_complete.attach())?);
-                links.push(attach(p.handle__block_rq_requeue.attach())?);
-            }
-            None => {}
-        }
-        if hooks.block.is_some() && hooks.rq_merge {
-            links.push(attach(p.handle__block_rq_merge.attach())?);
         }
         let heap_ring = if options.malloc.any() {
             Some(super::malloc::HeapRing::new(&skel.maps.heap_events)?)
         } else {
             None
         };
-        let held_stacks = if sched {
-            skel.progs
-                .refresh_held_stacks
-                .attach()
-                .map_err(|e| {
-                    tracing::debug!(
-                        "task iterator unavailable ({e}); stacks kept for the longest block"
-                    )
-                })
-                .ok()
-        } else {
-            None
-        };
+        let compat = plan.compat;
         Ok(Self {
             skel,
             _links: links,
@@ -1027,25 +860,40 @@ impl EventSampler {
         if !self.options.malloc.any() {
             return;
         }
-        let p = &self.skel.progs;
+        let obj = self.skel.object();
+        let find = |role| {
+            let name = programs::uprobe(self.form, role)
+                .ok_or_else(|| ProgramTableError::NoUprobe(format!("{role:?}")))?;
+            program(obj, name)
+        };
+        let found = (|| -> Result<_, CollectError> {
+            let enter = match self.form {
+                ProgramForm::Loop => vec![find(UprobeRole::EnterByCookie)?],
+                ProgramForm::Bounded => (0..super::malloc::ALLOC_FUNCTIONS.len())
+                    .map(|i| find(UprobeRole::Enter(i)))
+                    .collect::<Result<_, _>>()?,
+            };
+            Ok((enter, find(UprobeRole::Exit)?, find(UprobeRole::Free)?))
+        })();
+        let (enter, exit, free) = match found {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!("malloc's uprobes cannot be attached: {e}");
+                return;
+            }
+        };
+        let enter = match enter.as_slice() {
+            [one] => super::malloc::EnterPrograms::ByCookie(one),
+            [a, b, c, d, e] => super::malloc::EnterPrograms::PerFunction([a, b, c, d, e]),
+            _ => unreachable!("one entry program, or one per ALLOC_FUNCTIONS"),
+        };
         self.malloc.watch(
             pid,
             &self.options.malloc,
             super::malloc::Programs {
-                enter: match self.form {
-                    ProgramForm::Loop => {
-                        super::malloc::EnterPrograms::ByCookie(&p.handle__alloc_enter)
-                    }
-                    ProgramForm::Bounded => super::malloc::EnterPrograms::PerFunction([
-                        &p.handle__malloc_enter_bounded,
-                        &p.handle__calloc_enter_bounded,
-                        &p.handle__realloc_enter_bounded,
-                        &p.handle__posix_memalign_enter_bounded,
-                        &p.handle__aligned_alloc_enter_bounded,
-                    ]),
-                },
-                exit: &p.handle__alloc_exit,
-                free: &p.handle__free,
+                enter,
+                exit: &exit,
+                free: &free,
             },
         );
     }
@@ -1079,40 +927,41 @@ impl EventSampler {
     /// Cumulative counters, summed over CPUs.
     pub fn counters(&self) -> Result<EventCounters, CollectError> {
         let map = &self.skel.maps.event_counters;
-        let mut v = [0u64; 31];
+        let mut v = [0u64; c::ECOUNTER_MAX as usize];
         super::percpu_sums(map, "event_counters", &mut v)?;
+        let v = |i: u32| v[i as usize];
         Ok(EventCounters {
-            switches: v[0],
-            wakeups: v[1],
-            pagefaults: v[2],
-            blocked_full: v[3],
-            counts_full: v[4],
-            stacks_lost: v[5],
-            sampled_out: v[6],
-            new_process_dropped: v[7],
-            short_offcpu_sampled_out: v[8],
-            short_wakeups_sampled_out: v[9],
-            brk: v[10],
-            mmap: v[11],
-            munmap: v[12],
-            syscall_state_full: v[13],
-            blockio: v[14],
-            blockio_unmatched: v[15],
-            blockio_full: v[16],
-            malloc_calls: v[17],
-            malloc_sampled: v[18],
-            free_calls: v[19],
-            free_tracked: v[20],
-            malloc_live_full: v[21],
-            heap_ring_full: v[22],
-            blockio_end_not_seen: v[23],
-            nested_skipped: v[24],
-            stacks_over_share: v[25],
-            dropped_full: v[26],
-            blocked_over_share: v[27],
-            wakeup_counts_full: v[28],
-            offwake_counts_full: v[29],
-            other_counts_full: v[30],
+            switches: v(c::ECOUNTER_SWITCHES),
+            wakeups: v(c::ECOUNTER_WAKEUPS),
+            pagefaults: v(c::ECOUNTER_PAGEFAULTS),
+            blocked_full: v(c::ECOUNTER_BLOCKED_FULL),
+            counts_full: v(c::ECOUNTER_COUNTS_FULL),
+            stacks_lost: v(c::ECOUNTER_STACK_LOST),
+            sampled_out: v(c::ECOUNTER_SAMPLED_OUT),
+            new_process_dropped: v(c::ECOUNTER_NEW_PROCESS_DROPPED),
+            short_offcpu_sampled_out: v(c::ECOUNTER_SHORT_OFFCPU_SAMPLED_OUT),
+            short_wakeups_sampled_out: v(c::ECOUNTER_SHORT_WAKEUP_SAMPLED_OUT),
+            brk: v(c::ECOUNTER_BRK),
+            mmap: v(c::ECOUNTER_MMAP),
+            munmap: v(c::ECOUNTER_MUNMAP),
+            syscall_state_full: v(c::ECOUNTER_SYSCALL_STATE_FULL),
+            blockio: v(c::ECOUNTER_BLOCKIO),
+            blockio_unmatched: v(c::ECOUNTER_BLOCKIO_UNMATCHED),
+            blockio_full: v(c::ECOUNTER_BLOCKIO_FULL),
+            malloc_calls: v(c::ECOUNTER_MALLOC_CALLS),
+            malloc_sampled: v(c::ECOUNTER_MALLOC_SAMPLED),
+            free_calls: v(c::ECOUNTER_FREE_CALLS),
+            free_tracked: v(c::ECOUNTER_FREE_TRACKED),
+            malloc_live_full: v(c::ECOUNTER_MALLOC_LIVE_FULL),
+            heap_ring_full: v(c::ECOUNTER_HEAP_RING_FULL),
+            blockio_end_not_seen: v(c::ECOUNTER_BLOCKIO_END_NOT_SEEN),
+            nested_skipped: v(c::ECOUNTER_NESTED_SKIPPED),
+            stacks_over_share: v(c::ECOUNTER_STACK_SHARE),
+            dropped_full: v(c::ECOUNTER_DROPPED_FULL),
+            blocked_over_share: v(c::ECOUNTER_BLOCKED_SHARE),
+            wakeup_counts_full: v(c::ECOUNTER_WAKEUP_COUNTS_FULL),
+            offwake_counts_full: v(c::ECOUNTER_OFFWAKE_COUNTS_FULL),
+            other_counts_full: v(c::ECOUNTER_OTHER_COUNTS_FULL),
             blocked_swept: self.blocked_swept,
             missing_at_drain: self.missing_stacks,
         })
@@ -1224,7 +1073,7 @@ impl EventSampler {
         };
         let mut out = Vec::with_capacity(entries.len());
         for (k, value) in entries {
-            let Some(kind) = EventKind::from_raw(k.event) else {
+            let Some(kind) = EventKind::from_bpf_id(k.event) else {
                 continue;
             };
             let sample = RawSample {
@@ -1262,7 +1111,7 @@ impl EventSampler {
         let mut heap = Vec::with_capacity(heap_records.len());
         for r in heap_records {
             heap.push(match r.kind {
-                1 => HeapChange::Alloc {
+                c::HEAP_ALLOC => HeapChange::Alloc {
                     sample: RawSample {
                         pid: Pid(r.tgid),
                         tid: Tid(r.pid),

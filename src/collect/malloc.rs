@@ -8,6 +8,7 @@ use std::rc::Rc;
 use libbpf_rs::{Link, MapHandle, ProgramMut, RingBuffer, RingBufferBuilder, UprobeOpts};
 
 use super::{CollectError, Pid};
+use crate::bpf::enums as c;
 use crate::bpf::events::types;
 
 /// Processes malloc's uprobes are attached to at most: each costs ten
@@ -67,11 +68,11 @@ pub struct Refusals {
 /// The allocation functions probed, with the cookie `bpf/memory.h` reads
 /// (`enum alloc_fn`).
 pub const ALLOC_FUNCTIONS: [(&str, u64); 5] = [
-    ("malloc", 0),
-    ("calloc", 1),
-    ("realloc", 2),
-    ("posix_memalign", 3),
-    ("aligned_alloc", 4),
+    ("malloc", c::ALLOC_MALLOC as u64),
+    ("calloc", c::ALLOC_CALLOC as u64),
+    ("realloc", c::ALLOC_REALLOC as u64),
+    ("posix_memalign", c::ALLOC_POSIX_MEMALIGN as u64),
+    ("aligned_alloc", c::ALLOC_ALIGNED_ALLOC as u64),
 ];
 
 /// malloc's uprobes, by process. Dropping a process's links detaches them.

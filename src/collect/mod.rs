@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod new_process;
 mod perf_event;
 pub mod privileges;
+pub mod programs;
 pub mod stack;
 
 use std::collections::HashMap;
@@ -189,6 +190,9 @@ pub enum CollectError {
     /// Bad options.
     #[error("{0}")]
     Options(String),
+    /// The program table and `bpf/events.bpf.c` disagree.
+    #[error(transparent)]
+    Programs(#[from] programs::ProgramTableError),
 }
 
 /// What to sample. Every field documents its default.

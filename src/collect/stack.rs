@@ -2,6 +2,7 @@
 //! `bpf/emberd.h`, written by `bpf/unwind.h`): by a 64-bit hash of their
 //! frames, with how each walk ended, and the unwinder's counters.
 
+use crate::bpf::enums as c;
 use std::collections::HashMap;
 
 use libbpf_rs::MapCore;
@@ -20,35 +21,37 @@ pub const MAX_STACK_DEPTH: usize = 127;
 const _: () =
     assert!(MAX_STACK_DEPTH + 1 == std::mem::size_of::<crate::bpf::types::stored_stack>() / 8 - 4);
 
-/// How a stack's walk ended (`enum stack_end` in `bpf/emberd.h`).
+/// How a stack's walk ended (`enum stack_end` in `bpf/emberd.h`, whose
+/// values these are, checked at build time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
 pub enum StackEnd {
     /// Reached the outermost frame (`_start`, `clone`, `start_thread`).
-    Root,
+    Root = c::STACK_END_ROOT,
     /// The depth limit cut it; its root is missing.
-    Truncated,
+    Truncated = c::STACK_END_TRUNCATED,
     /// The last frame's file has no unwind information.
-    NoUnwindInfo,
+    NoUnwindInfo = c::STACK_END_NO_INFO,
     /// The process's unwind tables were not built yet; frame pointers only.
-    NotReady,
+    NotReady = c::STACK_END_NOT_READY,
     /// Reading the thread's stack memory failed.
-    ReadFailed,
+    ReadFailed = c::STACK_END_ERR_READ,
     /// No unwind row covers the pc.
-    NoRow,
+    NoRow = c::STACK_END_ERR_NO_ROW,
     /// A CFI rule emberd cannot evaluate.
-    Unsupported,
+    Unsupported = c::STACK_END_ERR_UNSUPPORTED,
     /// The frame address did not move up the stack.
-    BadCfa,
+    BadCfa = c::STACK_END_ERR_CFA,
     /// A return address outside every executable mapping.
-    BadPc,
+    BadPc = c::STACK_END_ERR_PC,
     /// A kernel stack, as the kernel's own unwinder gave it.
-    Kernel,
+    Kernel = c::STACK_END_KERNEL,
     /// Anonymous code (JIT) with no frame pointer to follow: the walk
     /// stopped short of the thread's root.
-    NoFramePointer,
+    NoFramePointer = c::STACK_END_ERR_NO_FP,
     /// The last frame's file has CFI, but its table had no room in the
     /// table budget (refused or taken back): frame pointers failed there.
-    BudgetFull,
+    BudgetFull = c::STACK_END_BUDGET,
 }
 
 impl StackEnd {
@@ -108,6 +111,8 @@ impl StackEnd {
         })
     }
 }
+
+crate::bpf::check_c_enum!(StackEnd, c::STACK_END_MAX);
 
 /// Parses a `struct stored_stack` value.
 pub(crate) fn parse_stored(v: &[u8]) -> Option<RawStack> {
@@ -222,7 +227,7 @@ pub struct UnwindCounters {
     pub py_codes: u64,
     /// Eval-loop calls left without their Python frames, by reason
     /// (`enum py_mark`, index 0 unused).
-    pub py_marks: [u64; 6],
+    pub py_marks: [u64; (c::UCOUNTER_PY_MARK_END - c::UCOUNTER_PY_MARK_BASE) as usize],
     /// How user walks ended, in [`StackEnd::ALL`] order.
     pub ends: [u64; StackEnd::ALL.len()],
     /// Code records refused because their user held their share of
@@ -236,25 +241,27 @@ impl UnwindCounters {
     /// Reads an `unwind_counters` per-CPU array, summed over CPUs.
     pub(crate) fn read(map: &impl MapCore) -> Result<Self, CollectError> {
         const ENDS: usize = StackEnd::ALL.len();
-        let mut v = [0u64; 6 + 2 + 6 + ENDS + 2];
+        const MARKS: usize = (c::UCOUNTER_PY_MARK_END - c::UCOUNTER_PY_MARK_BASE) as usize;
+        let at = |i: u32| i as usize;
+        let mut v = [0u64; c::UCOUNTER_MAX as usize];
         super::percpu_sums(map, "unwind_counters", &mut v)?;
         let mut ends = [0u64; ENDS];
-        ends.copy_from_slice(&v[14..14 + ENDS]);
-        let mut py_marks = [0u64; 6];
-        py_marks.copy_from_slice(&v[8..14]);
+        ends.copy_from_slice(&v[at(c::UCOUNTER_END_BASE)..][..ENDS]);
+        let mut py_marks = [0u64; MARKS];
+        py_marks.copy_from_slice(&v[at(c::UCOUNTER_PY_MARK_BASE)..][..MARKS]);
         Ok(Self {
-            walks: v[0],
-            not_ready: v[1],
-            table_steps: v[2],
-            fp_steps: v[3],
-            lost_full: v[4],
-            lost_collision: v[5],
-            py_frames: v[6],
-            py_codes: v[7],
+            walks: v[at(c::UCOUNTER_WALKS)],
+            not_ready: v[at(c::UCOUNTER_NOT_READY)],
+            table_steps: v[at(c::UCOUNTER_TABLE_STEPS)],
+            fp_steps: v[at(c::UCOUNTER_FP_STEPS)],
+            lost_full: v[at(c::UCOUNTER_LOST_FULL)],
+            lost_collision: v[at(c::UCOUNTER_LOST_COLLISION)],
+            py_frames: v[at(c::UCOUNTER_PY_FRAMES)],
+            py_codes: v[at(c::UCOUNTER_PY_CODES)],
             py_marks,
             ends,
-            py_code_share: v[14 + ENDS],
-            py_code_full: v[15 + ENDS],
+            py_code_share: v[at(c::UCOUNTER_PY_CODE_SHARE)],
+            py_code_full: v[at(c::UCOUNTER_PY_CODE_FULL)],
         })
     }
 }

@@ -331,20 +331,13 @@ async fn send_loop(lane: Arc<Lane>, timeout: Duration) {
 }
 
 /// The events pushed, with their Pyroscope `__name__` and OTLP sample
-/// type. CPU is Pyroscope's documented `process_cpu`; allocations its
-/// `memory` (Go's heap profile); Pyroscope documents no name for the rest,
-/// so they go by emberd's event names.
-pub const PUSHED: [(Event, &str, (&str, &str)); 9] = [
-    (Event::Cpu, "process_cpu", ("samples", "count")),
-    (Event::OffCpu, "offcpu", ("off_cpu", "nanoseconds")),
-    (Event::Wakeup, "wakeup", ("wakeup", "nanoseconds")),
-    (Event::PageFault, "pagefault", ("page_faults", "count")),
-    (Event::BlockIo, "blockio", ("block_io", "nanoseconds")),
-    (Event::Brk, "brk", ("brk", "bytes")),
-    (Event::Mmap, "mmap", ("mmap", "bytes")),
-    (Event::Munmap, "munmap", ("munmap", "bytes")),
-    (Event::Malloc, "memory", ("alloc_space", "bytes")),
-];
+/// type: the rows of [`crate::shared::events::EVENTS`] that have `push`.
+pub fn pushed() -> impl Iterator<Item = (Event, &'static str, (&'static str, &'static str))> {
+    crate::shared::events::EVENTS.iter().filter_map(|e| {
+        e.push
+            .map(|(name, sample_type)| (e.event, name, sample_type))
+    })
+}
 
 /// The query of `event` over `[from, to)`.
 fn query(event: Event, from: u64, to: u64, retention: u64) -> Option<Query> {
@@ -372,7 +365,7 @@ struct Selected {
 fn select_interval(src: &Source, from: u64, to: u64) -> Vec<Selected> {
     let h = &src.history;
     let mut out = Vec::new();
-    for (event, name, sample_type) in PUSHED {
+    for (event, name, sample_type) in pushed() {
         let sources = Sources::of(h, event, src.malloc_sample_bytes, src.frequency_hz);
         // Allocations: the allocated bytes (OTLP); Pyroscope's heap profile
         // reads its four stores itself.

@@ -88,22 +88,28 @@ impl FromStr for Palette {
 }
 
 impl Event {
-    /// The default palette, after flamegraph.pl's habits.
+    /// The default palette, after flamegraph.pl's habits (its row of
+    /// [`crate::shared::events::EVENTS`]).
     pub fn palette(self) -> Palette {
-        match self {
-            Event::Cpu | Event::HotCold => Palette::Java,
-            Event::OffCpu => Palette::Io,
-            Event::Wakeup => Palette::Wakeup,
-            Event::OffWake => Palette::Aqua,
-            Event::PageFault
-            | Event::Brk
-            | Event::Mmap
-            | Event::Munmap
-            | Event::Malloc
-            | Event::MallocObjects
-            | Event::MallocInUse
-            | Event::MallocInUseObjects => Palette::Mem,
-            Event::BlockIo => Palette::Io,
+        // Every row's name parses: see the test below.
+        self.spec().palette.parse().unwrap_or(Palette::Hot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_events_default_palette_is_a_palette_name() {
+        for e in crate::shared::events::EVENTS {
+            assert!(
+                e.palette.parse::<Palette>().is_ok(),
+                "{}: {}",
+                e.name,
+                e.palette
+            );
         }
+        assert_eq!(Event::OffWake.palette(), Palette::Aqua);
     }
 }

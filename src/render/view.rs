@@ -98,15 +98,6 @@ fn each_rows(
             let cpu = src.cpu.ok_or(Event::Cpu)?;
             f(&select(cpu, &q.selection), &|v: u64| v, "");
         }
-        Event::PageFault
-        | Event::Brk
-        | Event::Mmap
-        | Event::Munmap
-        | Event::Malloc
-        | Event::MallocObjects => {
-            let st = src.event.ok_or(q.event)?;
-            f(&select(st, &q.selection), &|v: u64| v, "");
-        }
         Event::MallocInUse | Event::MallocInUseObjects => {
             let heap = src.heap.ok_or(q.event)?;
             let (bytes, objects) = select_in_use(heap, &q.selection);
@@ -116,10 +107,6 @@ fn each_rows(
                 objects
             };
             f(&rows, &|v: u64| v, "");
-        }
-        Event::OffCpu | Event::Wakeup | Event::OffWake | Event::BlockIo => {
-            let st = src.event.ok_or(q.event)?;
-            f(&select(st, &q.selection), &ns_to_us, "");
         }
         Event::HotCold => {
             let cpu = src.cpu.ok_or(Event::Cpu)?;
@@ -131,6 +118,12 @@ fn each_rows(
                 "",
             );
             f(&select(off, &q.selection), &ns_to_us, COLD_SUFFIX);
+        }
+        // Every other event is stored: its own store, times folded in us.
+        e => {
+            let st = src.event.ok_or(e)?;
+            let unit: &dyn Fn(u64) -> u64 = if e.is_time() { &ns_to_us } else { &|v| v };
+            f(&select(st, &q.selection), unit, "");
         }
     }
     Ok(())
@@ -264,15 +257,7 @@ pub fn why_empty(q: &Query, src: Sources<'_>, now: u64) -> String {
 /// How an event's folded values are shown: the unit's name and the factor
 /// from folded units (microseconds for time events, shown as ms).
 pub fn display_unit(event: Event) -> (&'static str, f64) {
-    match event {
-        Event::Cpu => ("samples", 1.0),
-        Event::PageFault => ("pages", 1.0),
-        Event::Brk | Event::Mmap | Event::Munmap | Event::Malloc | Event::MallocInUse => {
-            ("bytes", 1.0)
-        }
-        Event::MallocObjects | Event::MallocInUseObjects => ("objects", 1.0),
-        _ => ("ms", 0.001),
-    }
+    event.spec().unit.display()
 }
 
 /// SVG options for `q` over `stacks` folded stacks: title naming event,
@@ -332,16 +317,7 @@ pub fn pprof_of_rows(q: &Query, rows: &QueryResult, frequency_hz: u64) -> pprof:
     match q.event {
         Event::Cpu => pprof::cpu_profile(q, rows, frequency_hz),
         e => {
-            let (ty, unit) = match e {
-                Event::PageFault => ("pagefaults", "count"),
-                Event::Wakeup => ("wakeup", "nanoseconds"),
-                Event::OffWake => ("offwake", "nanoseconds"),
-                Event::Brk => ("brk", "bytes"),
-                Event::Mmap => ("mmap", "bytes"),
-                Event::Munmap => ("munmap", "bytes"),
-                Event::BlockIo => ("blockio", "nanoseconds"),
-                _ => ("offcpu", "nanoseconds"),
-            };
+            let (ty, unit) = e.spec().pprof.unwrap_or(("offcpu", "nanoseconds"));
             pprof::event_profile(q, rows, ty, unit)
         }
     }

@@ -3,6 +3,7 @@
 
 pub mod clock;
 pub mod elf;
+pub mod events;
 pub mod frame;
 pub mod hash;
 pub mod ids;
