@@ -116,9 +116,8 @@ pub(super) enum Attach {
     /// To the task iterator, run by the agent before collecting stacks; a
     /// kernel without it only keeps stacks longer.
     TaskIterator,
-    /// To the allocation function of `ALLOC_FUNCTIONS` index `Some(i)`
-    /// (its entry; `None`: every function's return, or free), per process,
-    /// by `super::malloc`.
+    /// To libc's allocation functions or free(), per process, by
+    /// `super::malloc` (which looks the program up by its role).
     Uprobe(UprobeRole),
 }
 
