@@ -89,7 +89,7 @@ struct stored_stack {
 #define EMBERD_FORM_BOUNDED 1
 /* x86_64's THREAD_SIZE without KASAN: a task's user registers are the top
  * pt_regs of its kernel stack. Used only when the agent could not read the
- * kernel's own (`thread_size` in the configs, from its BTF: see
+ * kernel's own (`unwind_config.thread_size` in bpf/unwind.h, from its BTF: see
  * src/collect/forms.rs); the registers found are checked either way
  * (bpf/unwind.h's user_regs_plausible). */
 #define EMBERD_THREAD_SIZE 16384
@@ -363,8 +363,6 @@ struct emberd_config {
 	__u8 include_idle;  /* 1: keep samples of the idle task (pid 0) */
 	__u8 bounded;       /* the bounded form is loaded (see EMBERD_FORM_LOOP) */
 	__u8 _pad[2];
-	__u32 thread_size;  /* the kernel's THREAD_SIZE (bytes; 0: EMBERD_THREAD_SIZE) */
-	__u32 py_code_share; /* py_codes records one user other than root may hold (0: no limit) */
 };
 
 /* ---- events.bpf.c: off-CPU, wakeup, off-wake chains, page faults ---- */
@@ -496,8 +494,6 @@ struct events_config {
 	__u64 malloc_sample_bytes; /* mean bytes between malloc samples (0: every allocation) */
 	__u64 stack_share;       /* stacks one user may hold in event_stacks (0: no limit) */
 	__u64 drain_at;          /* keys in a counts buffer (either pair) at which the agent is woken to drain */
-	__u32 thread_size;       /* the kernel's THREAD_SIZE (bytes; 0: EMBERD_THREAD_SIZE) */
-	__u32 py_code_share;     /* py_codes records one user other than root may hold (0: no limit) */
 	__u32 blocked_share;     /* bounded form: blocked_by_tid entries one user other than root may hold (0: no limit) */
 	__u32 _pad3;
 };

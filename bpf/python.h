@@ -97,6 +97,10 @@ static __always_inline struct py_walk *this_py_walk(void)
 /* PyBytesObject (3.11-3.13): ob_size at 16, the bytes at 32. */
 #define PY_BYTES_SIZE 16
 #define PY_BYTES_DATA 32
+/* py_codes records one user other than root may hold (0: no limit); set
+ * by the agent before load (half of py_codes). */
+const volatile __u32 py_code_share = 0;
+
 /* How long a CPU trusts that a code record it met is still in py_codes. */
 #define PY_SEEN_NS 100000000ULL
 /* `owner` of the eval loop's C-stack shim frame (FRAME_OWNED_BY_CSTACK). */
@@ -112,7 +116,7 @@ struct {
 
 /*
  * Code records, shared by every process of every user, so each user other
- * than root may hold at most `config.py_code_share` of them (half), counted
+ * than root may hold at most `py_code_share` of them (half), counted
  * in `py_codes_by_uid`. Not an LRU map: its evictions take whichever
  * record the kernel's lists hold oldest, whoever's it is, so one user
  * compiling thousands of new functions a second pushed every other user's
@@ -203,9 +207,9 @@ static __always_inline void py_remember(struct walk *w, struct py_scratch *sc,
 	__u64 data = 0, len, n, *held = 0;
 	int kind;
 
-	if (config.py_code_share && w->uid != 0) {
+	if (py_code_share && w->uid != 0) {
 		held = uid_count(&py_codes_by_uid, w->uid);
-		if (held && *held >= config.py_code_share) {
+		if (held && *held >= py_code_share) {
 			ucount(UCOUNTER_PY_CODE_SHARE);
 			return;
 		}

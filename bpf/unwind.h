@@ -81,6 +81,16 @@ struct vm_area_struct___emberd {
 	struct file___emberd *vm_file;
 } __attribute__((preserve_access_index));
 
+/* The unwinder's settings, written by the agent before load (each object
+ * that includes this file has its own copy). */
+struct unwind_config {
+	__u8 bounded;      /* the bounded form is loaded (see EMBERD_FORM_LOOP) */
+	__u8 _pad[3];
+	__u32 thread_size; /* the kernel's THREAD_SIZE (bytes; 0: EMBERD_THREAD_SIZE) */
+};
+
+const volatile struct unwind_config unwind_config = {};
+
 #define EMBERD_VM_EXEC 0x4
 
 #define EMBERD_PF_KTHREAD 0x00200000
@@ -626,7 +636,7 @@ __attribute__((noinline)) int unwind_step_bounded(__u32 index)
 /* The current task, as a pointer BPF_CORE_READ reads through. */
 static __always_inline void *current_task(void)
 {
-	if (config.bounded) /* bpf_get_current_task_btf: Linux 5.11 */
+	if (unwind_config.bounded) /* bpf_get_current_task_btf: Linux 5.11 */
 		return (void *)bpf_get_current_task();
 	return bpf_get_current_task_btf();
 }
@@ -634,10 +644,10 @@ static __always_inline void *current_task(void)
 /* Where `task`'s user registers are saved, or 0. */
 static __always_inline struct pt_regs___emberd *user_regs(struct task_struct___emberd *task)
 {
-	__u32 size = config.thread_size ? config.thread_size : EMBERD_THREAD_SIZE;
+	__u32 size = unwind_config.thread_size ? unwind_config.thread_size : EMBERD_THREAD_SIZE;
 	void *stack;
 
-	if (!config.bounded) /* bpf_task_pt_regs: Linux 5.15 */
+	if (!unwind_config.bounded) /* bpf_task_pt_regs: Linux 5.15 */
 		return (void *)bpf_task_pt_regs((struct task_struct *)task);
 	/* What bpf_task_pt_regs computes on x86_64: the pt_regs at the top of
 	 * the task's kernel stack (no padding above them on 64-bit), whose
@@ -763,7 +773,7 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 	st->sp = BPF_CORE_READ(regs, sp);
 	st->bp = BPF_CORE_READ(regs, bp);
 	/* Registers found by address must be a user frame's. */
-	if (config.bounded && !user_regs_plausible(regs, st->sp))
+	if (unwind_config.bounded && !user_regs_plausible(regs, st->sp))
 		st->pc = 0;
 	st->tgid = tgid;
 	s->nr = 0;

@@ -590,12 +590,14 @@ fn load(
     let mut open = EventsSkelBuilder::default()
         .open(storage)
         .map_err(|source| CollectError::LoadEvents { source })?;
-    let cfg = &mut open
+    let rodata = open
         .maps
         .rodata_data
         .as_deref_mut()
-        .expect("events.bpf.c has read-only globals")
-        .config;
+        .expect("events.bpf.c has read-only globals");
+    rodata.py_code_share = super::py_code_share(unwind.py_codes.max_entries());
+    rodata.unwind_config.thread_size = forms::thread_size().bytes;
+    let cfg = &mut rodata.config;
     let sched = options.offcpu || options.wakeup || options.offwake;
     cfg.min_block_ns = options.min_block_ns;
     cfg.max_block_ns = options.max_block_ns;
@@ -617,8 +619,7 @@ fn load(
     cfg.rq_after_queue = u8::from(hooks.rq_after_queue);
     cfg.malloc_sample_bytes = options.malloc_sample_bytes;
     cfg.stack_share = u64::from(options.stack_entries.max(64) / 2);
-    cfg.thread_size = forms::thread_size().bytes;
-    cfg.py_code_share = super::py_code_share(unwind.py_codes.max_entries());
+    rodata.unwind_config.bounded = u8::from(bounded);
     let blocked = blocked_threads();
     cfg.blocked_share = blocked / 2;
     // Woken to drain early once a buffer is half full: a busy thread pool

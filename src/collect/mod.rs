@@ -361,8 +361,9 @@ impl CpuSampler {
         let form = forms::chosen().form;
         let bounded = form == forms::ProgramForm::Bounded;
         rodata.config.bounded = u8::from(bounded);
-        rodata.config.thread_size = forms::thread_size().bytes;
-        rodata.config.py_code_share = py_code_share(options.python_code_entries);
+        rodata.unwind_config.bounded = u8::from(bounded);
+        rodata.unwind_config.thread_size = forms::thread_size().bytes;
+        rodata.py_code_share = py_code_share(options.python_code_entries);
         open.progs.handle__cpu_clock.set_autoload(!bounded);
         open.progs.handle__cpu_clock_bounded.set_autoload(bounded);
         for map in [&mut open.maps.stacks0, &mut open.maps.stacks1] {

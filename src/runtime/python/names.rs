@@ -52,12 +52,13 @@ pub enum PyMark {
 
 impl PyMark {
     fn from_raw(v: u64) -> PyMark {
-        match v {
-            1 => PyMark::NoThread,
-            2 => PyMark::FrameRead,
-            3 => PyMark::CodeRead,
-            4 => PyMark::BadKey,
-            5 => PyMark::Loop,
+        use crate::bpf::enums as c;
+        match u32::try_from(v).unwrap_or(0) {
+            c::PY_MARK_NO_THREAD => PyMark::NoThread,
+            c::PY_MARK_FRAME_READ => PyMark::FrameRead,
+            c::PY_MARK_CODE_READ => PyMark::CodeRead,
+            c::PY_MARK_BAD_KEY => PyMark::BadKey,
+            c::PY_MARK_LOOP => PyMark::Loop,
             _ => PyMark::Other,
         }
     }
