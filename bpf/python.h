@@ -516,13 +516,17 @@ static __always_inline int py_begin(struct walk *w, int listed)
  * The native walker met an eval-loop frame at `pc`: its Python frames
  * replace it (pushed by the next steps through py_emit), then its caller
  * is found as for any native frame. Returns 1 when the frame was taken (a
- * run begun, or a marker pushed), 0 to push it as a native frame.
+ * run begun, or a marker pushed), 0 to push it as a native frame. Global:
+ * its stack is not added to the walker's step (Linux 6.1 counts the
+ * step, the program and one callee against 512 bytes together).
  */
-static __always_inline int py_enter(struct walk *w, struct stored_stack *s, __u64 pc)
+__attribute__((noinline)) int py_enter(__u64 pc)
 {
+	struct walk *w = this_walk();
+	struct stored_stack *s = scratch_stack();
 	struct py_walk *p = this_py_walk();
 
-	if (!p || p->failed)
+	if (!w || !s || !p || p->failed)
 		return 0;
 	if (p->state == 1) {
 		__u64 f = py_thread_frame();

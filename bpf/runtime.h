@@ -11,9 +11,12 @@
  *   begin(w, listed)  the walk starts: look whether the process runs this
  *                     runtime and claim its code ranges (walk_claim);
  *                     return 1 when the thread's TLS base is needed.
- *   enter(w, s, pc)   a pc in one of its claims: take the frame (1) by
+ *   enter(pc)         a pc in one of its claims: take the frame (1) by
  *                     starting a run (w->running) or pushing a marker, or
- *                     leave it native (0).
+ *                     leave it native (0). A global function, as emit:
+ *                     the walker's step keeps a small stack (Linux 6.1
+ *                     adds the program's, the step's and a callee's
+ *                     stacks against 512 bytes).
  *   emit()            push the next frames of the run (a global function:
  *                     it looks up its state itself); 1 when the stack is
  *                     full with the run unfinished.
@@ -41,7 +44,7 @@ static __always_inline int runtime_enter(struct walk *w, struct stored_stack *s,
 {
 	switch (runtime) {
 	case RUNTIME_PYTHON:
-		return py_enter(w, s, pc);
+		return py_enter(pc);
 	}
 	return 0;
 }

@@ -415,11 +415,14 @@ static __always_inline __u32 fp_failure(__u32 fp_from, __u32 err)
 	return err;
 }
 
-static __always_inline long unwind_stop(struct walk *w, struct unwind_state *st, __u32 end)
+static __always_inline long unwind_stop(struct unwind_state *st, __u32 end)
 {
+	/* Looked up here, not kept by the step: its stack stays small. */
+	struct walk *w = this_walk();
+
 	/* The caller of the frame a runtime's run replaces could not be
 	 * found: the run is still pushed, then the walk ends. */
-	if (w->running && end != STACK_END_TRUNCATED) {
+	if (w && w->running && end != STACK_END_TRUNCATED) {
 		w->end_after = end + 1;
 		return 0;
 	}
@@ -446,10 +449,10 @@ static __always_inline long unwind_step_in(const int form)
 		return 1;
 	nr = s->nr;
 	if (nr >= EMBERD_MAX_STACK_DEPTH)
-		return unwind_stop(w, st, STACK_END_TRUNCATED);
+		return unwind_stop(st, STACK_END_TRUNCATED);
 	if (w->running) {
 		if (runtime_emit(w->running))
-			return unwind_stop(w, st, STACK_END_TRUNCATED);
+			return unwind_stop(st, STACK_END_TRUNCATED);
 		return 0;
 	}
 	if (w->end_after) {
@@ -464,11 +467,11 @@ static __always_inline long unwind_step_in(const int form)
 		return 1;
 	}
 	if (st->pc == 0)
-		return unwind_stop(w, st, nr ? STACK_END_ROOT : STACK_END_ERR_READ);
+		return unwind_stop(st, nr ? STACK_END_ROOT : STACK_END_ERR_READ);
 	/* Below mmap_min_addr or above user space: not code, whatever the walk
 	 * read (frame pointers over a frameless binary read data as addresses). */
 	if (nr && (st->pc < 0x10000 || st->pc >= 0x800000000000ULL))
-		return unwind_stop(w, st, fp_failure(st->fp_from, STACK_END_ERR_PC));
+		return unwind_stop(st, fp_failure(st->fp_from, STACK_END_ERR_PC));
 	if (st->have_proc) {
 		mi = find_mapping(st->tgid, st->pc);
 		if (mi >= 0)
@@ -500,14 +503,15 @@ static __always_inline long unwind_step_in(const int form)
 		if (found == 1)
 			m = &st->vm;
 		else if (found == 0 && nr > 0)
-			return unwind_stop(w, st, fp_failure(st->fp_from, STACK_END_ERR_PC));
+			return unwind_stop(st, fp_failure(st->fp_from, STACK_END_ERR_PC));
 		else if (st->have_proc && nr > 0)
-			return unwind_stop(w, st, fp_failure(st->fp_from, STACK_END_ERR_PC));
+			return unwind_stop(st, fp_failure(st->fp_from, STACK_END_ERR_PC));
 	}
 	/* Code a runtime claimed for this walk (CPython's eval loop): the
 	 * runtime may replace the frame by its own (bpf/runtime.h), pushed by
 	 * the next steps; its caller is then found as for any native frame. */
-	{
+	w = this_walk();
+	if (w) {
 		__u32 rt = walk_claimed(w, st->pc);
 
 		if (rt && runtime_enter(w, s, rt, st->pc))
@@ -542,7 +546,7 @@ pushed:
 			break;
 		case CFA_RBP:
 			if (!st->bp)
-				return unwind_stop(w, st, STACK_END_ERR_UNSUPPORTED);
+				return unwind_stop(st, STACK_END_ERR_UNSUPPORTED);
 			cfa = st->bp + r->cfa_offset;
 			break;
 		case CFA_PLT:
@@ -554,9 +558,9 @@ pushed:
 
 			if (read_user_u64(st->sp + 160, &nsp) || read_user_u64(st->sp + 120, &nbp) ||
 			    read_user_u64(st->sp + 168, &nip))
-				return unwind_stop(w, st, STACK_END_ERR_READ);
+				return unwind_stop(st, STACK_END_ERR_READ);
 			if (nsp <= st->sp)
-				return unwind_stop(w, st, STACK_END_ERR_CFA);
+				return unwind_stop(st, STACK_END_ERR_CFA);
 			st->pc = nip;
 			st->sp = nsp;
 			st->bp = nbp;
@@ -564,21 +568,21 @@ pushed:
 			return 0;
 		}
 		case CFA_END:
-			return unwind_stop(w, st, STACK_END_ROOT);
+			return unwind_stop(st, STACK_END_ROOT);
 		case CFA_NONE:
-			return unwind_stop(w, st, STACK_END_ERR_NO_ROW);
+			return unwind_stop(st, STACK_END_ERR_NO_ROW);
 		default:
-			return unwind_stop(w, st, STACK_END_ERR_UNSUPPORTED);
+			return unwind_stop(st, STACK_END_ERR_UNSUPPORTED);
 		}
 		if (cfa <= st->sp)
-			return unwind_stop(w, st, STACK_END_ERR_CFA);
+			return unwind_stop(st, STACK_END_ERR_CFA);
 		if (read_user_u64(cfa - 8, &ra))
-			return unwind_stop(w, st, STACK_END_ERR_READ);
+			return unwind_stop(st, STACK_END_ERR_READ);
 		bp = st->bp;
 		switch (r->rule >> 4) {
 		case RBP_AT_CFA:
 			if (read_user_u64(cfa + (__s64)r->rbp_offset * 8, &saved))
-				return unwind_stop(w, st, STACK_END_ERR_READ);
+				return unwind_stop(st, STACK_END_ERR_READ);
 			bp = saved;
 			break;
 		case RBP_SAME:
@@ -595,12 +599,12 @@ pushed:
 		 * file with a table (clone3, _start), so a JIT frame without a
 		 * frame pointer ends the walk short of it, and says so. */
 		if (st->bp == 0)
-			return unwind_stop(w, st, kind == UNWIND_MAP_FP ? STACK_END_ERR_NO_FP
+			return unwind_stop(st, kind == UNWIND_MAP_FP ? STACK_END_ERR_NO_FP
 								      : fp_failure(kind + 1, STACK_END_ERR_CFA));
 		if (st->bp < st->sp)
-			return unwind_stop(w, st, fp_failure(kind + 1, STACK_END_ERR_CFA));
+			return unwind_stop(st, fp_failure(kind + 1, STACK_END_ERR_CFA));
 		if (read_user_u64(st->bp + 8, &ra) || read_user_u64(st->bp, &bp))
-			return unwind_stop(w, st, fp_failure(kind + 1, STACK_END_ERR_READ));
+			return unwind_stop(st, fp_failure(kind + 1, STACK_END_ERR_READ));
 		cfa = st->bp + 16;
 		st->fp_from = kind + 1;
 		if (kind == UNWIND_MAP_NOT_READY || !m)
