@@ -114,9 +114,10 @@ impl Pipeline {
         // tables: a third of a start-up's first 5 s beside 50 processes).
         // CPU sampling then starts at once; the events follow as they load.
         let maps = sampler.unwind_maps()?;
-        let mut unwinder = Unwinder::new(sampler.unwind_maps()?);
-        unwinder.set_runtimes(crate::runtime::start(&runtimes, &maps)?);
         symbolizer.set_namers(crate::runtime::namers(&maps)?);
+        let runtimes = crate::runtime::start(&runtimes, &maps)?;
+        let mut unwinder = Unwinder::new(maps);
+        unwinder.set_runtimes(runtimes);
         if sampler.options().unwind_tables {
             // `record -p`: only its process (its first block after attach
             // was walked without tables before).
