@@ -146,6 +146,36 @@ impl Workload {
         Workload(child)
     }
 
+    /// Starts `cmd` and waits until it prints `line` on its output (the
+    /// rest discarded), so a test can act on a state the workload has
+    /// reached rather than guess how long it takes on a busy host.
+    pub fn spawn_ready(cmd: &mut Command, line: &str) -> Self {
+        use std::io::BufRead;
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting workload");
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut said = String::new();
+        loop {
+            let mut l = String::new();
+            if out.read_line(&mut l).unwrap_or(0) == 0 {
+                let status = child.wait();
+                panic!(
+                    "the workload ended ({status:?}) before printing {line:?}; it printed {said:?}"
+                );
+            }
+            if l.trim() == line {
+                break;
+            }
+            said.push_str(&l);
+        }
+        // Drained so the workload never blocks on a full pipe.
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        Workload(child)
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.0.id()

@@ -744,18 +744,17 @@ fn files_mapped_as_code_are_read_only_as_far_as_needed() {
         .open(&liar)
         .and_then(|f| f.set_len(SIZE))
         .unwrap();
+    let mut user = run_as(NOBODY, Path::new("/usr/bin/python3"));
+    user.arg(workload("map_exec.py")).arg(&not_elf).arg(&liar);
+    // The files are mapped before the daemon starts: it reads a process's
+    // mappings at exec and again only when a sample lands in code it does
+    // not know, and this process runs none of the mapped code. Started
+    // first, the daemon looked before the mapping in some CI runs and saw
+    // nothing to refuse.
+    let mut w = Workload::spawn_ready(&mut user, "mapped");
     let mut d = Daemon::start(&[], &[]);
     let before = d.status_kib("VmHWM");
-    let mut user = run_as(NOBODY, Path::new("/usr/bin/python3"));
-    user.arg(workload("map_exec.py"))
-        .arg(&not_elf)
-        .arg(&liar)
-        .stdout(std::process::Stdio::null());
-    let mut w = Workload::spawn(&mut user);
-    // Until both files are refused and the process named, or 20 s: a fixed
-    // 6 s wait once saw neither in a full CI run (the daemon had not yet
-    // looked at the process; its RSS had not moved), which a run alone
-    // never showed.
+    // Until both files are refused and the process named, or 20 s.
     let t0 = std::time::Instant::now();
     let (m, refused, folded) = loop {
         wait(1000);
@@ -774,7 +773,7 @@ fn files_mapped_as_code_are_read_only_as_far_as_needed() {
     let user_exit = w.0.try_wait().unwrap();
     drop(w);
     let _ = std::fs::remove_dir_all(&dir);
-    eprintln!("daemon peak RSS: {before} KiB at start, {peak} KiB after the mappings");
+    eprintln!("daemon peak RSS: {before} KiB when ready, {peak} KiB after 6 s or more");
     assert!(alive, "the daemon died");
     assert!(
         peak < 150 << 10,
@@ -807,14 +806,15 @@ fn lying_elf_header_sizes_are_refused_unread() {
     // The user's own directory: the file is theirs, written by them.
     std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
     let liar = dir.join("headers.so");
-    let mut d = Daemon::start(&[], &[]);
-    let before = d.status_kib("VmHWM");
     let mut user = run_as(NOBODY, Path::new("/usr/bin/python3"));
     user.arg(workload("map_exec.py"))
         .arg("--lying-headers")
-        .arg(&liar)
-        .stdout(std::process::Stdio::null());
-    let w = Workload::spawn(&mut user);
+        .arg(&liar);
+    // Mapped before the daemon starts, as in the test above: a fixed wait
+    // after starting it first saw `refused = 0` in a CI run.
+    let w = Workload::spawn_ready(&mut user, "mapped");
+    let mut d = Daemon::start(&[], &[]);
+    let before = d.status_kib("VmHWM");
     wait(6000);
     let m = d.get("/metrics").text();
     let peak = d.status_kib("VmHWM");
@@ -824,7 +824,7 @@ fn lying_elf_header_sizes_are_refused_unread() {
     let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&liar).unwrap());
     drop(w);
     let _ = std::fs::remove_dir_all(&dir);
-    eprintln!("daemon peak RSS: {before} KiB at start, {peak} KiB after the mapping");
+    eprintln!("daemon peak RSS: {before} KiB when ready, {peak} KiB 6 s later");
     assert_eq!(owner, 65534, "the file should be the user's own");
     assert!(alive, "the daemon died");
     assert!(

@@ -575,13 +575,12 @@ fn anonymous_code_without_frame_pointers_is_marked() {
 }
 
 /// Shares of `p`'s stacks of the processes whose name starts with `comm`:
-/// (whole: reach the root through `main;<leaf>`, marked: start with a
-/// marker, neither), each in the profile's unit.
-fn startup_shares(p: &Profile, comm: &str, leaf: &str) -> (u64, u64, u64) {
+/// (whole: reach the root through `main;spin` or `main;nap`, the
+/// program's two calls, marked: start with a marker, neither), each in the
+/// profile's unit.
+fn startup_shares(p: &Profile, comm: &str) -> (u64, u64, u64) {
     let ours = |f: &[&str]| f[0].starts_with(comm);
-    let whole = sum_where(p, |f| {
-        ours(f) && has_seq(f, &["main", leaf]) && reaches_root(f)
-    });
+    let whole = sum_where(p, |f| ours(f) && spin_nap_whole(f));
     let marked = sum_where(p, |f| ours(f) && f.get(1).is_some_and(|x| is_marker(x)));
     let all = sum_where(p, ours);
     (whole, marked, all - whole - marked)
@@ -622,12 +621,12 @@ fn daemon_started_beside_50_processes_is_whole_from_its_first_sample() {
     wait(5000);
     let mut report = Vec::new();
     let mut failures = Vec::new();
-    for (event, leaf) in [("cpu", "spin"), ("offcpu", "nap")] {
+    for event in ["cpu", "offcpu"] {
         let shares = |secs: u32| {
             let r = d.get(&format!("/folded?seconds={secs}&event={event}"));
             assert_eq!(r.status, 200, "{}", r.text());
             let p = parse_folded(&r.text());
-            (startup_shares(&p, "startnap", leaf), p)
+            (startup_shares(&p, "startnap"), p)
         };
         // The whole history so far: the daemon's first 5 s.
         let ((whole, marked, wrong), p) = shares(30);
@@ -636,7 +635,7 @@ fn daemon_started_beside_50_processes_is_whole_from_its_first_sample() {
         for (stack, n) in p.iter() {
             let f: Vec<&str> = stack.frames().collect();
             if f[0].starts_with("startnap")
-                && !(has_seq(&f, &["main", leaf]) && reaches_root(&f))
+                && !spin_nap_whole(&f)
                 && !f.get(1).is_some_and(|x| is_marker(x))
             {
                 eprintln!("{event}, neither whole nor marked: {} {n}", stack.as_str());
@@ -671,6 +670,14 @@ fn daemon_started_beside_50_processes_is_whole_from_its_first_sample() {
         failures.join("\n")
     );
     drop(running);
+}
+
+/// Whether a stack of spin_nap reaches the root through one of its two
+/// calls. CPU samples land in `nap` too (the syscall's entry and exit, the
+/// scheduler): counting only `main;spin` as whole once failed a CI run on
+/// six such true stacks.
+fn spin_nap_whole(f: &[&str]) -> bool {
+    (has_seq(f, &["main", "spin"]) || has_seq(f, &["main", "nap"])) && reaches_root(f)
 }
 
 fn pct(part: u64, all: u64) -> f64 {
