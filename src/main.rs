@@ -47,6 +47,16 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// What emberd reads of a running HotSpot JVM (no flag or agent in it):
+    /// its release, code heaps and, with --methods, the compiled methods in
+    /// its code cache with their names and first lines.
+    Jvm {
+        /// The JVM's process id.
+        pid: u32,
+        /// List the compiled methods too.
+        #[arg(long)]
+        methods: bool,
+    },
     /// Flame graph of a folded file (`perf script | stackcollapse-perf.pl`
     /// output, another host's /folded), as flamegraph.pl draws it:
     /// `emberd flamegraph cpu.folded > cpu.svg`.
@@ -116,6 +126,7 @@ fn main() -> ExitCode {
         Some(Command::Record(args)) => cli::record::run(args),
         Some(Command::Check { config }) => cli::check::command(config.as_deref()),
         Some(Command::UnwindTables { files }) => cli::unwind_tables::run(&files),
+        Some(Command::Jvm { pid, methods }) => cli::jvm::run(pid, methods),
         Some(Command::Flamegraph(args)) => cli::flamegraph::run(args),
         Some(Command::Diff(args)) => cli::diff::run_diff(args),
         Some(Command::Animate(args)) => cli::diff::run_animate(args),

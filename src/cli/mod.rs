@@ -5,6 +5,7 @@ pub mod check;
 pub mod daemon;
 pub mod diff;
 pub mod flamegraph;
+pub mod jvm;
 pub mod launch;
 pub mod login;
 pub mod record;

@@ -21,6 +21,8 @@
 //! This stage sits between `collect` (whose maps it is handed) and
 //! `unwind`; it imports only those below it.
 
+pub mod hotspot;
+pub mod memory;
 pub mod python;
 
 use std::collections::BTreeMap;

@@ -75,3 +75,77 @@ fn java_method_is_named() {
         top(&p, 8)
     );
 }
+
+/// The JDKs the Java tests run on: Debian's OpenJDK 17 (installed by
+/// scripts/setup-tests) and the Temurin 25 these machines carry.
+pub const JDKS: [&str; 2] = [
+    "/usr/lib/jvm/java-17-openjdk-amd64",
+    "/usr/lib/jvm/temurin-25-jdk-amd64",
+];
+
+/// `jdk`'s `bin/name`, or a panic saying what is missing.
+pub fn jdk_tool(jdk: &str, name: &str) -> std::path::PathBuf {
+    let p = std::path::Path::new(jdk).join("bin").join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: the Java tests need Debian's openjdk-17-jdk-headless \
+         (scripts/setup-tests) and a Temurin 25 JDK in /usr/lib/jvm",
+        p.display()
+    );
+    p
+}
+
+/// The line of the first statement of `method` in workload `file`.
+fn first_line_of(file: &str, method: &str) -> u32 {
+    let text = std::fs::read_to_string(workload(file)).unwrap();
+    let at = text
+        .lines()
+        .position(|l| l.contains(&format!(" {method}(")))
+        .unwrap_or_else(|| panic!("{method} not in {file}"));
+    at as u32 + 2
+}
+
+/// Issue 45: the JVM's code cache and method metadata are read from its
+/// own structure tables, on OpenJDK 17 and Temurin 25, with no flag: a
+/// running JVM's compiled methods are listed by `emberd jvm PID --methods`
+/// with their class, method, source file and the line of their first
+/// bytecode, none unreadable.
+#[test]
+fn jvm_code_cache_is_read_from_its_own_tables() {
+    require_root();
+    let line = first_line_of("Busy.java", "emberdBusyJavaWork");
+    for jdk in JDKS {
+        let w = Workload::spawn(
+            Command::new(jdk_tool(jdk, "java"))
+                .arg(workload("Busy.java"))
+                .arg("20"),
+        );
+        // Source launch compiles first; then C1 and C2 compile the method.
+        let mut out = String::new();
+        let want = format!("Busy.emberdBusyJavaWork (Busy.java) {line}");
+        for _ in 0..30 {
+            wait(1000);
+            let o = emberd()
+                .args(["jvm", &w.pid().to_string(), "--methods"])
+                .output()
+                .unwrap();
+            out = format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            if o.status.success() && out.contains(&want) {
+                break;
+            }
+        }
+        drop(w);
+        let summary = out.lines().last().unwrap_or("");
+        assert!(
+            out.contains(&want) && summary.contains(" 0 unreadable"),
+            "{jdk}: expected a compiled `{want}` and no unreadable method:\n{}\n...\n{summary}",
+            out.lines().take(8).collect::<Vec<_>>().join("\n")
+        );
+        let named: u64 = summary.split(' ').next().unwrap().parse().unwrap();
+        assert!(named >= 100, "{jdk}: only {named} compiled methods named");
+    }
+}

@@ -1,0 +1,239 @@
+//! HotSpot JVMs (OpenJDK, Temurin and the other OpenJDK builds): Java
+//! methods read from the JVM's own metadata, with no flag or agent in the
+//! application.
+//!
+//! - [`vmstructs`]: the structure tables `libjvm.so` exports, read from
+//!   the process;
+//! - [`layout`]: what emberd needs of them (offsets, sizes, the model's
+//!   differences between releases);
+//! - [`codecache`]: the code heaps and the blob holding an address;
+//! - [`names`]: method names, source files and lines.
+//!
+//! A JVM is found by its `libjvm.so` ([`inspect`]: a file that exports
+//! the structure tables) and read through `/proc/PID/mem` ([`Jvm`]).
+
+pub mod codecache;
+pub mod layout;
+pub mod names;
+pub mod vmstructs;
+
+use std::fs::File;
+
+use thiserror::Error;
+
+use crate::runtime::memory::{MemoryError, ProcessMemory};
+use crate::shared::Pid;
+use crate::shared::elf::{Headers, Segment};
+use codecache::{Blob, BlobKind, CodeHeap};
+use layout::{HotSpotLayout, LayoutError};
+use names::{MethodName, Unsigned5};
+use vmstructs::{VmStructs, VmStructsError};
+
+/// Bytes read from one JVM's memory to attach to it at most (its tables
+/// take about 200 KiB of pages).
+pub const ATTACH_BUDGET: u64 = 4 << 20;
+
+/// Why a JVM could not be read.
+#[derive(Debug, Error)]
+pub enum HotSpotError {
+    /// The process maps no `libjvm.so` exporting the structure tables.
+    #[error("process {0} runs no HotSpot JVM (no libjvm.so exporting gHotSpotVMStructs is mapped)")]
+    NoJvm(u32),
+    /// The process's maps or its `libjvm.so` could not be read.
+    #[error("reading {what} of process {pid}: {source}")]
+    Io {
+        /// The process.
+        pid: u32,
+        /// What was read.
+        what: &'static str,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// The structure tables could not be read.
+    #[error(transparent)]
+    Tables(#[from] VmStructsError),
+    /// The tables lack something emberd needs.
+    #[error("unsupported JVM: {0}")]
+    Layout(#[from] LayoutError),
+    /// Memory read failed.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+}
+
+/// What a `libjvm.so` holds for emberd: its table symbols (file
+/// addresses) and its segments, to place them in a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JvmFile {
+    /// The [`vmstructs::SYMBOLS`] it defines, with their file addresses.
+    pub symbols: Vec<(String, u64)>,
+    /// Its `PT_LOAD` segments.
+    pub loads: Vec<Segment>,
+}
+
+/// Whether `file` is a `libjvm.so` exporting the structure tables.
+pub fn inspect(file: &File) -> Option<JvmFile> {
+    let elf = Headers::read(file).ok()?;
+    let syms = elf.dynamic_symbols(file, &vmstructs::SYMBOLS).ok()?;
+    if !syms.iter().any(|(n, _, _)| n == "gHotSpotVMStructs") {
+        return None;
+    }
+    Some(JvmFile {
+        symbols: syms.into_iter().map(|(n, v, _)| (n, v)).collect(),
+        loads: elf.loads,
+    })
+}
+
+/// A running JVM, attached: its layout read, its memory open.
+pub struct Jvm {
+    mem: ProcessMemory,
+    /// Its layout.
+    pub layout: HotSpotLayout,
+    /// Its release (`17.0.15+6-Debian-1deb12u1`), as it reports it.
+    pub release: String,
+    /// The Java feature release (17, 25).
+    pub major: u32,
+    /// How its compressed streams encode numbers.
+    pub unsigned5: Unsigned5,
+}
+
+impl Jvm {
+    /// Reads the JVM in process `pid`, whose `libjvm.so` is `file` mapped
+    /// with `bias` (runtime minus file address).
+    pub fn attach(pid: Pid, file: &JvmFile, bias: u64) -> Result<Jvm, HotSpotError> {
+        let mut mem = ProcessMemory::open(pid, ATTACH_BUDGET)?;
+        let symbol = |name: &str| {
+            file.symbols
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.wrapping_add(bias))
+        };
+        let tables = VmStructs::read(&mut mem, &symbol)?;
+        let layout = HotSpotLayout::from_tables(&tables)?;
+        let release = tables
+            .address("Abstract_VM_Version::_s_vm_release")
+            .and_then(|a| mem.u64(a).ok())
+            .and_then(|p| mem.c_string(p).ok())
+            .unwrap_or_default();
+        let major = major_of(&release);
+        Ok(Jvm {
+            mem,
+            layout,
+            unsigned5: Unsigned5::of_major(major),
+            release,
+            major,
+        })
+    }
+
+    /// Finds and reads the JVM process `pid` runs, through its maps.
+    pub fn find(pid: Pid) -> Result<Jvm, HotSpotError> {
+        let io = |what| {
+            move |source| HotSpotError::Io {
+                pid: pid.0,
+                what,
+                source,
+            }
+        };
+        let maps = crate::shared::procmaps::code_maps(pid).map_err(io("its maps"))?;
+        for m in &maps {
+            let procfs::process::MMapPath::Path(path) = &m.pathname else {
+                continue;
+            };
+            if path.file_name().is_none_or(|n| n != "libjvm.so") {
+                continue;
+            }
+            // The file the process maps, wherever its mount namespace
+            // has it.
+            let file = File::open(format!(
+                "/proc/{}/map_files/{:x}-{:x}",
+                pid.0, m.address.0, m.address.1
+            ))
+            .map_err(io("its libjvm.so"))?;
+            let Some(jvm) = inspect(&file) else { continue };
+            let Some(seg) = jvm
+                .loads
+                .iter()
+                .find(|s| s.offset <= m.offset && m.offset < s.offset + s.filesz)
+            else {
+                continue;
+            };
+            let bias = m
+                .address
+                .0
+                .wrapping_sub(seg.vaddr.wrapping_add(m.offset - seg.offset));
+            return Jvm::attach(pid, &jvm, bias);
+        }
+        Err(HotSpotError::NoJvm(pid.0))
+    }
+
+    /// Its code heaps.
+    pub fn heaps(&mut self) -> Result<Vec<CodeHeap>, HotSpotError> {
+        Ok(codecache::heaps(&mut self.mem, &self.layout)?)
+    }
+
+    /// The blobs of `heap`, in address order, at most `max`.
+    pub fn blobs(&mut self, heap: &CodeHeap, max: usize) -> Result<Vec<Blob>, HotSpotError> {
+        Ok(codecache::blobs(&mut self.mem, &self.layout, heap, max)?)
+    }
+
+    /// The blob holding `pc`.
+    pub fn blob_at(&mut self, heaps: &[CodeHeap], pc: u64) -> Result<Option<Blob>, HotSpotError> {
+        Ok(codecache::blob_at(&mut self.mem, &self.layout, heaps, pc)?)
+    }
+
+    /// The `Method*` a compiled method `blob` compiles.
+    pub fn compiled_method(&mut self, blob: &Blob) -> Result<u64, HotSpotError> {
+        debug_assert!(matches!(
+            blob.kind,
+            BlobKind::Nmethod | BlobKind::NativeNmethod
+        ));
+        Ok(self.mem.u64(blob.addr + self.layout.nmethod_method)?)
+    }
+
+    /// The names of the `Method` at `method`.
+    pub fn method_name(&mut self, method: u64) -> Result<MethodName, HotSpotError> {
+        Ok(names::method_name(&mut self.mem, &self.layout, method)?)
+    }
+
+    /// The source line of bytecode `bci` of the `Method` at `method`.
+    pub fn line(&mut self, method: u64, bci: u32) -> Result<Option<u32>, HotSpotError> {
+        let table = names::line_table(&mut self.mem, &self.layout, method)?;
+        Ok(table.and_then(|t| names::line_of(&t, bci, self.unsigned5)))
+    }
+
+    /// Allows `more` bytes to be read from the process beyond what has
+    /// been.
+    pub fn allow(&mut self, more: u64) {
+        self.mem.allow(more);
+    }
+
+    /// Bytes read from the process so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.mem.bytes_read()
+    }
+}
+
+/// The feature release of a JVM release string: `17` of
+/// `17.0.15+6-Debian-1deb12u1`, `25` of `25.0.3+9-LTS`, `8` of `1.8.0_412`.
+pub fn major_of(release: &str) -> u32 {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let first: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    if first == 1 {
+        parts.next().and_then(|p| p.parse().ok()).unwrap_or(0)
+    } else {
+        first
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feature_releases_from_release_strings() {
+        assert_eq!(major_of("17.0.15+6-Debian-1deb12u1"), 17);
+        assert_eq!(major_of("25.0.3+9-LTS"), 25);
+        assert_eq!(major_of("1.8.0_412-b08"), 8);
+        assert_eq!(major_of("26-ea+3"), 26);
+        assert_eq!(major_of(""), 0);
+    }
+}
