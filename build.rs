@@ -21,6 +21,7 @@ const HEADERS: &[&str] = &[
     "new_process.h",
     "unwind.h",
     "python.h",
+    "hotspot.h",
     "walk.h",
     "runtime.h",
     "events.h",

@@ -320,7 +320,79 @@ enum unwind_counter {
 	UCOUNTER_END_BASE = UCOUNTER_PY_MARK_END, /* + enum stack_end: how user walks ended */
 	UCOUNTER_PY_CODE_SHARE = UCOUNTER_END_BASE + STACK_END_MAX, /* code records refused: their user holds their share of py_codes */
 	UCOUNTER_PY_CODE_FULL,       /* code records refused: py_codes full */
-	UCOUNTER_MAX,
+	UCOUNTER_JAVA_FRAMES,        /* Java frames (interpreted, compiled, stubs) unwound */
+	UCOUNTER_JAVA_MARK_BASE,     /* + enum java_mark: why a Java walk stopped */
+	UCOUNTER_JAVA_MARK_END = UCOUNTER_JAVA_MARK_BASE + 4,
+	UCOUNTER_MAX = UCOUNTER_JAVA_MARK_END,
+};
+
+/* ---- HotSpot frames (bpf/hotspot.h; layouts from src/runtime/hotspot/) ----
+ *
+ * The JVM's code cache is walked by the JVM's own rules, one frame a step,
+ * each frame one tagged slot (top bytes 0xe0-0xe3):
+ *   EMBERD_JAVA_INTERP   | Method* >> 3 << 12 | bci (12 bits; 0xfff: unknown)
+ *   EMBERD_JAVA_COMPILED | (compile id & 0xffffff) << 31 | pc - code cache low
+ *   EMBERD_JAVA_STUB     | pc - code cache low
+ *   EMBERD_JAVA_MARK     | enum java_mark
+ * The agent names them from the process's memory at the drain, and checks
+ * a compiled frame's blob still holds the same compilation.
+ */
+#define EMBERD_JAVA_INTERP    0xe000000000000000ULL
+#define EMBERD_JAVA_COMPILED  0xe100000000000000ULL
+#define EMBERD_JAVA_STUB      0xe200000000000000ULL
+#define EMBERD_JAVA_MARK      0xe300000000000000ULL
+#define EMBERD_JAVA_BCI_BITS  12
+#define EMBERD_JAVA_PC_BITS   31
+#define EMBERD_JAVA_HEAPS     3
+
+/* Why a Java walk stopped (a marker slot ends the stack); keep in step with
+ * `JavaMark` in src/runtime/hotspot/frames.rs. */
+enum java_mark {
+	JAVA_MARK_OTHER = 0,
+	JAVA_MARK_READ = 1,      /* a frame or blob could not be read */
+	JAVA_MARK_NO_BLOB = 2,   /* a code cache address in no blob */
+	JAVA_MARK_FRAME = 3,     /* a frame that does not move up the stack */
+	JAVA_MARK_MAX,
+};
+
+/* One code heap: its reserved code and its segment map. */
+struct hs_heap {
+	__u64 low;
+	__u64 high;
+	__u64 segmap;
+	__u32 log2_segment;
+	__u32 _pad;
+};
+
+/* Byte offsets into HotSpot's structures (src/runtime/hotspot/layout.rs). */
+struct hs_layout {
+	__u16 heap_block;           /* sizeof(HeapBlock): a blob's start in its block */
+	__u16 blob_name;            /* CodeBlob::_name (const char*) */
+	__u16 blob_frame_size;      /* CodeBlob::_frame_size (int, words) */
+	__u16 blob_frame_complete;  /* CodeBlob::_frame_complete_offset */
+	__u16 blob_code;            /* CodeBlob::_code_begin (address) or _code_offset (int) */
+	__u16 blob_kind;            /* CodeBlob::_kind (u1); 0xffff: none, the name says */
+	__u16 nmethod_compile_id;   /* nmethod::_compile_id (int) */
+	__u8 frame_complete_width;  /* 2 or 4 bytes */
+	__u8 code_is_offset;        /* blob_code is an offset from the blob */
+	__s8 frame_method;          /* interpreter frame: Method* at rbp + 8 * this */
+	__s8 frame_bcp;             /* and the bytecode pointer */
+	__u8 kind_nmethod;          /* CodeBlobKind::Nmethod */
+	__u8 _pad;
+	__u16 method_const;         /* Method::_constMethod */
+	__u16 const_size;           /* sizeof(ConstMethod): its bytecodes follow it */
+	__u32 _pad2;
+};
+
+/* A HotSpot JVM's process (map hs_procs, key tgid). */
+struct hs_proc {
+	__u64 code_low;             /* CodeCache's reserved bounds: the walk's claim */
+	__u64 code_high;
+	__u64 interp_low;           /* the template interpreter's code */
+	__u64 interp_high;
+	__u64 call_stub_return;     /* where Java code returns into the call stub */
+	struct hs_heap heaps[EMBERD_JAVA_HEAPS];
+	struct hs_layout layout;
 };
 
 /* One aggregation key per (thread, stacks). Value: u64 number of samples. */

@@ -12,8 +12,11 @@
  *                     runtime and claim its code ranges (walk_claim);
  *                     return 1 when the thread's TLS base is needed.
  *   enter(pc)         a pc in one of its claims: take the frame (1) by
- *                     starting a run (w->running) or pushing a marker, or
- *                     leave it native (0). A global function, as emit:
+ *                     starting a run (w->running) or pushing a marker,
+ *                     unwind it itself (RUNTIME_UNWOUND: its slot pushed,
+ *                     the caller's registers left in w->pc, sp, bp; the
+ *                     registers it is handed are there too), or leave it
+ *                     native (0). A global function, as emit:
  *                     the walker's step keeps a small stack (Linux 6.1
  *                     adds the program's, the step's and a callee's
  *                     stacks against 512 bytes).
@@ -30,12 +33,14 @@
 
 #include "walk.h"
 #include "python.h"
+#include "hotspot.h"
 
 static __always_inline int runtime_begin(struct walk *w, int listed)
 {
 	int tls = 0;
 
 	tls |= py_begin(w, listed);
+	tls |= hs_begin(listed);
 	return tls;
 }
 
@@ -45,6 +50,8 @@ static __always_inline int runtime_enter(struct walk *w, struct stored_stack *s,
 	switch (runtime) {
 	case RUNTIME_PYTHON:
 		return py_enter(pc);
+	case RUNTIME_HOTSPOT:
+		return hs_enter(pc);
 	}
 	return 0;
 }
@@ -61,6 +68,7 @@ static __always_inline int runtime_emit(__u32 runtime)
 static __always_inline void runtime_finish(struct walk *w, struct stored_stack *s, __u32 end)
 {
 	py_finish(w, s, end);
+	hs_finish(w, s, end);
 }
 
 #endif /* EMBERD_RUNTIME_H */

@@ -514,8 +514,26 @@ static __always_inline long unwind_step_in(const int form)
 	if (w) {
 		__u32 rt = walk_claimed(w, st->pc);
 
-		if (rt && runtime_enter(w, s, rt, st->pc))
-			goto pushed;
+		if (rt) {
+			int taken;
+
+			w->pc = st->pc;
+			w->sp = st->sp;
+			w->bp = st->bp;
+			taken = runtime_enter(w, s, rt, st->pc);
+			/* Code the runtime unwinds itself (the JVM's): its
+			 * caller's registers are the walk's. */
+			if (taken == RUNTIME_UNWOUND) {
+				st->pc = w->pc;
+				st->sp = w->sp;
+				st->bp = w->bp;
+				st->exact_pc = 0;
+				st->fp_from = 0;
+				return 0;
+			}
+			if (taken)
+				goto pushed;
+		}
 	}
 	s->ips[nr & 127] = st->pc;
 	s->nr = nr + 1;

@@ -27,8 +27,13 @@
 enum runtime_id {
 	RUNTIME_NONE = 0,
 	RUNTIME_PYTHON = 1, /* bpf/python.h */
+	RUNTIME_HOTSPOT = 2, /* bpf/hotspot.h */
 	RUNTIME_MAX,
 };
+
+/* What runtime_enter answers when it unwound the frame itself: its
+ * caller's registers are in the walk's pc, sp and bp. */
+#define RUNTIME_UNWOUND 2
 
 /* Code ranges runtimes may claim in one walk. */
 #define EMBERD_WALK_CLAIMS 2
@@ -52,6 +57,12 @@ struct walk {
 	__u8 running;      /* enum runtime_id of the run being pushed; 0: none */
 	__u8 end_after;    /* enum stack_end + 1: the walk ends once the run is pushed */
 	__u8 _pad[6];
+	/* The registers of the frame handed to a runtime (pc, sp, rbp); a
+	 * runtime that unwinds its own frames (the JVM's code cache) writes
+	 * its caller's here and answers RUNTIME_UNWOUND. */
+	__u64 pc;
+	__u64 sp;
+	__u64 bp;
 	struct walk_claim claims[EMBERD_WALK_CLAIMS];
 };
 

@@ -573,6 +573,10 @@ pub struct RecordArgs {
     /// (false: interpreters' stacks stay native).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub python: bool,
+    /// Show Java methods of HotSpot JVMs (JDK 17, 25), read from the JVM's
+    /// own structure tables (false: their code cache stays addresses).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub java: bool,
     /// Python frames as `function (file.py:LINE)`, one frame per line run
     /// (py-spy's default; without it, py-spy's `--nolineno` form).
     #[arg(long)]
@@ -625,6 +629,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<std::process::ExitCode> {
         sampler,
         runtimes: crate::runtime::RuntimeOptions {
             python: args.python,
+            java: args.java,
         },
         grouping: args.group,
         output: args.output,

@@ -651,6 +651,7 @@ fn load(
             &unwind.refresh_pending,
         ),
         (&mut open.maps.py_procs, &unwind.py_procs),
+        (&mut open.maps.hs_procs, &unwind.hs_procs),
         (&mut open.maps.py_codes, &unwind.py_codes),
         (&mut open.maps.py_codes_by_uid, &unwind.py_codes_by_uid),
         (&mut open.maps.file_tables, &unwind.files),

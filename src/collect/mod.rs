@@ -319,6 +319,9 @@ pub struct UnwindMaps {
     pub refresh_pending: MapHandle,
     /// `py_procs`: each Python process's interpreter (`bpf/python.h`).
     pub py_procs: MapHandle,
+    /// `hs_procs`: each HotSpot JVM's code cache and layout
+    /// (`bpf/hotspot.h`).
+    pub hs_procs: MapHandle,
     /// `py_codes`: code objects the walker met, named at drains.
     pub py_codes: MapHandle,
     /// `py_codes_by_uid`: the records each user holds in `py_codes`.
@@ -386,6 +389,7 @@ impl CpuSampler {
             for map in [
                 &mut open.maps.proc_unwind,
                 &mut open.maps.py_procs,
+                &mut open.maps.hs_procs,
                 &mut open.maps.file_tables,
             ] {
                 map.set_map_flags(0)
@@ -470,6 +474,7 @@ impl CpuSampler {
             refresh: handle(&maps.unwind_refresh, "unwind_refresh")?,
             refresh_pending: handle(&maps.unwind_refresh_pending, "unwind_refresh_pending")?,
             py_procs: handle(&maps.py_procs, "py_procs")?,
+            hs_procs: handle(&maps.hs_procs, "hs_procs")?,
             py_codes: handle(&maps.py_codes, "py_codes")?,
             py_codes_by_uid: handle(&maps.py_codes_by_uid, "py_codes_by_uid")?,
             files: handle(&maps.file_tables, "file_tables")?,

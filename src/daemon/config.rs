@@ -246,6 +246,9 @@ settings! {
     unwind_processes: u32 = crate::unwind::defaults::MAX_PROCESSES, range 16..=1_048_576;
     /// Show CPython 3.11-3.13 frames in place of the eval loop.
     python: bool = true;
+    /// Show Java methods of HotSpot JVMs (JDK 17, 25), read from the JVM's
+    /// own structure tables, in place of their code cache's addresses.
+    java: bool = true;
     /// Code objects whose names the Python walker keeps in BPF.
     // About 560 bytes of kernel memory each, allocated at start.
     python_code_entries: u32 = crate::unwind::defaults::PYTHON_CODE_ENTRIES,
@@ -386,6 +389,8 @@ pub struct Config {
     pub unwind_processes: u32,
     /// Read Python frames.
     pub python: bool,
+    /// Read Java frames of HotSpot JVMs.
+    pub java: bool,
     /// Entries of the BPF map of Python code objects.
     pub python_code_entries: u32,
     /// Symbolizer bounds (perf maps).
@@ -492,6 +497,7 @@ impl Config {
             unwind_rows: unwind_rows(raw.unwind_table_budget_mib)?,
             unwind_processes: raw.unwind_processes()?,
             python: raw.python(),
+            java: raw.java(),
             python_code_entries: raw.python_code_entries()?,
             symbolizer: symbolizer_of(&raw)?,
         })

@@ -237,6 +237,7 @@ fn start_collector(config: &Config, shared: Shared) -> anyhow::Result<CollectorT
         events: config.events.clone(),
         runtimes: crate::runtime::RuntimeOptions {
             python: config.python,
+            java: config.java,
         },
         symbolizer: config.symbolizer.clone(),
     };

@@ -40,11 +40,15 @@ pub enum Finding {
     /// A CPython interpreter (or the C library whose thread data its
     /// thread state is found through).
     Python(python::FileRuntime),
+    /// A HotSpot JVM's `libjvm.so`.
+    HotSpot(hotspot::JvmFile),
 }
 
 /// What `file`, mapped as code by some process, holds for any runtime.
 pub fn inspect(file: &File) -> Option<Finding> {
-    python::inspect(file).map(Finding::Python)
+    python::inspect(file)
+        .map(Finding::Python)
+        .or_else(|| hotspot::inspect(file).map(Finding::HotSpot))
 }
 
 /// An executable mapping of a process whose file holds something for a
@@ -72,6 +76,9 @@ pub trait Runtime: Send {
     fn forget(&mut self, pid: Pid);
     /// Its processes by state: `unwound`, or why their stacks stay native.
     fn processes(&self) -> BTreeMap<&'static str, u64>;
+    /// Called at each poll of the unwind stage: work left for later
+    /// (a JVM read again once it has started).
+    fn tick(&mut self) {}
 }
 
 /// The symbolize stage's side of a runtime: names of the tagged stack
@@ -105,11 +112,16 @@ pub struct NameStats {
 pub struct RuntimeOptions {
     /// Read Python frames (default true); false leaves interpreters native.
     pub python: bool,
+    /// Read Java frames of HotSpot JVMs (default true).
+    pub java: bool,
 }
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
-        Self { python: true }
+        Self {
+            python: true,
+            java: true,
+        }
     }
 }
 
@@ -118,18 +130,27 @@ pub fn start(
     options: &RuntimeOptions,
     maps: &UnwindMaps,
 ) -> Result<Vec<Box<dyn Runtime>>, CollectError> {
-    Ok(vec![Box::new(python::CPython::new(
-        handle(&maps.py_procs, "py_procs")?,
-        options.python,
-    ))])
+    Ok(vec![
+        Box::new(python::CPython::new(
+            handle(&maps.py_procs, "py_procs")?,
+            options.python,
+        )),
+        Box::new(hotspot::HotSpot::new(
+            handle(&maps.hs_procs, "hs_procs")?,
+            options.java,
+        )),
+    ])
 }
 
 /// Every runtime's naming side, with the BPF maps it reads.
 pub fn namers(maps: &UnwindMaps) -> Result<Vec<Box<dyn FrameNamer>>, CollectError> {
-    Ok(vec![Box::new(python::PythonNames::new(handle(
-        &maps.py_codes,
-        "py_codes",
-    )?))])
+    Ok(vec![
+        Box::new(python::PythonNames::new(handle(
+            &maps.py_codes,
+            "py_codes",
+        )?)),
+        Box::new(hotspot::frames::JavaNames::new()),
+    ])
 }
 
 /// A handle of its own on a map the sampler holds.

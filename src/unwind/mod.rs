@@ -843,6 +843,9 @@ impl Unwinder {
                 self.read_process(pid, noted_at, true);
             }
         }
+        for r in &mut self.runtimes {
+            r.tick();
+        }
         if self.last_retry.elapsed() >= defaults::NO_ROOM_RETRY {
             self.last_retry = Instant::now();
             self.retry_no_room();

@@ -22,6 +22,8 @@ pub struct CodeHeap {
     pub low: u64,
     /// End of its committed code.
     pub high: u64,
+    /// End of its reserved code (committed grows up to it).
+    pub reserved_high: u64,
     /// Its segment map.
     pub segmap: u64,
     /// log2 of its segment's size.
@@ -69,6 +71,7 @@ pub fn heaps(mem: &mut ProcessMemory, l: &HotSpotLayout) -> Result<Vec<CodeHeap>
         out.push(CodeHeap {
             low: mem.u64(memory + l.space_low)?,
             high: mem.u64(memory + l.space_high)?,
+            reserved_high: mem.u64(memory + l.space_high_boundary)?,
             segmap: mem.u64(segmap + l.space_low)?,
             log2_segment: mem.u32(heap + l.heap_log2_segment)?.min(20),
         });

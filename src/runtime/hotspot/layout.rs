@@ -54,6 +54,18 @@ pub struct HotSpotLayout {
     pub heap_segmap: u64,
     /// `CodeHeap::_log2_segment_size` (int).
     pub heap_log2_segment: u64,
+    /// `CodeCache::_low_bound` and `_high_bound`: addresses of the bounds
+    /// of the code cache's reserved space.
+    pub code_low_bound: u64,
+    /// See `code_low_bound`.
+    pub code_high_bound: u64,
+    /// `VirtualSpace::_high_boundary`: the reserved end.
+    pub space_high_boundary: u64,
+    /// `CodeBlob::_kind` (u1), where the JVM keeps one (JDK 23 on), and
+    /// `CodeBlobKind::Nmethod`.
+    pub blob_kind: Option<u64>,
+    /// See `blob_kind`.
+    pub kind_nmethod: u8,
     /// `VirtualSpace::_low` and `_high`: the committed part.
     pub space_low: u64,
     /// See `space_low`.
@@ -182,6 +194,14 @@ impl HotSpotLayout {
             heap_memory: off("CodeHeap::_memory")?,
             heap_segmap: off("CodeHeap::_segmap")?,
             heap_log2_segment: off("CodeHeap::_log2_segment_size")?,
+            code_low_bound: addr("CodeCache::_low_bound")?,
+            code_high_bound: addr("CodeCache::_high_bound")?,
+            space_high_boundary: off("VirtualSpace::_high_boundary")?,
+            blob_kind: t.offset("CodeBlob::_kind"),
+            kind_nmethod: t
+                .constants
+                .get("CodeBlobKind::Nmethod")
+                .map_or(0, |&k| k as u8),
             space_low: off("VirtualSpace::_low")?,
             space_high: off("VirtualSpace::_high")?,
             heap_block: size("HeapBlock")?,

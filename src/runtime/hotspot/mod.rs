@@ -13,8 +13,10 @@
 //! the structure tables) and read through `/proc/PID/mem` ([`Jvm`]).
 
 pub mod codecache;
+pub mod frames;
 pub mod layout;
 pub mod names;
+pub mod procs;
 pub mod vmstructs;
 
 use std::fs::File;
@@ -28,6 +30,8 @@ use codecache::{Blob, BlobKind, CodeHeap};
 use layout::{HotSpotLayout, LayoutError};
 use names::{MethodName, Unsigned5};
 use vmstructs::{VmStructs, VmStructsError};
+
+pub use procs::{HotSpot, JvmState};
 
 /// Bytes read from one JVM's memory to attach to it at most (its tables
 /// take about 200 KiB of pages).
@@ -55,6 +59,9 @@ pub enum HotSpotError {
     /// The tables lack something emberd needs.
     #[error("unsupported JVM: {0}")]
     Layout(#[from] LayoutError),
+    /// The JVM has not set up what is read yet (it is starting).
+    #[error("the JVM is starting: {0}")]
+    NotStarted(&'static str),
     /// Memory read failed.
     #[error(transparent)]
     Memory(#[from] MemoryError),
@@ -170,6 +177,36 @@ impl Jvm {
         Ok(codecache::heaps(&mut self.mem, &self.layout)?)
     }
 
+    /// The bounds of its code cache's reserved space.
+    pub fn code_bounds(&mut self) -> Result<(u64, u64), HotSpotError> {
+        let low = self.mem.u64(self.layout.code_low_bound)?;
+        let high = self.mem.u64(self.layout.code_high_bound)?;
+        if low == 0 || high <= low {
+            return Err(HotSpotError::NotStarted("no code cache yet"));
+        }
+        Ok((low, high))
+    }
+
+    /// The template interpreter's code, `[low, high)`.
+    pub fn interpreter(&mut self) -> Result<(u64, u64), HotSpotError> {
+        let queue = self.mem.u64(self.layout.interpreter_code)?;
+        if queue == 0 {
+            return Err(HotSpotError::NotStarted("no interpreter yet"));
+        }
+        let low = self.mem.u64(queue + self.layout.queue_buffer)?;
+        let size = self.mem.u32(queue + self.layout.queue_limit)? as u64;
+        Ok((low, low + size))
+    }
+
+    /// Where Java code returns into the call stub.
+    pub fn call_stub_return(&mut self) -> Result<u64, HotSpotError> {
+        let at = self.mem.u64(self.layout.call_stub_return)?;
+        if at == 0 {
+            return Err(HotSpotError::NotStarted("no call stub yet"));
+        }
+        Ok(at)
+    }
+
     /// The blobs of `heap`, in address order, at most `max`.
     pub fn blobs(&mut self, heap: &CodeHeap, max: usize) -> Result<Vec<Blob>, HotSpotError> {
         Ok(codecache::blobs(&mut self.mem, &self.layout, heap, max)?)
@@ -187,6 +224,11 @@ impl Jvm {
             BlobKind::Nmethod | BlobKind::NativeNmethod
         ));
         Ok(self.mem.u64(blob.addr + self.layout.nmethod_method)?)
+    }
+
+    /// The compilation id of a compiled method `blob`.
+    pub fn compile_id(&mut self, blob: &Blob) -> Result<u32, HotSpotError> {
+        Ok(self.mem.u32(blob.addr + self.layout.nmethod_compile_id)?)
     }
 
     /// The names of the `Method` at `method`.

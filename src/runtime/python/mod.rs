@@ -87,7 +87,9 @@ impl CPython {
         let mut unsupported = None;
         let mut libc = None;
         for m in mapped {
-            let Finding::Python(f) = m.finding;
+            let Finding::Python(f) = m.finding else {
+                continue;
+            };
             match f {
                 FileRuntime::Python(p) => interp = Some((p, m.bias)),
                 FileRuntime::UnsupportedPython { version, reason } => {

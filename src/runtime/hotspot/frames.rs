@@ -1,0 +1,249 @@
+//! Names of the Java frames `bpf/hotspot.h` pushed, read from the JVM's
+//! memory at the drain after the sample:
+//! - an interpreted frame carries its `Method*` and bytecode index: the
+//!   method's class, name and source file, and the line of that bytecode;
+//! - a compiled frame carries its pc and the low bits of its compilation's
+//!   id: the blob now at that pc must be a compiled method with that id
+//!   (else the code was flushed and the frame is marked, never named after
+//!   whatever replaced it), and it is named after its method;
+//! - a stub carries its pc: `[jvm: <blob name>]`, `[jvm: call stub]`.
+//!
+//! Each process's JVM is attached to once (its tables read), names are
+//! cached per process within [`MAX_CACHED`] entries, and every read of the
+//! process is bounded (`ProcessMemory`).
+
+use std::sync::Arc;
+
+use super::Jvm;
+use super::codecache::{BlobKind, CodeHeap};
+use crate::runtime::{FrameNamer, NameStats};
+use crate::shared::{FastMap, Frame, FrameKind, Pid};
+
+/// Tag of an interpreted frame (`EMBERD_JAVA_INTERP`).
+pub const JAVA_INTERP: u64 = 0xe000_0000_0000_0000;
+/// Tag of a compiled frame (`EMBERD_JAVA_COMPILED`).
+pub const JAVA_COMPILED: u64 = 0xe100_0000_0000_0000;
+/// Tag of a stub frame (`EMBERD_JAVA_STUB`).
+pub const JAVA_STUB: u64 = 0xe200_0000_0000_0000;
+/// Tag of a marker (`EMBERD_JAVA_MARK`).
+pub const JAVA_MARK: u64 = 0xe300_0000_0000_0000;
+const TAG_MASK: u64 = 0xff00_0000_0000_0000;
+const BCI_BITS: u32 = 12;
+const PC_BITS: u32 = 31;
+/// Frames cached per daemon (all processes).
+pub const MAX_CACHED: usize = 65_536;
+/// Bytes read from one JVM per drain at most.
+const READS_PER_DRAIN: u64 = 8 << 20;
+
+/// Whether `slot` is a Java frame or marker.
+pub fn is_java(slot: u64) -> bool {
+    matches!(
+        slot & TAG_MASK,
+        JAVA_INTERP | JAVA_COMPILED | JAVA_STUB | JAVA_MARK
+    )
+}
+
+/// Why a Java walk stopped (`enum java_mark`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JavaMark {
+    /// Something else.
+    Other,
+    /// A frame or blob could not be read.
+    Read,
+    /// A code cache address in no blob.
+    NoBlob,
+    /// A frame that does not move up the stack.
+    Frame,
+}
+
+impl JavaMark {
+    /// Every mark, in the order of `enum java_mark`.
+    pub const ALL: [JavaMark; 4] = [
+        JavaMark::Other,
+        JavaMark::Read,
+        JavaMark::NoBlob,
+        JavaMark::Frame,
+    ];
+
+    fn text(self) -> &'static str {
+        match self {
+            JavaMark::Other => "[java: walk stopped]",
+            JavaMark::Read => "[java: frame unreadable]",
+            JavaMark::NoBlob => "[java: code cache address in no blob]",
+            JavaMark::Frame => "[java: frame does not move up the stack]",
+        }
+    }
+}
+
+crate::bpf::check_c_enum!(JavaMark, crate::bpf::enums::JAVA_MARK_MAX);
+
+/// A JVM attached to, with its code heaps.
+struct Attached {
+    jvm: Jvm,
+    heaps: Vec<CodeHeap>,
+    code_low: u64,
+    call_stub: u64,
+}
+
+/// Names of Java frames, per process.
+#[derive(Default)]
+pub struct JavaNames {
+    jvms: FastMap<Pid, Option<Attached>>,
+    cache: FastMap<(Pid, u64), Arc<[Frame]>>,
+    named: u64,
+    flushed: u64,
+}
+
+impl JavaNames {
+    /// An empty namer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn attached(&mut self, pid: Pid) -> Option<&mut Attached> {
+        self.jvms
+            .entry(pid)
+            .or_insert_with(|| {
+                let mut jvm = Jvm::find(pid)
+                    .inspect_err(|e| tracing::debug!("naming Java frames of {pid}: {e}"))
+                    .ok()?;
+                let heaps = jvm.heaps().ok()?;
+                let (code_low, _) = jvm.code_bounds().ok()?;
+                let call_stub = jvm.call_stub_return().ok()?;
+                Some(Attached {
+                    jvm,
+                    heaps,
+                    code_low,
+                    call_stub,
+                })
+            })
+            .as_mut()
+    }
+
+    /// The frames of `slot` of process `pid`, named now.
+    fn name(&mut self, pid: Pid, slot: u64) -> Arc<[Frame]> {
+        let one = |name: String, kind| -> Arc<[Frame]> { Arc::from(vec![Frame::new(name, kind)]) };
+        if slot & TAG_MASK == JAVA_MARK {
+            let mark = JavaMark::ALL
+                .get((slot & 0xff) as usize)
+                .copied()
+                .unwrap_or(JavaMark::Other);
+            return one(mark.text().to_owned(), FrameKind::Marker);
+        }
+        let Some(a) = self.attached(pid) else {
+            return one("[java: JVM unreadable]".to_owned(), FrameKind::Marker);
+        };
+        a.jvm.allow(READS_PER_DRAIN);
+        match slot & TAG_MASK {
+            JAVA_INTERP => {
+                let method = ((slot & !TAG_MASK) >> BCI_BITS) << 3;
+                let bci = (slot & ((1 << BCI_BITS) - 1)) as u32;
+                match a.jvm.method_name(method) {
+                    Ok(n) => {
+                        let line = if bci == (1 << BCI_BITS) - 1 {
+                            None
+                        } else {
+                            a.jvm.line(method, bci).ok().flatten()
+                        };
+                        self.named += 1;
+                        Arc::from(vec![java_frame(&n, line, FrameKind::Jit)])
+                    }
+                    Err(_) => one("[java: method unreadable]".to_owned(), FrameKind::Marker),
+                }
+            }
+            JAVA_COMPILED => {
+                let pc = a.code_low + (slot & ((1 << PC_BITS) - 1));
+                let id = (slot >> PC_BITS) & 0xff_ffff;
+                let blob = a.jvm.blob_at(&a.heaps, pc).ok().flatten();
+                let Some(blob) =
+                    blob.filter(|b| matches!(b.kind, BlobKind::Nmethod | BlobKind::NativeNmethod))
+                else {
+                    self.flushed += 1;
+                    return one(
+                        "[java: compiled code flushed]".to_owned(),
+                        FrameKind::Marker,
+                    );
+                };
+                if a.jvm.compile_id(&blob).ok().map(|c| c as u64 & 0xff_ffff) != Some(id) {
+                    self.flushed += 1;
+                    return one(
+                        "[java: compiled code flushed]".to_owned(),
+                        FrameKind::Marker,
+                    );
+                }
+                match a
+                    .jvm
+                    .compiled_method(&blob)
+                    .and_then(|m| a.jvm.method_name(m))
+                {
+                    Ok(n) => {
+                        self.named += 1;
+                        Arc::from(vec![java_frame(&n, None, FrameKind::Jit)])
+                    }
+                    Err(_) => one("[java: method unreadable]".to_owned(), FrameKind::Marker),
+                }
+            }
+            _ => {
+                let pc = a.code_low + (slot & ((1 << PC_BITS) - 1));
+                if pc == a.call_stub {
+                    return one("[jvm: call stub]".to_owned(), FrameKind::User);
+                }
+                let name = match a.jvm.blob_at(&a.heaps, pc) {
+                    Ok(Some(b)) => format!("[jvm: {}]", b.name),
+                    _ => "[jvm: stub]".to_owned(),
+                };
+                one(name, FrameKind::User)
+            }
+        }
+    }
+}
+
+/// A Java frame: `package.Class.method`, its file and line.
+fn java_frame(n: &super::names::MethodName, line: Option<u32>, kind: FrameKind) -> Frame {
+    Frame {
+        name: n.qualified().into(),
+        kind,
+        file: n.file.as_deref().map(Arc::from),
+        line,
+        module: None,
+    }
+}
+
+impl FrameNamer for JavaNames {
+    fn runtime(&self) -> &'static str {
+        "hotspot"
+    }
+
+    fn claims(&self, slot: u64) -> bool {
+        is_java(slot)
+    }
+
+    fn frames(&mut self, pid: Pid, slot: u64) -> Arc<[Frame]> {
+        if let Some(f) = self.cache.get(&(pid, slot)) {
+            return f.clone();
+        }
+        let f = self.name(pid, slot);
+        if self.cache.len() >= MAX_CACHED {
+            self.cache.clear();
+        }
+        // Interpreted frames are not kept: a class unloaded and another's
+        // method made at the same address would be named wrongly.
+        if slot & TAG_MASK != JAVA_INTERP {
+            self.cache.insert((pid, slot), f.clone());
+        }
+        f
+    }
+
+    fn forget_exited(&mut self, is_live: &dyn Fn(Pid) -> bool) {
+        self.jvms.retain(|pid, _| is_live(*pid));
+        self.cache.retain(|(pid, _), _| is_live(*pid));
+    }
+
+    fn stats(&self) -> NameStats {
+        NameStats {
+            named: self.named,
+            evicted: self.flushed,
+            cached_bytes: (self.cache.len() * 96) as u64,
+        }
+    }
+}
