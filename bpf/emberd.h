@@ -331,11 +331,13 @@ enum unwind_counter {
  * The JVM's code cache is walked by the JVM's own rules, one frame a step,
  * each frame one tagged slot (top bytes 0xe0-0xe3):
  *   EMBERD_JAVA_INTERP   | Method* >> 3 << 12 | bci (12 bits; 0xfff: unknown)
- *   EMBERD_JAVA_COMPILED | (compile id & 0xffffff) << 31 | pc - code cache low
+ *   EMBERD_JAVA_COMPILED | top << 55 | (compile id & 0xffffff) << 31 | pc - code cache low
  *   EMBERD_JAVA_STUB     | pc - code cache low
  *   EMBERD_JAVA_MARK     | enum java_mark
  * The agent names them from the process's memory at the drain, and checks
- * a compiled frame's blob still holds the same compilation.
+ * a compiled frame's blob still holds the same compilation. `top` marks the
+ * frame a sample interrupted (its pc is any instruction; a caller's is a
+ * return address, whose debug information HotSpot records exactly).
  */
 #define EMBERD_JAVA_INTERP    0xe000000000000000ULL
 #define EMBERD_JAVA_COMPILED  0xe100000000000000ULL
@@ -343,6 +345,7 @@ enum unwind_counter {
 #define EMBERD_JAVA_MARK      0xe300000000000000ULL
 #define EMBERD_JAVA_BCI_BITS  12
 #define EMBERD_JAVA_PC_BITS   31
+#define EMBERD_JAVA_TOP       (1ULL << 55)
 #define EMBERD_JAVA_HEAPS     3
 
 /* Why a Java walk stopped (a marker slot ends the stack); keep in step with

@@ -28,6 +28,8 @@ mod forms;
 mod guard;
 /// Hostile input: files other users control, faults, time.
 mod hostile;
+/// Java frames of HotSpot JVMs unwound in BPF, against JDK Flight Recorder.
+mod java;
 /// JIT frames from perf maps: Node.js and the JVM.
 mod jit;
 /// Memory and I/O: brk, mmap, munmap, malloc (allocated, in use, Go's heap

@@ -53,6 +53,14 @@ pub enum MemoryError {
         /// Where it starts.
         addr: u64,
     },
+    /// A record read is not what the runtime writes.
+    #[error("malformed {what} at {addr:#x}")]
+    Malformed {
+        /// What was read.
+        what: &'static str,
+        /// Where.
+        addr: u64,
+    },
     /// The reader's byte budget is spent.
     #[error("read budget of {budget} bytes spent reading process {pid}")]
     Budget {

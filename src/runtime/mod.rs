@@ -88,7 +88,8 @@ pub trait FrameNamer: Send {
     fn runtime(&self) -> &'static str;
     /// Whether `slot` is one of its tagged frames or markers.
     fn claims(&self, slot: u64) -> bool;
-    /// The frames (outermost last) slot `slot` of process `pid` stands for.
+    /// The frames slot `slot` of process `pid` stands for, outermost first
+    /// (a compiled method, then the methods inlined into it).
     fn frames(&mut self, pid: Pid, slot: u64) -> Arc<[Frame]>;
     /// Forgets what it holds of processes that are gone.
     fn forget_exited(&mut self, is_live: &dyn Fn(Pid) -> bool);

@@ -87,7 +87,8 @@ pub fn blob_at(
     heaps: &[CodeHeap],
     pc: u64,
 ) -> Result<Option<Blob>, MemoryError> {
-    let Some(h) = heaps.iter().find(|h| h.low <= pc && pc < h.high) else {
+    // The reserved end: a heap commits more as it grows after it was read.
+    let Some(h) = heaps.iter().find(|h| h.low <= pc && pc < h.reserved_high) else {
         return Ok(None);
     };
     let mut seg = (pc - h.low) >> h.log2_segment;

@@ -30,8 +30,12 @@ pub const JAVA_MARK: u64 = 0xe300_0000_0000_0000;
 const TAG_MASK: u64 = 0xff00_0000_0000_0000;
 const BCI_BITS: u32 = 12;
 const PC_BITS: u32 = 31;
+/// The frame a sample interrupted (`EMBERD_JAVA_TOP`).
+const TOP: u64 = 1 << 55;
 /// Frames cached per daemon (all processes).
 pub const MAX_CACHED: usize = 65_536;
+/// How long pages read from a JVM are trusted: within one drain.
+const FRESH: std::time::Duration = std::time::Duration::from_millis(100);
 /// Bytes read from one JVM per drain at most.
 const READS_PER_DRAIN: u64 = 8 << 20;
 
@@ -83,6 +87,8 @@ struct Attached {
     heaps: Vec<CodeHeap>,
     code_low: u64,
     call_stub: u64,
+    /// When its cached pages were last dropped.
+    fresh_at: std::time::Instant,
 }
 
 /// Names of Java frames, per process.
@@ -115,6 +121,7 @@ impl JavaNames {
                     heaps,
                     code_low,
                     call_stub,
+                    fresh_at: std::time::Instant::now(),
                 })
             })
             .as_mut()
@@ -133,7 +140,14 @@ impl JavaNames {
         let Some(a) = self.attached(pid) else {
             return one("[java: JVM unreadable]".to_owned(), FrameKind::Marker);
         };
-        a.jvm.allow(READS_PER_DRAIN);
+        // The code cache and metadata change as the JIT works: pages read
+        // at an earlier drain say nothing of this one's frames (a stale
+        // segment map read compiled code as free).
+        if a.fresh_at.elapsed() >= FRESH {
+            a.jvm.forget_pages();
+            a.jvm.allow(READS_PER_DRAIN);
+            a.fresh_at = std::time::Instant::now();
+        }
         match slot & TAG_MASK {
             JAVA_INTERP => {
                 let method = ((slot & !TAG_MASK) >> BCI_BITS) << 3;
@@ -165,23 +179,51 @@ impl JavaNames {
                     );
                 };
                 if a.jvm.compile_id(&blob).ok().map(|c| c as u64 & 0xff_ffff) != Some(id) {
+                    tracing::debug!(
+                        "java frame of {pid} at {pc:#x}: compilation {id} sampled, blob {:#x} ({}) holds {:?}",
+                        blob.addr,
+                        blob.name,
+                        a.jvm.compile_id(&blob).ok()
+                    );
                     self.flushed += 1;
                     return one(
                         "[java: compiled code flushed]".to_owned(),
                         FrameKind::Marker,
                     );
                 }
-                match a
-                    .jvm
-                    .compiled_method(&blob)
-                    .and_then(|m| a.jvm.method_name(m))
-                {
-                    Ok(n) => {
-                        self.named += 1;
-                        Arc::from(vec![java_frame(&n, None, FrameKind::Jit)])
-                    }
-                    Err(_) => one("[java: method unreadable]".to_owned(), FrameKind::Marker),
+                // The methods inlined at this pc, each its own frame (the
+                // compiled method itself first, as `_[j]`, the inlined
+                // ones `_[i]`), as JFR shows them.
+                let mut scopes = a.jvm.scopes(&blob, pc, slot & TOP == 0).unwrap_or_default();
+                scopes.reverse();
+                let mut frames = Vec::with_capacity(scopes.len().max(1));
+                for (i, s) in scopes.iter().enumerate() {
+                    let Ok(n) = a.jvm.method_name(s.method) else {
+                        frames.push(Frame::new("[java: method unreadable]", FrameKind::Marker));
+                        continue;
+                    };
+                    let line = s.bci.and_then(|b| a.jvm.line(s.method, b).ok().flatten());
+                    let kind = if i == 0 {
+                        FrameKind::Jit
+                    } else {
+                        FrameKind::Inlined
+                    };
+                    frames.push(java_frame(&n, line, kind));
                 }
+                if frames.is_empty() {
+                    match a
+                        .jvm
+                        .compiled_method(&blob)
+                        .and_then(|m| a.jvm.method_name(m))
+                    {
+                        Ok(n) => frames.push(java_frame(&n, None, FrameKind::Jit)),
+                        Err(_) => {
+                            return one("[java: method unreadable]".to_owned(), FrameKind::Marker);
+                        }
+                    }
+                }
+                self.named += 1;
+                Arc::from(frames)
             }
             _ => {
                 let pc = a.code_low + (slot & ((1 << PC_BITS) - 1));

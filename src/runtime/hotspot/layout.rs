@@ -30,6 +30,42 @@ pub enum CodeStart {
     Offset(u64),
 }
 
+/// Where a compiled method keeps its debug information (the scopes of
+/// its inlined methods) and its metadata table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scopes {
+    /// In the blob (JDK 9-22): PcDescs from `this + _scopes_pcs_offset`
+    /// to `this + _dependencies_offset`, scopes at the absolute
+    /// `_scopes_data_begin`, metadata at `this + _metadata_offset` (each
+    /// field's offset here).
+    InBlob {
+        /// `nmethod::_scopes_pcs_offset` (int).
+        pcs: u64,
+        /// `nmethod::_dependencies_offset` (int).
+        pcs_end: u64,
+        /// `CompiledMethod::_scopes_data_begin` (address).
+        data: u64,
+        /// `nmethod::_metadata_offset` (int).
+        metadata: u64,
+    },
+    /// Out of the code cache (JDK 23 on): PcDescs from `_immutable_data +
+    /// _scopes_pcs_offset` to `_immutable_data + _scopes_data_offset`,
+    /// where the scopes start; metadata at `_mutable_data +
+    /// _relocation_size`.
+    Apart {
+        /// `nmethod::_immutable_data` (address).
+        immutable: u64,
+        /// `nmethod::_scopes_pcs_offset` (int).
+        pcs: u64,
+        /// `nmethod::_scopes_data_offset` (int).
+        data: u64,
+        /// `CodeBlob::_mutable_data` (address).
+        mutable: u64,
+        /// `CodeBlob::_relocation_size` (int).
+        relocation_size: u64,
+    },
+}
+
 /// A field's place and width (some narrowed between releases).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot {
@@ -91,6 +127,8 @@ pub struct HotSpotLayout {
     pub nmethod_method: u64,
     /// `nmethod::_compile_id` (int).
     pub nmethod_compile_id: u64,
+    /// Where its debug information is.
+    pub scopes: Scopes,
     /// `AbstractInterpreter::_code`: address of the interpreter's
     /// `StubQueue*`.
     pub interpreter_code: u64,
@@ -224,6 +262,21 @@ impl HotSpotLayout {
                 .or_else(|| t.offset("CompiledMethod::_method"))
                 .ok_or_else(|| missing("nmethod::_method"))?,
             nmethod_compile_id: off("nmethod::_compile_id")?,
+            scopes: match t.offset("nmethod::_immutable_data") {
+                Some(immutable) => Scopes::Apart {
+                    immutable,
+                    pcs: off("nmethod::_scopes_pcs_offset")?,
+                    data: off("nmethod::_scopes_data_offset")?,
+                    mutable: off("CodeBlob::_mutable_data")?,
+                    relocation_size: off("CodeBlob::_relocation_size")?,
+                },
+                None => Scopes::InBlob {
+                    pcs: off("nmethod::_scopes_pcs_offset")?,
+                    pcs_end: off("nmethod::_dependencies_offset")?,
+                    data: off("CompiledMethod::_scopes_data_begin")?,
+                    metadata: off("nmethod::_metadata_offset")?,
+                },
+            },
             interpreter_code: addr("AbstractInterpreter::_code")?,
             queue_buffer: off("StubQueue::_stub_buffer")?,
             queue_limit: off("StubQueue::_buffer_limit")?,

@@ -17,6 +17,7 @@ pub mod frames;
 pub mod layout;
 pub mod names;
 pub mod procs;
+pub mod scopes;
 pub mod vmstructs;
 
 use std::fs::File;
@@ -231,6 +232,27 @@ impl Jvm {
         Ok(self.mem.u32(blob.addr + self.layout.nmethod_compile_id)?)
     }
 
+    /// The methods compiled method `blob` runs at `pc`, the inlined leaf
+    /// first, its own method last (empty when it keeps no debug
+    /// information there); `exact` for a return address (see
+    /// [`scopes::at`]).
+    pub fn scopes(
+        &mut self,
+        blob: &Blob,
+        pc: u64,
+        exact: bool,
+    ) -> Result<Vec<scopes::Scope>, HotSpotError> {
+        Ok(scopes::at(
+            &mut self.mem,
+            &self.layout,
+            blob.addr,
+            blob.code_begin,
+            pc,
+            exact,
+            self.unsigned5,
+        )?)
+    }
+
     /// The names of the `Method` at `method`.
     pub fn method_name(&mut self, method: u64) -> Result<MethodName, HotSpotError> {
         Ok(names::method_name(&mut self.mem, &self.layout, method)?)
@@ -246,6 +268,11 @@ impl Jvm {
     /// been.
     pub fn allow(&mut self, more: u64) {
         self.mem.allow(more);
+    }
+
+    /// Drops the pages read so far: later reads see the process as it is.
+    pub fn forget_pages(&mut self) {
+        self.mem.forget_pages();
     }
 
     /// Bytes read from the process so far.

@@ -1,0 +1,389 @@
+//! Java frames of HotSpot JVMs, unwound in BPF with no flag in the JVM
+//! (issue 45), against JDK Flight Recorder on the same process at the same
+//! time, on Debian's OpenJDK 17 and the Temurin 25 these machines carry.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::common::*;
+use crate::jit::{JDKS, jdk_tool};
+
+/// The threads whose samples are compared with JFR's, by a method each
+/// runs: the chain, the stream pipeline, the lock holder. JFR and emberd
+/// see the others differently, and they are checked otherwise:
+/// - shapes: JFR drops most of its samples (megamorphic calls through
+///   vtable stubs into small compiled methods, where its sampler cannot
+///   walk: 7% of Java samples where the kernel counts 25% of the four busy
+///   threads' CPU, measured), so its share is checked against the
+///   kernel's CPU time;
+/// - deep and reader: their time is in native code (System.nanoTime, the
+///   JNI read), which JDK 25's JFR charges to the Java method below and
+///   JDK 17's drops; deep is checked to end in `[truncated]`.
+const COMPARED: [&str; 3] = ["Jobs.outerJob", "Jobs.streamJob", "Jobs.holdLock"];
+
+/// `tests/workloads/Jobs.java` compiled by `jdk`'s javac into its own
+/// directory.
+fn compile_jobs(jdk: &str) -> PathBuf {
+    let dir = scratch().join(format!("jobs-{}", jdk.rsplit('/').next().unwrap_or("jdk")));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(jdk_tool(jdk, "javac"))
+        .arg("-d")
+        .arg(&dir)
+        .arg(workload("Jobs.java"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{jdk}'s javac failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir
+}
+
+/// A Java frame's method, as both tools can print it: `Class.method`,
+/// hidden classes' addresses dropped (`Jobs$$Lambda$233+0x...` here,
+/// `Jobs$$Lambda/0x...` in JFR).
+fn method_of(frame: &str) -> String {
+    let f = frame
+        .trim_end_matches("_[j]")
+        .trim_end_matches("_[i]")
+        .split('(')
+        .next()
+        .unwrap_or("")
+        .trim();
+    match f.find("$$Lambda") {
+        Some(at) => {
+            let method = f.rsplit('.').next().unwrap_or("");
+            format!("{}$$Lambda.{method}", &f[..at])
+        }
+        None => f.to_owned(),
+    }
+}
+
+/// Whether a folded frame is a Java method's (compiled or inlined).
+fn is_java(frame: &str) -> bool {
+    frame.ends_with("_[j]") || frame.ends_with("_[i]")
+}
+
+/// Whether a Java frame is one JFR leaves out of its stacks unless the JVM
+/// runs with `-XX:+ShowHiddenFrames`: hidden classes (lambda proxies,
+/// lambda forms) and methods annotated `@Hidden` (JDK 21's
+/// `Thread.runWith`). emberd shows them, as async-profiler does.
+fn is_hidden(frame: &str) -> bool {
+    frame.contains("$$Lambda")
+        || frame.starts_with("java.lang.invoke.LambdaForm$")
+        || frame.starts_with("java.lang.Thread.runWith_")
+}
+
+/// JFR's execution samples: each stack's Java methods, root first.
+fn jfr_stacks(jdk: &str, file: &std::path::Path) -> Vec<Vec<String>> {
+    let out = Command::new(jdk_tool(jdk, "jfr"))
+        .args([
+            "print",
+            "--stack-depth",
+            "64",
+            "--events",
+            "jdk.ExecutionSample",
+        ])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "jfr print failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut stacks = Vec::new();
+    let mut current: Option<Vec<String>> = None;
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with("stackTrace = [") {
+            current = Some(Vec::new());
+        } else if t == "]" {
+            if let Some(mut s) = current.take() {
+                s.reverse();
+                stacks.push(s);
+            }
+        } else if let Some(s) = current.as_mut()
+            && t != "..."
+        {
+            s.push(method_of(t));
+        }
+    }
+    stacks
+}
+
+/// Shares (percent) of each leaf method among `stacks` (with weights).
+fn leaf_shares<'a>(stacks: impl Iterator<Item = (&'a [String], u64)>) -> HashMap<String, f64> {
+    let mut by: HashMap<String, u64> = HashMap::new();
+    let mut total = 0;
+    for (s, n) in stacks {
+        if let Some(leaf) = s.last() {
+            *by.entry(leaf.clone()).or_default() += n;
+            total += n;
+        }
+    }
+    by.into_iter()
+        .map(|(k, v)| (k, v as f64 * 100.0 / total.max(1) as f64))
+        .collect()
+}
+
+/// Issue 45: Jobs.java (seven threads: a hot chain C2 inlines, a stream
+/// pipeline with lambdas, an interface call, a JNI read, a sleeper, a
+/// contended lock, a 300-deep recursion) on OpenJDK 17 and Temurin 25
+/// with no flags, profiled by emberd while JFR records the same process:
+/// - the leaf methods' shares of samples in Java code agree with JFR's
+///   within 3 points (the top five of JFR's);
+/// - emberd's stacks, cut to their Java frames, are stacks JFR recorded
+///   (its inlined frames included, in order) for at least 90% of those
+///   samples;
+/// - `leafWork` is under `middleStep` under `outerJob` in at least 90% of
+///   the chain's samples, which reach the thread's root;
+/// - the deep recursion ends in `[truncated]`, never a wrong root.
+#[test]
+fn java_frames_agree_with_flight_recorder() {
+    require_root();
+    for jdk in JDKS {
+        let classes = compile_jobs(jdk);
+        let mut java = Command::new(jdk_tool(jdk, "java"));
+        java.arg("-cp").arg(&classes).args(["Jobs", "60"]);
+        let w = Workload::spawn_ready(&mut java, "started");
+        let pid = w.pid().to_string();
+        // Let C1 and C2 compile the hot methods first.
+        wait(4000);
+        let jfr = scratch().join(format!("jobs-{pid}.jfr"));
+        let _ = std::fs::remove_file(&jfr);
+        let jcmd = |args: &[&str]| {
+            let out = Command::new(jdk_tool(jdk, "jcmd"))
+                .arg(&pid)
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "jcmd {pid} {args:?} failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        jcmd(&["JFR.start", "name=emberd", "settings=profile"]);
+        let before = thread_ticks(w.pid());
+        // 999 Hz: JFR's 20 s of samples (about 1,500 of these threads)
+        // are the comparison's noise, not emberd's.
+        let p = record_folded(
+            &format!("jobs-{pid}.folded"),
+            &["-s", "20", "-F", "999", "-p", &pid],
+        );
+        let after = thread_ticks(w.pid());
+        jcmd(&[
+            "JFR.stop",
+            "name=emberd",
+            &format!("filename={}", jfr.display()),
+        ]);
+        drop(w);
+        let theirs: Vec<Vec<String>> = jfr_stacks(jdk, &jfr)
+            .into_iter()
+            .filter(|s| s.iter().any(|m| COMPARED.contains(&m.as_str())))
+            .collect();
+        assert!(
+            theirs.len() >= 200,
+            "{jdk}: JFR recorded only {} samples",
+            theirs.len()
+        );
+
+        // emberd's samples in Java code: cut to their Java frames.
+        let mut ours: Vec<(Vec<String>, u64)> = Vec::new();
+        for (stack, n) in p.iter() {
+            let f: Vec<&str> = stack.frames().collect();
+            // In Java code: a Java frame, or a stub of the code cache
+            // (JFR charges those to the Java frame below), of the threads
+            // compared (see COMPARED).
+            if f.last()
+                .is_some_and(|l| is_java(l) || l.starts_with("[jvm: "))
+                && f.iter().any(|x| COMPARED.contains(&method_of(x).as_str()))
+            {
+                ours.push((
+                    f.iter()
+                        .filter(|x| is_java(x) && !is_hidden(x))
+                        .map(|x| method_of(x))
+                        .collect(),
+                    n,
+                ));
+            }
+        }
+        let ours_total: u64 = ours.iter().map(|(_, n)| n).sum();
+        assert!(
+            ours_total >= 300,
+            "{jdk}: only {ours_total} samples in Java code:\n{}",
+            top(&p, 10)
+        );
+        let mine = leaf_shares(ours.iter().map(|(s, n)| (&s[..], *n)));
+        let their = leaf_shares(theirs.iter().map(|s| (&s[..], 1)));
+        let mut top_theirs: Vec<(&String, &f64)> = their.iter().collect();
+        top_theirs.sort_by(|a, b| b.1.total_cmp(a.1));
+        let mut top_mine: Vec<(&String, &f64)> = mine.iter().collect();
+        top_mine.sort_by(|a, b| b.1.total_cmp(a.1));
+        let mut names: Vec<&String> = top_theirs.iter().take(6).map(|(m, _)| *m).collect();
+        for (m, _) in top_mine.iter().take(6) {
+            if !names.contains(m) {
+                names.push(m);
+            }
+        }
+        let report: String = names
+            .iter()
+            .map(|m| {
+                format!(
+                    "  {m}: JFR {:.1}%, emberd {:.1}%\n",
+                    their.get(*m).unwrap_or(&0.0),
+                    mine.get(*m).unwrap_or(&0.0)
+                )
+            })
+            .collect();
+        for (m, s) in top_theirs.iter().take(5) {
+            let e = mine.get(*m).copied().unwrap_or(0.0);
+            assert!(
+                (e - **s).abs() <= 3.0,
+                "{jdk}: {m}'s share differs by more than 3 points ({ours_total} emberd samples, {} JFR):\n{report}",
+                theirs.len()
+            );
+        }
+
+        // Stacks: emberd's Java frames are a stack JFR saw (JFR's are
+        // capped at 64 frames: compare the leaf-most 64 at most).
+        let tail = |s: &[String]| s[s.len().saturating_sub(40)..].to_vec();
+        let seen: std::collections::HashSet<Vec<String>> = theirs.iter().map(|s| tail(s)).collect();
+        let matched: u64 = ours
+            .iter()
+            .filter(|(s, _)| seen.contains(&tail(s)))
+            .map(|(_, n)| n)
+            .sum();
+        let unmatched: Vec<String> = ours
+            .iter()
+            .filter(|(s, _)| !seen.contains(&tail(s)))
+            .take(5)
+            .map(|(s, n)| format!("  {n} {}", s.join(";")))
+            .collect();
+        assert!(
+            matched * 100 >= ours_total * 90,
+            "{jdk}: {matched} of {ours_total} samples' Java stacks are stacks JFR recorded; not:\n{}",
+            unmatched.join("\n")
+        );
+
+        // Each busy thread's share of the four Java threads' samples, as
+        // the kernel counted their CPU time (utime + stime).
+        let threads = [
+            ("java", "Jobs.outerJob_"),
+            ("streams", "Jobs.streamJob_"),
+            ("shapes", "Jobs.shapeJob_"),
+            ("holder", "Jobs.holdLock_"),
+        ];
+        let ticks: Vec<u64> = threads
+            .iter()
+            .map(|(name, _)| {
+                after
+                    .iter()
+                    .filter(|(n, _, _)| n == name)
+                    .map(|(_, t, c)| {
+                        c - before.iter().find(|(_, bt, _)| bt == t).map_or(0, |b| b.2)
+                    })
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let samples: Vec<u64> = threads
+            .iter()
+            .map(|(_, m)| sum_where(&p, |f| f.iter().any(|x| x.starts_with(m))))
+            .collect();
+        let (tick_sum, sample_sum) = (ticks.iter().sum::<u64>(), samples.iter().sum::<u64>());
+        let pct = |v: u64, all: u64| v as f64 * 100.0 / all.max(1) as f64;
+        let shares: Vec<String> = threads
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _))| {
+                format!(
+                    "{name}: kernel {:.1}%, emberd {:.1}%",
+                    pct(ticks[i], tick_sum),
+                    pct(samples[i], sample_sum)
+                )
+            })
+            .collect();
+        for i in 0..threads.len() {
+            assert!(
+                tick_sum >= 200
+                    && (pct(ticks[i], tick_sum) - pct(samples[i], sample_sum)).abs() <= 3.0,
+                "{jdk}: thread shares differ from the kernel's CPU time by more than 3 points: {}",
+                shares.join(", ")
+            );
+        }
+
+        // The chain, whole.
+        let chain = sum_where(&p, |f| f.iter().any(|x| x.starts_with("Jobs.outerJob_")));
+        let whole = sum_where(&p, |f| {
+            let m: Vec<String> = f.iter().map(|x| method_of(x)).collect();
+            let m: Vec<&str> = m.iter().map(|s| s.as_str()).collect();
+            has_seq(
+                &m,
+                &[
+                    "Jobs.main",
+                    "Jobs.outerJob",
+                    "Jobs.middleStep",
+                    "Jobs.leafWork",
+                ],
+            ) && reaches_root(f)
+        });
+        assert!(
+            chain >= 100 && whole * 100 >= chain * 90,
+            "{jdk}: {whole} of {chain} samples of outerJob read main;outerJob;middleStep;leafWork to the root:\n{}",
+            top(&p, 6)
+        );
+        let deep = sum_where(&p, |f| f.iter().any(|x| x.starts_with("Jobs.recurse_")));
+        // Deeper than a stack holds: `[truncated]` at the root; the few
+        // samples taken while the recursion is shallow reach the root.
+        let deep_truncated = sum_where(&p, |f| {
+            f.iter().any(|x| x.starts_with("Jobs.recurse_")) && f.get(1) == Some(&"[truncated]")
+        });
+        let deep_whole = sum_where(&p, |f| {
+            f.iter().any(|x| x.starts_with("Jobs.recurse_")) && reaches_root(f)
+        });
+        assert!(
+            deep >= 20 && deep_truncated * 100 >= deep * 90 && deep_truncated + deep_whole == deep,
+            "{jdk}: of {deep} samples of the 300-deep recursion, {deep_truncated} end in \
+             [truncated], {deep_whole} reach the root, the rest neither"
+        );
+        eprintln!(
+            "{jdk}: {ours_total} samples in Java, {matched} matching JFR's stacks; \
+             {whole} of {chain} chain samples whole\n{}\n{report}",
+            shares.join(", ")
+        );
+    }
+}
+
+/// (thread name, tid, utime + stime ticks) of each thread of `pid`.
+fn thread_ticks(pid: u32) -> Vec<(String, String, u64)> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let tid = t.file_name().to_string_lossy().into_owned();
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or("", |(_, r)| r)
+            .split_whitespace()
+            .collect();
+        let ticks = fields
+            .get(11)
+            .and_then(|u| u.parse::<u64>().ok())
+            .unwrap_or(0)
+            + fields
+                .get(12)
+                .and_then(|s| s.parse::<u64>().ok())
+                .unwrap_or(0);
+        out.push((comm.trim().to_owned(), tid, ticks));
+    }
+    out
+}
