@@ -281,12 +281,14 @@ __attribute__((noinline)) int hs_enter(__u64 pc)
 		if (torn)
 			complete = -1;
 	}
-	if (frame_words > 0 && complete >= 0 && pc >= code + complete) {
+	/* A caller's frame is built whatever its blob says of the offset
+	 * (C2's runtime stubs say "never safe"): it made a call. */
+	if (frame_words > 0 && (s->nr > 1 || (complete >= 0 && pc >= code + complete))) {
 		nsp = sp + 8 * (__u64)frame_words;
 		if (bpf_probe_read_user(&ra, 8, (const void *)(nsp - 8)) ||
 		    bpf_probe_read_user(&nbp, 8, (const void *)(nsp - 16)))
 			return hs_fail(w, s, JAVA_MARK_READ, STACK_END_ERR_READ);
-	} else if (s->nr == 1 || frame_words > 0) {
+	} else if (s->nr == 1) {
 		/* The frame is not built yet (the sample hit its first
 		 * instructions): the return address is at sp. */
 		if (bpf_probe_read_user(&ra, 8, (const void *)sp))

@@ -42,7 +42,13 @@ pub fn run(pid: u32, methods: bool) -> anyhow::Result<ExitCode> {
                 BlobKind::Nmethod => "compiled",
                 BlobKind::NativeNmethod => "native",
                 BlobKind::Interpreter | BlobKind::Stub => {
-                    println!("stub     {:#x} {}", blob.addr, blob.name);
+                    println!(
+                        "stub     {:#x} {} (frame {} bytes, code at +{:#x})",
+                        blob.addr,
+                        blob.name,
+                        blob.frame_bytes,
+                        blob.code_begin - blob.addr
+                    );
                     continue;
                 }
             };

@@ -241,11 +241,47 @@ fn java_frames_agree_with_flight_recorder() {
                 )
             })
             .collect();
+        // What the kernel counted: each compared thread runs one leaf
+        // almost only (leafWork under the chain and the holder, the
+        // range spliterator under the pipeline), so its CPU time is that
+        // leaf's share. JFR's own sampling strays from it by up to 4.4
+        // points between runs (measured on Temurin 25: JFR 71.1%, the
+        // kernel 66.7%, emberd 66.7%): where JFR is more than 3 points
+        // off the kernel, emberd is held to the kernel instead.
+        let cpu = |name: &str| -> u64 {
+            after
+                .iter()
+                .filter(|(n, _, _)| n == name)
+                .map(|(_, t, c)| c - before.iter().find(|(_, bt, _)| bt == t).map_or(0, |b| b.2))
+                .max()
+                .unwrap_or(0)
+        };
+        let (chain_cpu, holder_cpu, streams_cpu) = (cpu("java"), cpu("holder"), cpu("streams"));
+        let all_cpu = (chain_cpu + holder_cpu + streams_cpu).max(1) as f64;
+        let kernel: HashMap<&str, f64> = [
+            (
+                "Jobs.leafWork",
+                (chain_cpu + holder_cpu) as f64 * 100.0 / all_cpu,
+            ),
+            (
+                "java.util.stream.Streams$RangeLongSpliterator.forEachRemaining",
+                streams_cpu as f64 * 100.0 / all_cpu,
+            ),
+        ]
+        .into_iter()
+        .collect();
         for (m, s) in top_theirs.iter().take(5) {
             let e = mine.get(*m).copied().unwrap_or(0.0);
+            let k = kernel.get(m.as_str()).copied();
+            let jfr_strays = k.is_some_and(|k| (**s - k).abs() > 3.0);
+            let (against, what) = match k {
+                Some(k) if jfr_strays => (k, "the kernel's CPU time"),
+                _ => (**s, "JFR's"),
+            };
             assert!(
-                (e - **s).abs() <= 3.0,
-                "{jdk}: {m}'s share differs by more than 3 points ({ours_total} emberd samples, {} JFR):\n{report}",
+                (e - against).abs() <= 3.0,
+                "{jdk}: {m}'s share differs from {what} by more than 3 points \
+                 ({ours_total} emberd samples, {} JFR; kernel {k:?}):\n{report}",
                 theirs.len()
             );
         }
@@ -347,10 +383,21 @@ fn java_frames_agree_with_flight_recorder() {
         let deep_whole = sum_where(&p, |f| {
             f.iter().any(|x| x.starts_with("Jobs.recurse_")) && reaches_root(f)
         });
+        // A frame interrupted mid-prologue can still end a walk: marked,
+        // never passed off as whole.
+        let deep_marked = sum_where(&p, |f| {
+            f.iter().any(|x| x.starts_with("Jobs.recurse_"))
+                && f.get(1)
+                    .is_some_and(|x| is_marker(x) && *x != "[truncated]")
+        });
         assert!(
-            deep >= 20 && deep_truncated * 100 >= deep * 90 && deep_truncated + deep_whole == deep,
+            deep >= 20
+                && deep_truncated * 100 >= deep * 90
+                && deep_marked * 100 <= deep
+                && deep_truncated + deep_whole + deep_marked == deep,
             "{jdk}: of {deep} samples of the 300-deep recursion, {deep_truncated} end in \
-             [truncated], {deep_whole} reach the root, the rest neither"
+             [truncated], {deep_whole} reach the root, {deep_marked} are marked, the rest \
+             neither"
         );
         eprintln!(
             "{jdk}: {ours_total} samples in Java, {matched} matching JFR's stacks; \
@@ -386,4 +433,82 @@ fn thread_ticks(pid: u32) -> Vec<(String, String, u64)> {
         out.push((comm.trim().to_owned(), tid, ticks));
     }
     out
+}
+
+/// Issue 45: Java frames in off-CPU time and in the bounded form of the
+/// programs (Linux 5.10-5.16), on OpenJDK 17 and Temurin 25:
+/// - the sleeper's `Thread.sleep` is charged under `Jobs.sleepyJob`, within
+///   10% of the time it slept (the window);
+/// - the waiter, parked on the holder's lock, is charged under
+///   `Jobs.waitForLock` for at least 90% of its off-CPU time;
+/// - the bounded form reads the chain whole, as the bpf_loop form does.
+#[test]
+fn java_frames_off_cpu_and_in_the_bounded_form() {
+    require_root();
+    for jdk in JDKS {
+        let classes = compile_jobs(jdk);
+        let mut java = Command::new(jdk_tool(jdk, "java"));
+        java.arg("-cp").arg(&classes).args(["Jobs", "30"]);
+        let w = Workload::spawn_ready(&mut java, "started");
+        let pid = w.pid().to_string();
+        wait(3000);
+        let seconds = 5.0;
+        let p = record_folded(
+            &format!("jobs-offcpu-{pid}.folded"),
+            &["-e", "offcpu", "-s", "5", "--group", "thread", "-p", &pid],
+        );
+        // `--group thread`: each stack starts `NAME-PID/TID`.
+        let thread = |name: &'static str| move |f: &[&str]| f[0].starts_with(&format!("{name}-"));
+        let slept = sum_where(&p, thread("sleeper")) as f64 / 1e6;
+        let under_sleep = sum_where(&p, |f| {
+            f[0].starts_with("sleeper-")
+                && f.iter().any(|x| x.starts_with("Jobs.sleepyJob_"))
+                && reaches_root(f)
+        }) as f64
+            / 1e6;
+        assert!(
+            (under_sleep - seconds).abs() <= seconds * 0.1,
+            "{jdk}: {under_sleep:.2} s of the sleeper's {slept:.2} s off CPU under \
+             Jobs.sleepyJob, in a {seconds} s window:\n{}",
+            top(&p, 8)
+        );
+        let waited = sum_where(&p, thread("waiter"));
+        let under_lock = sum_where(&p, |f| {
+            f[0].starts_with("waiter-") && f.iter().any(|x| x.starts_with("Jobs.waitForLock_"))
+        });
+        assert!(
+            waited > 0 && under_lock * 100 >= waited * 90,
+            "{jdk}: {under_lock} of the waiter's {waited} us off CPU under Jobs.waitForLock:\n{}",
+            top(&p, 8)
+        );
+
+        let p = record_folded_env(
+            &format!("jobs-bounded-{pid}.folded"),
+            &["-s", "4", "-p", &pid],
+            &[("EMBERD_PROGRAM_FORM", "bounded")],
+        );
+        let chain = sum_where(&p, |f| f.iter().any(|x| x.starts_with("Jobs.outerJob_")));
+        let whole = sum_where(&p, |f| {
+            let m: Vec<String> = f.iter().map(|x| method_of(x)).collect();
+            let m: Vec<&str> = m.iter().map(|s| s.as_str()).collect();
+            has_seq(
+                &m,
+                &[
+                    "Jobs.main",
+                    "Jobs.outerJob",
+                    "Jobs.middleStep",
+                    "Jobs.leafWork",
+                ],
+            ) && reaches_root(f)
+        });
+        assert!(
+            chain >= 50 && whole * 100 >= chain * 90,
+            "{jdk}, bounded form: {whole} of {chain} samples of outerJob whole:\n{}",
+            top(&p, 6)
+        );
+        eprintln!(
+            "{jdk}: sleeper {under_sleep:.2} s of {seconds} s under sleepyJob; waiter {under_lock} of {waited} us under waitForLock; bounded form: {whole} of {chain} chain samples whole"
+        );
+        drop(w);
+    }
 }
