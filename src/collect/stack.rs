@@ -235,6 +235,10 @@ pub struct UnwindCounters {
     pub py_code_share: u64,
     /// Code records refused because `py_codes` was full.
     pub py_code_full: u64,
+    /// Java frames (interpreted, compiled, stubs) unwound.
+    pub java_frames: u64,
+    /// Java walks stopped at a marker, by reason (`enum java_mark`).
+    pub java_marks: [u64; (c::UCOUNTER_JAVA_MARK_END - c::UCOUNTER_JAVA_MARK_BASE) as usize],
 }
 
 impl UnwindCounters {
@@ -249,6 +253,9 @@ impl UnwindCounters {
         ends.copy_from_slice(&v[at(c::UCOUNTER_END_BASE)..][..ENDS]);
         let mut py_marks = [0u64; MARKS];
         py_marks.copy_from_slice(&v[at(c::UCOUNTER_PY_MARK_BASE)..][..MARKS]);
+        const JAVA_MARKS: usize = (c::UCOUNTER_JAVA_MARK_END - c::UCOUNTER_JAVA_MARK_BASE) as usize;
+        let mut java_marks = [0u64; JAVA_MARKS];
+        java_marks.copy_from_slice(&v[at(c::UCOUNTER_JAVA_MARK_BASE)..][..JAVA_MARKS]);
         Ok(Self {
             walks: v[at(c::UCOUNTER_WALKS)],
             not_ready: v[at(c::UCOUNTER_NOT_READY)],
@@ -262,6 +269,8 @@ impl UnwindCounters {
             ends,
             py_code_share: v[at(c::UCOUNTER_PY_CODE_SHARE)],
             py_code_full: v[at(c::UCOUNTER_PY_CODE_FULL)],
+            java_frames: v[at(c::UCOUNTER_JAVA_FRAMES)],
+            java_marks,
         })
     }
 }

@@ -618,6 +618,12 @@ impl Collector {
                 &p.runtime_names("python"),
                 &p.runtime_processes("python"),
             );
+            metrics.java.observe(
+                &cpu,
+                events.as_ref(),
+                &p.runtime_names("hotspot"),
+                &p.runtime_processes("hotspot"),
+            );
         }
         if let Ok(counters) = p.counters() {
             metrics.collect.observe_drain(

@@ -17,6 +17,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::collect::metrics::CollectMetrics;
+use crate::runtime::hotspot::metrics::JavaMetrics;
 use crate::runtime::python::metrics::PythonMetrics;
 use crate::shared::metrics::{Common, Label};
 use crate::store::metrics::StoreMetrics;
@@ -127,6 +128,8 @@ pub struct Metrics {
     pub symbolize: SymbolizeMetrics,
     /// The Python metrics (frames, code objects, names, processes).
     pub python: PythonMetrics,
+    /// Java frames, marks, names and JVM processes.
+    pub java: JavaMetrics,
     /// The store's metrics (size, budget drops, malloc heap records).
     pub store: StoreMetrics,
     requests: Family<RouteCode, Counter>,
@@ -150,6 +153,7 @@ impl Metrics {
         let unwind = UnwindMetrics::register(&mut registry, &common);
         let symbolize = SymbolizeMetrics::register(&mut registry, &common);
         let python = PythonMetrics::register(&mut registry);
+        let java = JavaMetrics::register(&mut registry);
         let store = StoreMetrics::register(&mut registry, &common, store_budget_bytes);
         let requests = Family::<RouteCode, Counter>::default();
         registry.register(
@@ -215,6 +219,7 @@ impl Metrics {
             unwind,
             symbolize,
             python,
+            java,
             store,
             requests,
             latency,

@@ -69,6 +69,16 @@ impl JavaMark {
         JavaMark::Frame,
     ];
 
+    /// The `reason` label in `/metrics`.
+    pub fn label(self) -> &'static str {
+        match self {
+            JavaMark::Other => "other",
+            JavaMark::Read => "frame_unreadable",
+            JavaMark::NoBlob => "no_blob",
+            JavaMark::Frame => "frame",
+        }
+    }
+
     fn text(self) -> &'static str {
         match self {
             JavaMark::Other => "[java: walk stopped]",

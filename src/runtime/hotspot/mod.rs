@@ -15,6 +15,7 @@
 pub mod codecache;
 pub mod frames;
 pub mod layout;
+pub mod metrics;
 pub mod names;
 pub mod procs;
 pub mod scopes;
