@@ -512,3 +512,65 @@ fn java_frames_off_cpu_and_in_the_bounded_form() {
         drop(w);
     }
 }
+
+/// Issue 45, hostile processes: a local user (nobody) runs programs that
+/// export HotSpot's structure-table symbols with lies in them (an entry
+/// table with no end and names without one, strides and addresses far out
+/// of range, tables rewritten with noise while sampled). The daemon reads
+/// each within its bounds and leaves it native (never `unwound`), its RSS
+/// stays within 150 MiB, and the liars' own frames are still named.
+#[test]
+fn lying_jvm_tables_are_read_within_bounds_and_left_native() {
+    require_root();
+    let bin = build_c_with("fake_jvm", "rdynamic", &["-O2", "-rdynamic"]);
+    let mut d = Daemon::start(&[], &[]);
+    let before = d.status_kib("VmHWM");
+    let liars: Vec<Workload> = ["endless", "huge", "garbage"]
+        .iter()
+        .map(|lie| Workload::spawn(run_as(NOBODY, &bin).args([*lie, "30"])))
+        .collect();
+    wait(8000);
+    let m = d.get("/metrics").text();
+    let peak = d.status_kib("VmHWM");
+    let alive = d.child.try_wait().unwrap().is_none();
+    let folded = d.get("/folded?seconds=4").text();
+    drop(liars);
+    eprintln!("daemon peak RSS: {before} KiB when ready, {peak} KiB after the liars");
+    assert!(alive, "the daemon died");
+    assert!(
+        peak < 150 << 10,
+        "the daemon's peak RSS went from {before} KiB to {peak} KiB"
+    );
+    let unwound = metric(&m, "emberd_java_processes{reason=\"unwound\"}");
+    assert!(
+        unwound == 0.0,
+        "a lying process was taken for a JVM ({unwound} unwound):\n{}",
+        m.lines()
+            .filter(|l| l.contains("java"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // Each was looked at (its tables read, found wanting), not skipped.
+    let seen = metric(&m, "emberd_java_processes{reason=\"starting\"}")
+        + metric(
+            &m,
+            "emberd_java_processes{reason=\"structure tables unreadable\"}",
+        );
+    assert!(
+        seen >= 3.0,
+        "the three liars should be seen and left native:\n{}",
+        m.lines()
+            .filter(|l| l.contains("java"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let named: u64 = folded
+        .lines()
+        .filter(|l| l.starts_with("fake_jvm;") && l.contains(";main;spin_under_lies"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(
+        named >= 100,
+        "the liars' own stacks should be named ({named} samples):\n{folded}"
+    );
+}

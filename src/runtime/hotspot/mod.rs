@@ -35,9 +35,9 @@ use vmstructs::{VmStructs, VmStructsError};
 
 pub use procs::{HotSpot, JvmState};
 
-/// Bytes read from one JVM's memory to attach to it at most (its tables
-/// take about 200 KiB of pages).
-pub const ATTACH_BUDGET: u64 = 4 << 20;
+/// Bytes read from one JVM's memory to attach to it at most (JDK 17's
+/// tables take about 300 KiB of pages).
+pub const ATTACH_BUDGET: u64 = 1 << 20;
 
 /// Why a JVM could not be read.
 #[derive(Debug, Error)]

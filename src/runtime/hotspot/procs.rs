@@ -20,6 +20,10 @@ use crate::shared::Pid;
 pub const RETRY: Duration = Duration::from_secs(1);
 /// How many times it is tried (a JVM starts in well under this).
 pub const TRIES: u32 = 60;
+/// JVMs of one user (not root) tried again at once: a user starting
+/// thousands of processes that claim to be JVMs costs the daemon at most
+/// this many reads of [`super::ATTACH_BUDGET`] a second.
+pub const PENDING_PER_USER: usize = 8;
 
 /// What emberd does with a JVM's frames (`/metrics`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +100,18 @@ impl HotSpot {
         if !self.place_for(pid, uid) {
             return JvmState::Native {
                 reason: "user's share of JVM processes",
+            };
+        }
+        let pending = self
+            .processes
+            .iter()
+            .filter(|(p, (u, st))| {
+                **p != pid && *u == uid && matches!(st, JvmState::Pending { .. })
+            })
+            .count();
+        if uid != 0 && tries == 0 && pending >= PENDING_PER_USER {
+            return JvmState::Native {
+                reason: "user's share of JVMs starting",
             };
         }
         let value = match Jvm::attach(pid, file, bias).and_then(|mut jvm| entry(&mut jvm)) {
