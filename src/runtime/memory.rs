@@ -22,8 +22,8 @@ use crate::shared::{FastMap, Pid};
 pub const MAX_STRING: usize = 256;
 /// Bytes of one cached page.
 const PAGE: u64 = 4096;
-/// Pages a reader keeps; the oldest half is dropped past it.
-const MAX_PAGES: usize = 256;
+/// Pages a reader keeps (512 KiB); the lowest half is dropped past it.
+pub const MAX_PAGES: usize = 128;
 
 /// Why a read of a process's memory failed.
 #[derive(Debug, Error)]

@@ -32,8 +32,12 @@ const BCI_BITS: u32 = 12;
 const PC_BITS: u32 = 31;
 /// The frame a sample interrupted (`EMBERD_JAVA_TOP`).
 const TOP: u64 = 1 << 55;
-/// Frames cached per daemon (all processes).
-pub const MAX_CACHED: usize = 65_536;
+/// Slots whose frames are cached, all processes together (each a few
+/// frames of about 150 bytes).
+pub const MAX_CACHED: usize = 16_384;
+/// JVMs attached to for naming at once (each holds a reader's pages,
+/// at most 256 KiB): past it the one named longest ago is let go.
+pub const MAX_ATTACHED: usize = 32;
 /// How long pages read from a JVM are trusted: within one drain.
 const FRESH: std::time::Duration = std::time::Duration::from_millis(100);
 /// Bytes read from one JVM per drain at most.
@@ -99,6 +103,44 @@ struct Attached {
     call_stub: u64,
     /// When its cached pages were last dropped.
     fresh_at: std::time::Instant,
+    /// Methods named: Method* -> its ConstMethod* when named, its names
+    /// and line table.
+    methods: FastMap<u64, (u64, Arc<Method>)>,
+}
+
+/// A method's names and line table, as read once.
+struct Method {
+    name: super::names::MethodName,
+    lines: Option<Vec<u8>>,
+}
+
+/// Methods cached per JVM.
+const MAX_METHODS: usize = 4096;
+
+impl Attached {
+    /// The method at `method`, from the cache while its ConstMethod is the
+    /// one it was named with (one read), else read again.
+    fn method(&mut self, method: u64) -> Option<Arc<Method>> {
+        let cm = self.jvm.const_method(method).ok()?;
+        if let Some((c, m)) = self.methods.get(&method)
+            && *c == cm
+        {
+            return Some(m.clone());
+        }
+        let name = self.jvm.method_name(method).ok()?;
+        let lines = self.jvm.line_table(method).ok().flatten();
+        let m = Arc::new(Method { name, lines });
+        if self.methods.len() >= MAX_METHODS {
+            self.methods.clear();
+        }
+        self.methods.insert(method, (cm, m.clone()));
+        Some(m)
+    }
+
+    /// The line of bytecode `bci` of `m`.
+    fn line(&self, m: &Method, bci: u32) -> Option<u32> {
+        super::names::line_of(m.lines.as_deref()?, bci, self.jvm.unsigned5)
+    }
 }
 
 /// Names of Java frames, per process.
@@ -117,6 +159,16 @@ impl JavaNames {
     }
 
     fn attached(&mut self, pid: Pid) -> Option<&mut Attached> {
+        if !self.jvms.contains_key(&pid) && self.jvms.len() >= MAX_ATTACHED {
+            let oldest = self
+                .jvms
+                .iter()
+                .min_by_key(|(_, a)| a.as_ref().map(|a| a.fresh_at))
+                .map(|(p, _)| *p);
+            if let Some(p) = oldest {
+                self.jvms.remove(&p);
+            }
+        }
         self.jvms
             .entry(pid)
             .or_insert_with(|| {
@@ -132,6 +184,7 @@ impl JavaNames {
                     code_low,
                     call_stub,
                     fresh_at: std::time::Instant::now(),
+                    methods: FastMap::default(),
                 })
             })
             .as_mut()
@@ -162,17 +215,17 @@ impl JavaNames {
             JAVA_INTERP => {
                 let method = ((slot & !TAG_MASK) >> BCI_BITS) << 3;
                 let bci = (slot & ((1 << BCI_BITS) - 1)) as u32;
-                match a.jvm.method_name(method) {
-                    Ok(n) => {
+                match a.method(method) {
+                    Some(m) => {
                         let line = if bci == (1 << BCI_BITS) - 1 {
                             None
                         } else {
-                            a.jvm.line(method, bci).ok().flatten()
+                            a.line(&m, bci)
                         };
                         self.named += 1;
-                        Arc::from(vec![java_frame(&n, line, FrameKind::Jit)])
+                        Arc::from(vec![java_frame(&m.name, line, FrameKind::Jit)])
                     }
-                    Err(_) => one("[java: method unreadable]".to_owned(), FrameKind::Marker),
+                    None => one("[java: method unreadable]".to_owned(), FrameKind::Marker),
                 }
             }
             JAVA_COMPILED => {
@@ -189,12 +242,6 @@ impl JavaNames {
                     );
                 };
                 if a.jvm.compile_id(&blob).ok().map(|c| c as u64 & 0xff_ffff) != Some(id) {
-                    tracing::debug!(
-                        "java frame of {pid} at {pc:#x}: compilation {id} sampled, blob {:#x} ({}) holds {:?}",
-                        blob.addr,
-                        blob.name,
-                        a.jvm.compile_id(&blob).ok()
-                    );
                     self.flushed += 1;
                     return one(
                         "[java: compiled code flushed]".to_owned(),
@@ -208,26 +255,23 @@ impl JavaNames {
                 scopes.reverse();
                 let mut frames = Vec::with_capacity(scopes.len().max(1));
                 for (i, s) in scopes.iter().enumerate() {
-                    let Ok(n) = a.jvm.method_name(s.method) else {
+                    let Some(m) = a.method(s.method) else {
                         frames.push(Frame::new("[java: method unreadable]", FrameKind::Marker));
                         continue;
                     };
-                    let line = s.bci.and_then(|b| a.jvm.line(s.method, b).ok().flatten());
+                    let line = s.bci.and_then(|b| a.line(&m, b));
+                    let n = &m.name;
                     let kind = if i == 0 {
                         FrameKind::Jit
                     } else {
                         FrameKind::Inlined
                     };
-                    frames.push(java_frame(&n, line, kind));
+                    frames.push(java_frame(n, line, kind));
                 }
                 if frames.is_empty() {
-                    match a
-                        .jvm
-                        .compiled_method(&blob)
-                        .and_then(|m| a.jvm.method_name(m))
-                    {
-                        Ok(n) => frames.push(java_frame(&n, None, FrameKind::Jit)),
-                        Err(_) => {
+                    match a.jvm.compiled_method(&blob).ok().and_then(|m| a.method(m)) {
+                        Some(m) => frames.push(java_frame(&m.name, None, FrameKind::Jit)),
+                        None => {
                             return one("[java: method unreadable]".to_owned(), FrameKind::Marker);
                         }
                     }
@@ -278,9 +322,11 @@ impl FrameNamer for JavaNames {
         if self.cache.len() >= MAX_CACHED {
             self.cache.clear();
         }
-        // Interpreted frames are not kept: a class unloaded and another's
-        // method made at the same address would be named wrongly.
-        if slot & TAG_MASK != JAVA_INTERP {
+        // Interpreted frames are not kept (their methods are, checked at
+        // each use: a class unloaded and another's method made at the
+        // same address would be named wrongly), nor frames that could not
+        // be named (a read past this drain's budget may succeed later).
+        if slot & TAG_MASK != JAVA_INTERP && !f.iter().any(|x| x.kind == FrameKind::Marker) {
             self.cache.insert((pid, slot), f.clone());
         }
         f
@@ -295,7 +341,9 @@ impl FrameNamer for JavaNames {
         NameStats {
             named: self.named,
             evicted: self.flushed,
-            cached_bytes: (self.cache.len() * 96) as u64,
+            cached_bytes: (self.cache.len() * 150
+                + self.jvms.len() * crate::runtime::memory::MAX_PAGES * 4096)
+                as u64,
         }
     }
 }

@@ -259,6 +259,18 @@ impl Jvm {
         Ok(names::method_name(&mut self.mem, &self.layout, method)?)
     }
 
+    /// The `ConstMethod` of the `Method` at `method`: what a method cache
+    /// checks an entry against (a class unloaded and another's method
+    /// made at the same address has another).
+    pub fn const_method(&mut self, method: u64) -> Result<u64, HotSpotError> {
+        Ok(self.mem.u64(method + self.layout.method_const)?)
+    }
+
+    /// The compressed line number table of the `Method` at `method`.
+    pub fn line_table(&mut self, method: u64) -> Result<Option<Vec<u8>>, HotSpotError> {
+        Ok(names::line_table(&mut self.mem, &self.layout, method)?)
+    }
+
     /// The source line of bytecode `bci` of the `Method` at `method`.
     pub fn line(&mut self, method: u64, bci: u32) -> Result<Option<u32>, HotSpotError> {
         let table = names::line_table(&mut self.mem, &self.layout, method)?;

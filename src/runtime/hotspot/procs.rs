@@ -278,3 +278,5 @@ impl Runtime for HotSpot {
         by
     }
 }
+
+const _: () = assert!(std::mem::size_of::<crate::bpf::types::hs_proc>() == 168);

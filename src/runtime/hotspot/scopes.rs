@@ -79,32 +79,26 @@ pub fn at(
     let Some(off) = pc.checked_sub(code_begin) else {
         return Ok(Vec::new());
     };
-    let len = pcs_end.saturating_sub(pcs).min(MAX_PCS_BYTES) as usize / 16 * 16;
-    let table = mem.bytes(pcs, len)?;
-    let field = |i: usize, at: usize| {
-        i32::from_le_bytes(
-            table[i * 16 + at..i * 16 + at + 4]
-                .try_into()
-                .expect("4 bytes"),
-        )
-    };
-    let n = len / 16;
+    // Searched in place, an entry read at each step: a large method's
+    // PcDescs take tens of KiB, of which a lookup needs a dozen entries.
+    let n = (pcs_end.saturating_sub(pcs).min(MAX_PCS_BYTES) / 16) as usize;
+    let mut field = |i: usize, at: u64| mem.u32(pcs + 16 * i as u64 + at).map(|v| v as i32);
     // The first PcDesc at or after the pc: exact for a return address (a
     // call's PcDesc is at its return), the next safepoint's otherwise.
     let (mut lo, mut hi) = (0usize, n);
     while lo < hi {
         let mid = (lo + hi) / 2;
-        if (field(mid, 0) as i64) < off as i64 {
+        if (field(mid, 0)? as i64) < off as i64 {
             lo = mid + 1;
         } else {
             hi = mid;
         }
     }
     let i = lo;
-    if i >= n || (exact && field(i, 0) as i64 != off as i64) {
+    if i >= n || (exact && field(i, 0)? as i64 != off as i64) {
         return Ok(Vec::new());
     }
-    let mut decode = field(i, 4);
+    let mut decode = field(i, 4)?;
     let mut out = Vec::new();
     while decode > 0 && out.len() < MAX_DEPTH {
         let rec = mem.bytes(data + decode as u64, SCOPE_READ)?;
