@@ -44,11 +44,20 @@ pub enum Finding {
     HotSpot(hotspot::JvmFile),
 }
 
-/// What `file`, mapped as code by some process, holds for any runtime.
+/// What `file`, mapped as code by some process, holds for any runtime:
+/// its headers and dynamic symbols are read once, for every runtime's
+/// detector.
 pub fn inspect(file: &File) -> Option<Finding> {
-    python::inspect(file)
+    let elf = crate::shared::elf::Headers::read(file).ok()?;
+    let wanted: Vec<&str> = python::layout::SYMBOLS
+        .iter()
+        .chain(hotspot::vmstructs::SYMBOLS.iter())
+        .copied()
+        .collect();
+    let syms = elf.dynamic_symbols(file, &wanted).ok()?;
+    python::inspect(file, &elf, &syms)
         .map(Finding::Python)
-        .or_else(|| hotspot::inspect(file).map(Finding::HotSpot))
+        .or_else(|| hotspot::inspect(&elf, &syms).map(Finding::HotSpot))
 }
 
 /// An executable mapping of a process whose file holds something for a
@@ -152,6 +161,29 @@ pub fn namers(maps: &UnwindMaps) -> Result<Vec<Box<dyn FrameNamer>>, CollectErro
         )?)),
         Box::new(hotspot::frames::JavaNames::new()),
     ])
+}
+
+/// Whether process `pid` of user `uid` may take a place in a runtime's BPF
+/// map of `max_entries`, which every user's processes share: root always,
+/// a process that holds one keeps it, another user holds at most half
+/// (issue 41), so one user's thousands of processes cannot leave
+/// another's unnamed. `placed`: (process, user) of those holding a place.
+/// Linear in them, once per upload of a process.
+pub(crate) fn may_place(
+    pid: Pid,
+    uid: u32,
+    max_entries: u32,
+    placed: impl Iterator<Item = (Pid, u32)>,
+) -> bool {
+    let share = (max_entries / 2).max(1) as usize;
+    let mut held = 0;
+    for (p, u) in placed {
+        if p == pid {
+            return true;
+        }
+        held += usize::from(u == uid);
+    }
+    uid == 0 || held < share
 }
 
 /// A handle of its own on a map the sampler holds.

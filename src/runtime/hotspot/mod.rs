@@ -79,17 +79,28 @@ pub struct JvmFile {
     pub loads: Vec<Segment>,
 }
 
-/// Whether `file` is a `libjvm.so` exporting the structure tables.
-pub fn inspect(file: &File) -> Option<JvmFile> {
-    let elf = Headers::read(file).ok()?;
-    let syms = elf.dynamic_symbols(file, &vmstructs::SYMBOLS).ok()?;
+/// Whether a file (its headers `elf`, its defined dynamic symbols among
+/// [`vmstructs::SYMBOLS`] `syms`: name, value, size) is a `libjvm.so`
+/// exporting the structure tables.
+pub fn inspect(elf: &Headers, syms: &[(String, u64, u64)]) -> Option<JvmFile> {
     if !syms.iter().any(|(n, _, _)| n == "gHotSpotVMStructs") {
         return None;
     }
     Some(JvmFile {
-        symbols: syms.into_iter().map(|(n, v, _)| (n, v)).collect(),
-        loads: elf.loads,
+        symbols: syms
+            .iter()
+            .filter(|(n, _, _)| vmstructs::SYMBOLS.contains(&n.as_str()))
+            .map(|(n, v, _)| (n.clone(), *v))
+            .collect(),
+        loads: elf.loads.clone(),
     })
+}
+
+/// Whether `file` is a `libjvm.so` exporting the structure tables.
+pub fn inspect_file(file: &File) -> Option<JvmFile> {
+    let elf = Headers::read(file).ok()?;
+    let syms = elf.dynamic_symbols(file, &vmstructs::SYMBOLS).ok()?;
+    inspect(&elf, &syms)
 }
 
 /// A running JVM, attached: its layout read, its memory open.
@@ -157,7 +168,9 @@ impl Jvm {
                 pid.0, m.address.0, m.address.1
             ))
             .map_err(io("its libjvm.so"))?;
-            let Some(jvm) = inspect(&file) else { continue };
+            let Some(jvm) = inspect_file(&file) else {
+                continue;
+            };
             let Some(seg) = jvm
                 .loads
                 .iter()

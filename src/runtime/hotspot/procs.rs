@@ -69,23 +69,14 @@ impl HotSpot {
         }
     }
 
-    /// Whether `pid` (user `uid`) may take a place in `hs_procs`: a user
-    /// other than root holds at most half of it, as for Python.
+    /// Whether `pid` (user `uid`) may take a place in `hs_procs`
+    /// ([`crate::runtime::may_place`]).
     fn place_for(&self, pid: Pid, uid: u32) -> bool {
-        if uid == 0
-            || matches!(
-                self.processes.get(&pid),
-                Some((_, JvmState::Unwound { .. }))
-            )
-        {
-            return true;
-        }
-        let share = (self.hs_procs.max_entries() / 2).max(1) as usize;
-        self.processes
-            .values()
-            .filter(|(u, st)| *u == uid && matches!(st, JvmState::Unwound { .. }))
-            .count()
-            < share
+        let placed = self
+            .processes
+            .iter()
+            .filter_map(|(p, (u, st))| matches!(st, JvmState::Unwound { .. }).then_some((*p, *u)));
+        crate::runtime::may_place(pid, uid, self.hs_procs.max_entries(), placed)
     }
 
     /// Reads the JVM and fills its entry; the state it is then in.

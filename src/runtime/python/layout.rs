@@ -215,15 +215,21 @@ const RUNTIME: &str = "_PyRuntime";
 const VERSION: &str = "Py_Version";
 const GETSPECIFIC: &[&str] = &["pthread_getspecific", "__pthread_getspecific"];
 
-/// What `file` contributes to interpreter unwinding, if anything.
-pub fn inspect(file: &File) -> Option<FileRuntime> {
+/// What `file` contributes to interpreter unwinding, its headers and
+/// symbols read here.
+pub fn inspect_file(file: &File) -> Option<FileRuntime> {
     let elf = Headers::read(file).ok()?;
-    let syms = elf
-        .dynamic_symbols(
-            file,
-            &[EVAL, RUNTIME, VERSION, GETSPECIFIC[0], GETSPECIFIC[1]],
-        )
-        .ok()?;
+    let syms = elf.dynamic_symbols(file, &SYMBOLS).ok()?;
+    inspect(file, &elf, &syms)
+}
+
+/// The dynamic symbols [`inspect`] looks for.
+pub const SYMBOLS: [&str; 5] = [EVAL, RUNTIME, VERSION, GETSPECIFIC[0], GETSPECIFIC[1]];
+
+/// What `file` (its headers `elf`, its defined dynamic symbols among
+/// [`SYMBOLS`] `syms`: name, value, size) contributes to interpreter
+/// unwinding, if anything.
+pub fn inspect(file: &File, elf: &Headers, syms: &[(String, u64, u64)]) -> Option<FileRuntime> {
     let get = |name: &str| syms.iter().find(|s| s.0 == name).map(|s| (s.1, s.2));
     if let Some((eval, eval_size)) = get(EVAL) {
         let version = get(VERSION)
@@ -253,7 +259,7 @@ pub fn inspect(file: &File) -> Option<FileRuntime> {
                 reason: "_PyEval_EvalFrameDefault has no size",
             });
         }
-        if let Some(reason) = check_debug_offsets(&elf, file, runtime, version, &layout) {
+        if let Some(reason) = check_debug_offsets(elf, file, runtime, version, &layout) {
             return Some(FileRuntime::UnsupportedPython {
                 version: Some(version),
                 reason,
@@ -325,7 +331,7 @@ pub fn scan_processes() -> Vec<FoundProcess> {
             };
             let rt = seen
                 .entry((md.dev(), md.ino()))
-                .or_insert_with(|| File::open(&path).ok().and_then(|f| inspect(&f)));
+                .or_insert_with(|| File::open(&path).ok().and_then(|f| inspect_file(&f)));
             match rt {
                 Some(FileRuntime::Libc { .. }) => libc = true,
                 Some(r) => interp = Some(r.clone()),
@@ -474,9 +480,12 @@ mod tests {
     #[test]
     fn this_machines_libc_and_interpreters_are_recognized() {
         let libc = File::open("/lib/x86_64-linux-gnu/libc.so.6").expect("libc");
-        assert!(matches!(inspect(&libc), Some(FileRuntime::Libc { .. })));
+        assert!(matches!(
+            inspect_file(&libc),
+            Some(FileRuntime::Libc { .. })
+        ));
         let py = File::open("/usr/bin/python3.11").expect("Debian's python3.11");
-        match inspect(&py) {
+        match inspect_file(&py) {
             Some(FileRuntime::Python(p)) => assert_eq!(p.version.minor(), (3, 11)),
             other => panic!("python3.11 not recognized: {other:?}"),
         }

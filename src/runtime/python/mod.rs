@@ -57,27 +57,13 @@ impl CPython {
         }
     }
 
-    /// Whether `pid` (of user `uid`) may have a place in `py_procs`, which
-    /// every user's Python processes share: a user other than root holds
-    /// at most half of it (issue 41), so one user's thousands of
-    /// interpreters cannot leave another's unnamed. Linear in the Python
-    /// processes, once per upload of one.
+    /// Whether `pid` (of user `uid`) may have a place in `py_procs`
+    /// ([`super::may_place`]).
     fn place_for(&self, pid: Pid, uid: u32) -> bool {
-        if uid == 0
-            || matches!(
-                self.processes.get(&pid),
-                Some((_, PythonState::Unwound { .. }))
-            )
-        {
-            return true;
-        }
-        let share = (self.py_procs.max_entries() / 2).max(1) as usize;
-        let held = self
-            .processes
-            .values()
-            .filter(|(u, st)| *u == uid && matches!(st, PythonState::Unwound { .. }))
-            .count();
-        held < share
+        let placed = self.processes.iter().filter_map(|(p, (u, st))| {
+            matches!(st, PythonState::Unwound { .. }).then_some((*p, *u))
+        });
+        super::may_place(pid, uid, self.py_procs.max_entries(), placed)
     }
 
     /// What is done with process `pid`'s frames, given its mappings:
