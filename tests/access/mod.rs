@@ -320,7 +320,8 @@ fn token_file_lets_only_root_and_its_group_read_profiles() {
 /// older than 60 s. A session cannot mint codes (`POST /login` needs the
 /// token itself), a made-up session reads nothing, and the old form of the
 /// URL (`GET /login?code=`) spends nothing. Codes waiting and sessions are
-/// bounded in count, and 6,000 logins and bad codes leave RSS within 6 MiB.
+/// bounded in count, and rounds of 12,000 logins and bad codes do not grow
+/// RSS (the median round under 1 MiB).
 #[test]
 fn login_codes_work_once_and_expire() {
     require_root();
@@ -430,25 +431,46 @@ fn login_codes_work_once_and_expire() {
     for code in &codes {
         assert_eq!(redeem(code).status, 200);
     }
-    for i in 0..12000 {
-        let code = if i % 3 == 0 {
-            code_of(&request(d.port, "POST", "/login", &bearer).text())
-        } else {
-            format!("{i:032x}")
-        };
-        redeem(&code);
+    // A leak grows with every round; the daemon's other work (a table built
+    // for a new process, a history slot closed) shows as a jump of a few
+    // MiB in one round or two (measured: +2.6, +0.5, +0.1, +3.9 MiB over
+    // four rounds). So the median round is held, beside the high-water mark.
+    let mut growth = Vec::new();
+    let mut last = (rss(&d), store_kib(&d));
+    for round in 0..5 {
+        for i in 0..12000 {
+            let code = if i % 3 == 0 {
+                code_of(&request(d.port, "POST", "/login", &bearer).text())
+            } else {
+                format!("{round}{i:031x}")
+            };
+            redeem(&code);
+        }
+        let now = (rss(&d), store_kib(&d));
+        let grown = now.0.0 as i64 - last.0.0 as i64 - (now.1 as i64 - last.1 as i64);
+        eprintln!(
+            "round {round}: RSS, HWM {:?} KiB, stores {} KiB: {grown} KiB beyond the stores",
+            now.0, now.1
+        );
+        growth.push(grown);
+        last = now;
     }
-    let after = rss(&d);
-    let grown = store_kib(&d).saturating_sub(store_before);
+    let after = last.0;
+    let grown = last.1.saturating_sub(store_before);
+    growth.sort();
+    let median = growth[growth.len() / 2];
     eprintln!(
-        "RSS, HWM after 6,000 other requests {before:?} KiB, after 4,000 logins and 8,000 bad codes {after:?} KiB; the stores grew {grown} KiB meanwhile"
+        "RSS, HWM after 6,000 other requests {before:?} KiB, after 5 x (4,000 logins and 8,000 bad codes) {after:?} KiB; the stores grew {grown} KiB meanwhile; median round {median} KiB"
     );
-    // Logins hold (16 + 64) x ~100 bytes; 6 MiB beyond the stores' own
-    // growth (a fresh daemon's RSS grew 5 MiB over 6,000 requests in one
-    // CI run) catches 0.5 KiB per request.
+    // Logins hold (16 + 64) x ~100 bytes: a leak of 0.1 KiB per request is
+    // 1.2 MiB a round.
     assert!(
-        after.0 < before.0 + 6144 + grown && after.1 < before.1 + 6144 + grown,
-        "RSS, HWM {before:?} KiB -> {after:?} KiB, the stores grew {grown} KiB"
+        median < 1024,
+        "RSS grew {median} KiB beyond the stores in the median round of 12,000 requests ({growth:?})"
+    );
+    assert!(
+        after.1 < before.1 + 6144 + grown,
+        "HWM {before:?} KiB -> {after:?} KiB, the stores grew {grown} KiB"
     );
     let r = request(d.port, "GET", "/folded?seconds=5", &with_session);
     assert_eq!(r.status, 401, "the oldest session ended: {}", r.text());
