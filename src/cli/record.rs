@@ -117,7 +117,7 @@ pub struct RecordOptions {
     /// Knobs of the off-CPU and page-fault programs (which events are on
     /// follows `event`).
     pub event_knobs: EventOptions,
-    /// Python frames with their line (`--lines`).
+    /// Python and Java frames with their line (`--lines`).
     pub lines: bool,
     /// Lets the command being profiled start once the programs are loaded
     /// (`emberd record -- COMMAND`).
@@ -578,7 +578,8 @@ pub struct RecordArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub java: bool,
     /// Python frames as `function (file.py:LINE)`, one frame per line run
-    /// (py-spy's default; without it, py-spy's `--nolineno` form).
+    /// (py-spy's default; without it, py-spy's `--nolineno` form), and Java
+    /// frames as `pkg.Class.method:LINE_[j]` (async-profiler's form).
     #[arg(long)]
     pub lines: bool,
     /// A command to run and profile, after `--` (as `perf record -g --

@@ -118,13 +118,18 @@ impl Dictionary {
         let mapping = match (&f.module, f.kind) {
             (Some(m), _) => self.mapping(&m.path),
             (None, FrameKind::Kernel) => self.mapping("[kernel.kallsyms]"),
-            (None, FrameKind::Jit) => self.mapping("[jit]"),
+            (None, FrameKind::Jit | FrameKind::Java | FrameKind::JavaInlined) => {
+                self.mapping("[jit]")
+            }
             _ => 0,
         };
         let kind = match f.kind {
             FrameKind::Kernel => "kernel",
             FrameKind::Python => "cpython",
             FrameKind::Jit => "jit",
+            // The OpenTelemetry profiler's word for HotSpot's frames,
+            // interpreted, compiled or inlined alike.
+            FrameKind::Java | FrameKind::JavaInlined => "jvm",
             _ => "native",
         };
         let kind = self.attr("profile.frame.type", kind, None);
@@ -271,4 +276,36 @@ pub fn request(host: &str, from: u64, to: u64, events: &[EventRows<'_>]) -> Vec<
         dictionary: Some(dict.d),
     }
     .encode_to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `profile.frame.type` as the OpenTelemetry profiler writes it: Java
+    /// methods `jvm` (compiled, interpreted or inlined), Python `cpython`,
+    /// and the JVM's stubs, native code like any other.
+    #[test]
+    fn frames_carry_the_type_the_opentelemetry_profiler_gives_them() {
+        let mut d = Dictionary::new();
+        let mut kind = |name: &str, k: FrameKind| {
+            let l = d.location(&Frame::new(name, k)) as usize;
+            let a = d.d.location_table[l].attribute_indices[0] as usize;
+            let kv = &d.d.attribute_table[a];
+            assert_eq!(
+                d.d.string_table[kv.key_strindex as usize],
+                "profile.frame.type"
+            );
+            match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(any_value::Value::StringValue(s)) => s.clone(),
+                v => panic!("{v:?}"),
+            }
+        };
+        assert_eq!(kind("Jobs.outerJob", FrameKind::Java), "jvm");
+        assert_eq!(kind("Jobs.leafWork", FrameKind::JavaInlined), "jvm");
+        assert_eq!(kind("[jvm: call stub]", FrameKind::User), "native");
+        assert_eq!(kind("leaf (app.py)", FrameKind::Python), "cpython");
+        assert_eq!(kind("schedule", FrameKind::Kernel), "kernel");
+        assert_eq!(kind("inlined_helper", FrameKind::Inlined), "native");
+    }
 }

@@ -92,7 +92,8 @@ pub struct Query {
     pub svg: SvgParams,
     /// Length of the window asked for, in seconds.
     pub seconds: u64,
-    /// Python frames with their line, `qualname (file.py:LINE)` (`lines=1`).
+    /// Python frames with their line, `qualname (file.py:LINE)`, and Java
+    /// frames, `pkg.Class.method:LINE_[j]` (`lines=1`).
     pub lines: bool,
 }
 

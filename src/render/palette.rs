@@ -234,6 +234,12 @@ mod tests {
         assert!(!is_python_frame("main") && !is_python_frame("f (x.pyc)"));
         let j = p.color("LazyCompile:*fib_[j]", false);
         assert!(j.g >= 200 && j.g > j.r, "JIT frames are green: {j}");
+        for name in ["Jobs.leafWork_[j]", "Jobs.leafWork:45_[j]"] {
+            let j = p.color(name, false);
+            assert!(j.g >= 200 && j.g > j.r, "Java frames are green: {name} {j}");
+        }
+        let i = p.color("Jobs.middleStep:52_[i]", false);
+        assert!(i.g == i.b && i.g > i.r, "inlined Java frames are aqua: {i}");
         let u = p.color("hot_a", false);
         assert!(u.r >= 200 && u.g < u.r, "C frames are red: {u}");
         let y = p.color("std::vector<int>::push_back", false);

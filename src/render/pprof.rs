@@ -224,7 +224,9 @@ impl Builder {
         let mapping_id = match (&f.module, f.kind) {
             (Some(m), _) => self.mapping(&m.path, m.build_id.as_deref()),
             (None, FrameKind::Kernel) => self.mapping("[kernel.kallsyms]", None),
-            (None, FrameKind::Jit) => self.mapping("[jit]", None),
+            (None, FrameKind::Jit | FrameKind::Java | FrameKind::JavaInlined) => {
+                self.mapping("[jit]", None)
+            }
             _ => 0,
         };
         let id = self.p.location.len() as u64 + 1;

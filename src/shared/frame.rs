@@ -21,6 +21,13 @@ pub enum FrameKind {
     Waker,
     /// An interpreted Python frame, `qualname (file.py)` (see [`crate::runtime::python::names`]).
     Python,
+    /// A Java method, interpreted or compiled, named from the JVM's own
+    /// tables (`_[j]`, as async-profiler and flamegraph.pl's java palette
+    /// mark them; see [`crate::runtime::hotspot`]).
+    Java,
+    /// A Java method the JIT inlined into the compiled one below it
+    /// (`_[i]`).
+    JavaInlined,
 }
 
 /// The ELF file a frame's code lives in (pprof's mapping).
@@ -63,8 +70,8 @@ impl Frame {
     pub fn suffix(&self) -> &'static str {
         match self.kind {
             FrameKind::User | FrameKind::Marker | FrameKind::Python => "",
-            FrameKind::Inlined => "_[i]",
-            FrameKind::Jit => "_[j]",
+            FrameKind::Inlined | FrameKind::JavaInlined => "_[i]",
+            FrameKind::Jit | FrameKind::Java => "_[j]",
             FrameKind::Kernel => "_[k]",
             FrameKind::Waker => "_[w]",
         }

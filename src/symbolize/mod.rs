@@ -89,7 +89,9 @@ impl fmt::Display for Frame {
 
 impl Frame {
     /// The frame's folded text; with `lines`, a Python frame's line joins
-    /// its file as py-spy writes it: `qualname (file.py:LINE)`.
+    /// its file as py-spy writes it, `qualname (file.py:LINE)`, and a Java
+    /// frame's follows its method as async-profiler writes it,
+    /// `pkg.Class.method:LINE_[j]`.
     pub fn text(&self, lines: bool) -> FrameText<'_> {
         FrameText { frame: self, lines }
     }
@@ -107,6 +109,9 @@ impl fmt::Display for FrameText<'_> {
         let fr = self.frame;
         match (self.lines, fr.kind, fr.line, fr.name.strip_suffix(')')) {
             (true, FrameKind::Python, Some(line), Some(head)) => write!(f, "{head}:{line})"),
+            (true, FrameKind::Java | FrameKind::JavaInlined, Some(line), _) => {
+                write!(f, "{}:{line}{}", fr.name, fr.suffix())
+            }
             _ => write!(f, "{fr}"),
         }
     }

@@ -572,3 +572,103 @@ fn lying_jvm_tables_are_read_within_bounds_and_left_native() {
         "the liars' own stacks should be named ({named} samples):\n{folded}"
     );
 }
+
+/// The lines of `tests/workloads/Jobs.java` holding `text`.
+fn source_lines(text: &str) -> Vec<u32> {
+    std::fs::read_to_string(workload("Jobs.java"))
+        .unwrap()
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains(text))
+        .map(|(i, _)| i as u32 + 1)
+        .collect()
+}
+
+/// Issue 45, lines: with `--lines` each Java frame carries its line as
+/// async-profiler writes it (`Jobs.leafWork:46_[i]`): the chain's callers
+/// at the lines of their calls (also where the JIT inlined them) and
+/// `leafWork` in its loop, as the source says; pprof carries the file and
+/// line of every Java Location without asking, as `go tool pprof -lines`
+/// reads them.
+#[test]
+fn java_lines_in_frame_text_and_pprof() {
+    require_root();
+    let outer_call = source_lines("return middleStep(n) ^ 7;");
+    let middle_call = source_lines("return leafWork(n) + 1;");
+    let decl = source_lines("static long leafWork(long n) {")[0];
+    // The loop: `for`, its body and its end, before the `return x`.
+    let leaf_loop: Vec<u32> = (decl + 2..=decl + 4).collect();
+    assert!(outer_call.len() == 1 && middle_call.len() == 1);
+    for jdk in JDKS {
+        let classes = compile_jobs(jdk);
+        let mut java = Command::new(jdk_tool(jdk, "java"));
+        java.arg("-cp").arg(&classes).args(["Jobs", "30"]);
+        let w = Workload::spawn_ready(&mut java, "started");
+        let pid = w.pid().to_string();
+        wait(3000);
+        let p = record_folded(
+            &format!("jobs-lines-{pid}.folded"),
+            &["-s", "4", "--lines", "-p", &pid],
+        );
+        // `Jobs.leafWork:46_[i]` -> ("Jobs.leafWork", Some(46)).
+        let line_of = |frame: &str, method: &str| -> Option<u32> {
+            let rest = frame.strip_prefix(method)?.strip_prefix(':')?;
+            rest.trim_end_matches("_[j]")
+                .trim_end_matches("_[i]")
+                .parse()
+                .ok()
+        };
+        let chain = sum_where(&p, |f| {
+            f.iter()
+                .any(|x| x.starts_with("Jobs.outerJob:") || x.starts_with("Jobs.outerJob_"))
+        });
+        let right = sum_where(&p, |f| {
+            let at = |m: &str| f.iter().find_map(|x| line_of(x, m));
+            at("Jobs.outerJob").is_some_and(|l| outer_call.contains(&l))
+                && at("Jobs.middleStep").is_some_and(|l| middle_call.contains(&l))
+                && at("Jobs.leafWork").is_some_and(|l| leaf_loop.contains(&l))
+        });
+        assert!(
+            chain >= 50 && right * 100 >= chain * 90,
+            "{jdk}: {right} of {chain} chain samples read Jobs.outerJob:{outer_call:?};\
+             Jobs.middleStep:{middle_call:?};Jobs.leafWork:{leaf_loop:?}:\n{}",
+            top(&p, 6)
+        );
+
+        let pb = scratch().join(format!("jobs-lines-{pid}.pb.gz"));
+        let out = run_record(&pb, &["-s", "3", "-p", &pid]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = go_pprof(&["-top", "-lines", pb.to_str().expect("utf-8 path")]);
+        // `1.72s 29.01% 29.01% 1.72s 29.01% Jobs.leafWork_[j] Jobs.java:45`.
+        let leaf: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains(" Jobs.leafWork_["))
+            .collect();
+        let in_loop = |l: &&str| {
+            l.rsplit_once("Jobs.java:")
+                .and_then(|(_, n)| n.trim().parse::<u32>().ok())
+                .is_some_and(|n| leaf_loop.contains(&n))
+        };
+        // flat% (flat is in seconds or milliseconds).
+        let flat = |l: &&str| {
+            l.split_whitespace()
+                .nth(1)
+                .and_then(|n| n.trim_end_matches('%').parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let all: f64 = leaf.iter().map(flat).sum();
+        let looped: f64 = leaf.iter().filter(|l| in_loop(l)).map(flat).sum();
+        assert!(
+            all > 0.0 && looped >= all * 0.9,
+            "{jdk}: go tool pprof -lines puts {looped} of leafWork's {all} in Jobs.java:{leaf_loop:?}:\n{text}"
+        );
+        eprintln!(
+            "{jdk}: {right} of {chain} chain samples at the source's lines; pprof: {looped} of {all} of leafWork in its loop"
+        );
+        drop(w);
+    }
+}

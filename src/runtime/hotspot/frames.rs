@@ -223,7 +223,7 @@ impl JavaNames {
                             a.line(&m, bci)
                         };
                         self.named += 1;
-                        Arc::from(vec![java_frame(&m.name, line, FrameKind::Jit)])
+                        Arc::from(vec![java_frame(&m.name, line, FrameKind::Java)])
                     }
                     None => one("[java: method unreadable]".to_owned(), FrameKind::Marker),
                 }
@@ -262,15 +262,15 @@ impl JavaNames {
                     let line = s.bci.and_then(|b| a.line(&m, b));
                     let n = &m.name;
                     let kind = if i == 0 {
-                        FrameKind::Jit
+                        FrameKind::Java
                     } else {
-                        FrameKind::Inlined
+                        FrameKind::JavaInlined
                     };
                     frames.push(java_frame(n, line, kind));
                 }
                 if frames.is_empty() {
                     match a.jvm.compiled_method(&blob).ok().and_then(|m| a.method(m)) {
-                        Some(m) => frames.push(java_frame(&m.name, None, FrameKind::Jit)),
+                        Some(m) => frames.push(java_frame(&m.name, None, FrameKind::Java)),
                         None => {
                             return one("[java: method unreadable]".to_owned(), FrameKind::Marker);
                         }
