@@ -41,6 +41,19 @@ fn compile_jobs(jdk: &str) -> PathBuf {
     dir
 }
 
+/// `Jobs` running on `jdk` for `seconds`, once its threads have started,
+/// and its pid.
+fn start_jobs(jdk: &str, seconds: u32) -> (Workload, String) {
+    let classes = compile_jobs(jdk);
+    let mut java = Command::new(jdk_tool(jdk, "java"));
+    java.arg("-cp")
+        .arg(&classes)
+        .args(["Jobs", &seconds.to_string()]);
+    let w = Workload::spawn_ready(&mut java, "started");
+    let pid = w.pid().to_string();
+    (w, pid)
+}
+
 /// A Java frame's method, as both tools can print it: `Class.method`,
 /// hidden classes' addresses dropped (`Jobs$$Lambda$233+0x...` here,
 /// `Jobs$$Lambda/0x...` in JFR).
@@ -166,11 +179,7 @@ fn leaf_shares<'a>(stacks: impl Iterator<Item = (&'a [String], u64)>) -> HashMap
 fn java_frames_agree_with_flight_recorder() {
     require_root();
     for jdk in JDKS {
-        let classes = compile_jobs(jdk);
-        let mut java = Command::new(jdk_tool(jdk, "java"));
-        java.arg("-cp").arg(&classes).args(["Jobs", "60"]);
-        let w = Workload::spawn_ready(&mut java, "started");
-        let pid = w.pid().to_string();
+        let (w, pid) = start_jobs(jdk, 60);
         // Let C1 and C2 compile the hot methods first.
         wait(4000);
         let jfr = scratch().join(format!("jobs-{pid}.jfr"));
@@ -457,11 +466,7 @@ fn thread_ticks(pid: u32) -> Vec<(String, String, u64)> {
 fn java_frames_off_cpu_and_in_the_bounded_form() {
     require_root();
     for jdk in JDKS {
-        let classes = compile_jobs(jdk);
-        let mut java = Command::new(jdk_tool(jdk, "java"));
-        java.arg("-cp").arg(&classes).args(["Jobs", "30"]);
-        let w = Workload::spawn_ready(&mut java, "started");
-        let pid = w.pid().to_string();
+        let (w, pid) = start_jobs(jdk, 30);
         wait(3000);
         let seconds = 5.0;
         let p = record_folded(
@@ -600,11 +605,7 @@ fn java_lines_in_frame_text_and_pprof() {
     let leaf_loop: Vec<u32> = (decl + 2..=decl + 4).collect();
     assert!(outer_call.len() == 1 && middle_call.len() == 1);
     for jdk in JDKS {
-        let classes = compile_jobs(jdk);
-        let mut java = Command::new(jdk_tool(jdk, "java"));
-        java.arg("-cp").arg(&classes).args(["Jobs", "30"]);
-        let w = Workload::spawn_ready(&mut java, "started");
-        let pid = w.pid().to_string();
+        let (w, pid) = start_jobs(jdk, 30);
         wait(3000);
         let p = record_folded(
             &format!("jobs-lines-{pid}.folded"),
