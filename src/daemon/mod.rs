@@ -604,7 +604,8 @@ impl Collector {
             ("dwarf", caches.dwarf),
             ("elf_symbols", caches.elf_symbols),
             ("kernel_symbols", caches.kernel_symbols),
-            ("python_codes", caches.python_codes),
+            ("python_codes", caches.runtime("python")),
+            ("java_methods", caches.runtime("hotspot")),
             ("unwind_rows", p.unwind_stats().bytes as usize),
             ("response_cache", cached_bytes),
         ]);

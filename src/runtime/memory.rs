@@ -110,6 +110,11 @@ impl ProcessMemory {
         self.read
     }
 
+    /// Bytes of pages cached (at most [`MAX_PAGES`] pages).
+    pub fn cached_bytes(&self) -> usize {
+        self.pages.len() * PAGE as usize
+    }
+
     /// Forgets the cached pages: the next reads see the process as it is
     /// now.
     pub fn forget_pages(&mut self) {

@@ -125,7 +125,7 @@ impl Common {
         );
         registry.register(
             "memory_bytes",
-            "Bytes held by each bounded part of emberd (map=store|store_ticks|perf_maps|symbol_caches|process_snapshots|dwarf|elf_symbols|kernel_symbols|python_codes|unwind_rows|malloc_heap), estimated",
+            "Bytes held by each bounded part of emberd (map=store|store_ticks|perf_maps|symbol_caches|process_snapshots|dwarf|elf_symbols|kernel_symbols|python_codes|java_methods|unwind_rows|malloc_heap), estimated",
             c.memory.clone(),
         );
         c

@@ -170,8 +170,19 @@ pub struct Misses {
     pub snapshots_evicted: u64,
 }
 
+impl CacheBytes {
+    /// What `runtime`'s namer holds (0 without one).
+    pub fn runtime(&self, runtime: &str) -> usize {
+        self.runtimes
+            .iter()
+            .filter(|(r, _)| *r == runtime)
+            .map(|(_, b)| b)
+            .sum()
+    }
+}
+
 /// Estimated bytes each bounded part of the [`Symbolizer`] holds.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct CacheBytes {
     /// Parsed perf maps.
     pub perf_maps: usize,
@@ -185,9 +196,9 @@ pub struct CacheBytes {
     pub elf_symbols: usize,
     /// The kernel's symbol table.
     pub kernel_symbols: usize,
-    /// The runtimes' code records named (CPython's code objects: their
-    /// names and line tables).
-    pub python_codes: usize,
+    /// Each runtime's names held (CPython's code objects, HotSpot's
+    /// methods and the JVM pages read), by [`FrameNamer::runtime`].
+    pub runtimes: Vec<(&'static str, usize)>,
 }
 
 /// Options of the [`Symbolizer`].
@@ -458,11 +469,11 @@ impl Symbolizer {
             dwarf: self.dwarf_bytes,
             elf_symbols: self.symtab_bytes,
             kernel_symbols: self.kernel_symbols.as_ref().map_or(0, KernelSymbols::bytes),
-            python_codes: self
+            runtimes: self
                 .namers
                 .iter()
-                .map(|n| n.stats().cached_bytes as usize)
-                .sum(),
+                .map(|n| (n.runtime(), n.stats().cached_bytes as usize))
+                .collect(),
         }
     }
 

@@ -106,12 +106,26 @@ struct Attached {
     /// Methods named: Method* -> its ConstMethod* when named, its names
     /// and line table.
     methods: FastMap<u64, (u64, Arc<Method>)>,
+    /// What `methods` holds, about.
+    method_bytes: usize,
 }
 
 /// A method's names and line table, as read once.
 struct Method {
     name: super::names::MethodName,
     lines: Option<Vec<u8>>,
+}
+
+impl Method {
+    /// Bytes held, about: the texts, the line table, the map entry and
+    /// allocations' headers.
+    fn bytes(&self) -> usize {
+        let n = &self.name;
+        96 + n.class.len()
+            + n.method.len()
+            + n.file.as_ref().map_or(0, |f| f.len())
+            + self.lines.as_ref().map_or(0, Vec::len)
+    }
 }
 
 /// Methods cached per JVM.
@@ -132,8 +146,12 @@ impl Attached {
         let m = Arc::new(Method { name, lines });
         if self.methods.len() >= MAX_METHODS {
             self.methods.clear();
+            self.method_bytes = 0;
         }
-        self.methods.insert(method, (cm, m.clone()));
+        self.method_bytes += m.bytes();
+        if let Some((_, old)) = self.methods.insert(method, (cm, m.clone())) {
+            self.method_bytes -= old.bytes();
+        }
         Some(m)
     }
 
@@ -185,6 +203,7 @@ impl JavaNames {
                     call_stub,
                     fresh_at: std::time::Instant::now(),
                     methods: FastMap::default(),
+                    method_bytes: 0,
                 })
             })
             .as_mut()
@@ -341,9 +360,15 @@ impl FrameNamer for JavaNames {
         NameStats {
             named: self.named,
             evicted: self.flushed,
+            // The slots' frames, about 150 bytes each; each JVM's pages
+            // and methods as held.
             cached_bytes: (self.cache.len() * 150
-                + self.jvms.len() * crate::runtime::memory::MAX_PAGES * 4096)
-                as u64,
+                + self
+                    .jvms
+                    .values()
+                    .flatten()
+                    .map(|a| 512 + a.jvm.cached_bytes() + a.method_bytes)
+                    .sum::<usize>()) as u64,
         }
     }
 }

@@ -301,6 +301,11 @@ impl Jvm {
         self.mem.forget_pages();
     }
 
+    /// Bytes of the process's pages held now.
+    pub fn cached_bytes(&self) -> usize {
+        self.mem.cached_bytes()
+    }
+
     /// Bytes read from the process so far.
     pub fn bytes_read(&self) -> u64 {
         self.mem.bytes_read()
