@@ -33,8 +33,12 @@
 #include "walk.h"
 
 /* Bytes of a blob's header read at once: every offset the layouts use is
- * below it. */
-#define HS_BLOB_READ 128
+ * below it, the compiled method's id too (304 on JDK 17, 212 on 25), so a
+ * frame costs one read of its blob. A blob too close to the end of its
+ * heap for that is read in HS_BLOB_MIN bytes (the CodeBlob fields) and its
+ * id apart. */
+#define HS_BLOB_READ 512
+#define HS_BLOB_MIN 128
 /* Segment-map hops followed at most (254 segments each). */
 #define HS_MAX_HOPS 32
 
@@ -42,6 +46,12 @@
 struct hs_walk {
 	__u8 blob[HS_BLOB_READ] __attribute__((aligned(8)));
 	__u8 insn[16] __attribute__((aligned(8))); /* the code at an interrupted pc */
+	__u64 link[2]; /* a compiled frame's saved rbp and return address */
+	/* The name of this walk's process's compiled methods, once read:
+	 * "nmethod" is one string in libjvm, so later frames compare the
+	 * pointer (JDKs whose blobs have no kind). Reset at each walk: a
+	 * process that execs is another image. */
+	__u64 nmethod_name;
 	__u32 frames; /* Java frames pushed by this walk */
 	__u32 _pad;
 };
@@ -93,6 +103,7 @@ __attribute__((noinline)) int hs_begin(int listed)
 	if (!h || !w)
 		return 0;
 	h->frames = 0;
+	h->nmethod_name = 0;
 	if (!listed)
 		return 0;
 	p = bpf_map_lookup_elem(&hs_procs, &w->tgid);
@@ -155,16 +166,20 @@ static __always_inline int hs_fail(struct walk *w, struct stored_stack *s, __u32
 /* Whether the blob header `b` (at `blob`) is a compiled method's: its
  * kind where the JVM keeps one, else its name ("nmethod", "native
  * nmethod"). */
-static __always_inline int hs_is_compiled(struct hs_layout *l, __u8 *b)
+static __always_inline int hs_is_compiled(struct hs_layout *l, struct hs_walk *h)
 {
 	__u64 name, text = 0;
 
 	if (l->blob_kind != 0xffff)
-		return HS_FIELD(b, l->blob_kind, __u8) == l->kind_nmethod;
-	name = HS_FIELD(b, l->blob_name, __u64);
+		return HS_FIELD(h->blob, l->blob_kind, __u8) == l->kind_nmethod;
+	name = HS_FIELD(h->blob, l->blob_name, __u64);
+	if (name && name == h->nmethod_name)
+		return 1;
 	if (!name || bpf_probe_read_user(&text, sizeof(text), (const void *)name))
 		return 0;
 	/* "nmethod\0" and "native n", little-endian. */
+	if (text == 0x00646f6874656d6eULL)
+		h->nmethod_name = name;
 	return text == 0x00646f6874656d6eULL || text == 0x6e2065766974616eULL;
 }
 
@@ -184,7 +199,7 @@ __attribute__((noinline)) int hs_enter(__u64 pc)
 	struct hs_layout *l;
 	__u64 sp, bp, ra = 0, nsp, nbp = 0, blob, code, off;
 	__s32 frame_words, complete;
-	__u32 id = 0;
+	__u32 id = 0, got = HS_BLOB_READ;
 
 	if (!w || !s || !h)
 		return 0;
@@ -198,13 +213,25 @@ __attribute__((noinline)) int hs_enter(__u64 pc)
 	if (pc >= p->interp_low && pc < p->interp_high) {
 		__u64 method = 0, bcp = 0, bci = (1 << EMBERD_JAVA_BCI_BITS) - 1, base;
 
+		__s32 lo = l->frame_bcp < l->frame_method ? l->frame_bcp : l->frame_method;
+		__u32 size = 8 * (2 - lo);
+		__u64 *word = (__u64 *)h->blob;
+
+		/* The frame's fixed words in one read, from the lower of the
+		 * method and bcp slots up to the return address: the sender's
+		 * sp at rbp - 8, the caller's rbp at rbp, the return address
+		 * at rbp + 8. */
+		if (lo < -14 || l->frame_method > -2 || l->frame_bcp > -2 || size < 24 ||
+		    size > 128)
+			return hs_fail(w, s, JAVA_MARK_OTHER, STACK_END_ERR_READ);
 		if (!bp || bp < sp ||
-		    bpf_probe_read_user(&method, 8, (const void *)(bp + 8 * (__s64)l->frame_method)) ||
-		    bpf_probe_read_user(&bcp, 8, (const void *)(bp + 8 * (__s64)l->frame_bcp)) ||
-		    bpf_probe_read_user(&ra, 8, (const void *)(bp + 8)) ||
-		    bpf_probe_read_user(&nsp, 8, (const void *)(bp - 8)) ||
-		    bpf_probe_read_user(&nbp, 8, (const void *)bp))
+		    bpf_probe_read_user(h->blob, size & 0xff, (const void *)(bp + 8 * (__s64)lo)))
 			return hs_fail(w, s, JAVA_MARK_READ, STACK_END_ERR_READ);
+		method = word[(l->frame_method - lo) & 15];
+		bcp = word[(l->frame_bcp - lo) & 15];
+		nsp = word[(-1 - lo) & 15];
+		nbp = word[(0 - lo) & 15];
+		ra = word[(1 - lo) & 15];
 		/* The bytecodes follow the method's ConstMethod. The slot in
 		 * the frame is saved at each call: exact for a caller, the
 		 * last call's for the frame a sample interrupted. */
@@ -220,8 +247,11 @@ __attribute__((noinline)) int hs_enter(__u64 pc)
 	blob = hs_blob_at(p, pc);
 	if (!blob)
 		return hs_fail(w, s, JAVA_MARK_NO_BLOB, STACK_END_ERR_PC);
-	if (bpf_probe_read_user(h->blob, HS_BLOB_READ, (const void *)blob))
-		return hs_fail(w, s, JAVA_MARK_READ, STACK_END_ERR_READ);
+	if (bpf_probe_read_user(h->blob, HS_BLOB_READ, (const void *)blob)) {
+		got = HS_BLOB_MIN;
+		if (bpf_probe_read_user(h->blob, HS_BLOB_MIN, (const void *)blob))
+			return hs_fail(w, s, JAVA_MARK_READ, STACK_END_ERR_READ);
+	}
 	if (pc == p->call_stub_return) {
 		/* The entry frame: rbp-based, returning into libjvm. */
 		hs_push(s, h, EMBERD_JAVA_STUB | off);
@@ -240,8 +270,10 @@ __attribute__((noinline)) int hs_enter(__u64 pc)
 		complete = HS_FIELD(h->blob, l->blob_frame_complete, __s16);
 	else
 		complete = HS_FIELD(h->blob, l->blob_frame_complete, __s32);
-	if (hs_is_compiled(l, h->blob)) {
-		if (bpf_probe_read_user(&id, 4, (const void *)(blob + l->nmethod_compile_id)))
+	if (hs_is_compiled(l, h)) {
+		if (l->nmethod_compile_id + 4 <= got)
+			id = HS_FIELD(h->blob, l->nmethod_compile_id, __u32);
+		else if (bpf_probe_read_user(&id, 4, (const void *)(blob + l->nmethod_compile_id)))
 			return hs_fail(w, s, JAVA_MARK_READ, STACK_END_ERR_READ);
 		hs_push(s, h, EMBERD_JAVA_COMPILED | (s->nr == 0 ? EMBERD_JAVA_TOP : 0) |
 				      ((__u64)(id & 0xffffff) << EMBERD_JAVA_PC_BITS) | off);
@@ -285,9 +317,11 @@ __attribute__((noinline)) int hs_enter(__u64 pc)
 	 * (C2's runtime stubs say "never safe"): it made a call. */
 	if (frame_words > 0 && (s->nr > 1 || (complete >= 0 && pc >= code + complete))) {
 		nsp = sp + 8 * (__u64)frame_words;
-		if (bpf_probe_read_user(&ra, 8, (const void *)(nsp - 8)) ||
-		    bpf_probe_read_user(&nbp, 8, (const void *)(nsp - 16)))
+		/* The saved rbp and the return address, below the caller's sp. */
+		if (bpf_probe_read_user(h->link, 16, (const void *)(nsp - 16)))
 			return hs_fail(w, s, JAVA_MARK_READ, STACK_END_ERR_READ);
+		nbp = h->link[0];
+		ra = h->link[1];
 	} else if (s->nr == 1) {
 		/* The frame is not built yet (the sample hit its first
 		 * instructions): the return address is at sp. */
