@@ -232,6 +232,7 @@ pub fn run() -> Vec<Item> {
     }
     items.push(unwind_item());
     items.push(python_item());
+    items.push(java_item());
     items.push(match crate::symbolize::kallsyms_readable() {
         Ok(true) => Item {
             what: "kallsyms",
@@ -412,6 +413,55 @@ fn python_item() -> Item {
             found.len(),
             if list.is_empty() { "" } else { ": " },
             list.join("; ") + if found.len() > 20 { "; ..." } else { "" },
+        ),
+    }
+}
+
+/// The JVMs running now (processes mapping a `libjvm.so`) and whether
+/// their structure tables can be read.
+fn java_item() -> Item {
+    let mut list = Vec::new();
+    let (mut found, mut readable) = (0usize, 0usize);
+    for p in procfs::process::all_processes()
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let pid = crate::shared::Pid(p.pid as u32);
+        let Ok(maps) = crate::shared::procmaps::code_maps(pid) else {
+            continue;
+        };
+        let jvm = maps.iter().any(|m| {
+            matches!(&m.pathname, procfs::process::MMapPath::Path(path)
+                if path.file_name().is_some_and(|n| n == "libjvm.so"))
+        });
+        if !jvm {
+            continue;
+        }
+        found += 1;
+        let comm = p.stat().map(|s| s.comm).unwrap_or_default();
+        let line = match crate::runtime::hotspot::Jvm::find(pid) {
+            Ok(j) => {
+                readable += 1;
+                format!("{} {comm} (HotSpot {}): Java frames read", pid.0, j.release)
+            }
+            Err(e) => format!("{} {comm}: native only, {e}", pid.0),
+        };
+        if list.len() < 20 {
+            list.push(line);
+        }
+    }
+    Item {
+        what: "java",
+        status: if readable == found {
+            Status::Ok
+        } else {
+            Status::Degraded
+        },
+        detail: format!(
+            "HotSpot JVMs (JDK 17 and 25 tested) are unwound in BPF from their own structure tables (no flag or agent); {found} JVMs running, {readable} readable{}{}",
+            if list.is_empty() { "" } else { ": " },
+            list.join("; ") + if found > 20 { "; ..." } else { "" },
         ),
     }
 }
