@@ -670,3 +670,51 @@ fn java_lines_in_frame_text_and_pprof() {
         drop(w);
     }
 }
+
+/// Issue 45: a JVM that also writes a perf map (`jcmd PID
+/// Compiler.perfmap`, `long Jobs.leafWork(long)` per compiled method) is
+/// still unwound: its frames read emberd's names from the JVM's tables
+/// (with inlined methods, which the map lacks), never the map's, as the
+/// README says.
+#[test]
+fn a_jvm_writing_a_perf_map_is_still_unwound() {
+    require_root();
+    for jdk in JDKS {
+        let (w, pid) = start_jobs(jdk, 30);
+        wait(3000);
+        let out = Command::new(jdk_tool(jdk, "jcmd"))
+            .args([&pid, "Compiler.perfmap"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "jcmd {pid} Compiler.perfmap: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let map = format!("/tmp/perf-{pid}.map");
+        let text = std::fs::read_to_string(&map).unwrap_or_default();
+        assert!(
+            text.contains(" long Jobs.leafWork(long)"),
+            "{jdk}: {map} should name leafWork:\n{}",
+            &text[..text.len().min(2000)]
+        );
+        let p = record_folded(
+            &format!("jobs-perfmap-{pid}.folded"),
+            &["-s", "4", "-p", &pid],
+        );
+        let _ = std::fs::remove_file(&map);
+        drop(w);
+        let from_map = sum_where(&p, |f| {
+            f.iter().any(|x| x.contains("Jobs.") && x.contains('('))
+        });
+        let (chain, whole) = chain_samples(&p);
+        assert!(
+            from_map == 0 && chain >= 50 && whole * 100 >= chain * 90,
+            "{jdk}: {from_map} samples with a frame named from the perf map; {whole} of {chain} chain samples whole:\n{}",
+            top(&p, 6)
+        );
+        eprintln!(
+            "{jdk}: with a perf map, {whole} of {chain} chain samples whole, none named from the map"
+        );
+    }
+}
