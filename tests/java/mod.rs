@@ -54,6 +54,21 @@ fn start_jobs(jdk: &str, seconds: u32) -> (Workload, String) {
     (w, pid)
 }
 
+/// Runs `jdk`'s `jcmd PID ARGS...`, which must succeed.
+fn jcmd(jdk: &str, pid: &str, args: &[&str]) {
+    let out = Command::new(jdk_tool(jdk, "jcmd"))
+        .arg(pid)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "jcmd {pid} {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A Java frame's method, as both tools can print it: `Class.method`,
 /// hidden classes' addresses dropped (`Jobs$$Lambda$233+0x...` here,
 /// `Jobs$$Lambda/0x...` in JFR).
@@ -184,19 +199,7 @@ fn java_frames_agree_with_flight_recorder() {
         wait(4000);
         let jfr = scratch().join(format!("jobs-{pid}.jfr"));
         let _ = std::fs::remove_file(&jfr);
-        let jcmd = |args: &[&str]| {
-            let out = Command::new(jdk_tool(jdk, "jcmd"))
-                .arg(&pid)
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "jcmd {pid} {args:?} failed: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
+        let jcmd = |args: &[&str]| jcmd(jdk, &pid, args);
         jcmd(&["JFR.start", "name=emberd", "settings=profile"]);
         let before = thread_ticks(w.pid());
         // 999 Hz: JFR's 20 s of samples (about 1,500 of these threads)
@@ -682,15 +685,7 @@ fn a_jvm_writing_a_perf_map_is_still_unwound() {
     for jdk in JDKS {
         let (w, pid) = start_jobs(jdk, 30);
         wait(3000);
-        let out = Command::new(jdk_tool(jdk, "jcmd"))
-            .args([&pid, "Compiler.perfmap"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "jcmd {pid} Compiler.perfmap: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        jcmd(jdk, &pid, &["Compiler.perfmap"]);
         let map = format!("/tmp/perf-{pid}.map");
         let text = std::fs::read_to_string(&map).unwrap_or_default();
         assert!(
