@@ -339,6 +339,12 @@ __attribute__((noinline)) int hs_enter(__u64 pc)
 unwound:
 	if (nsp <= sp)
 		return hs_fail(w, s, JAVA_MARK_FRAME, STACK_END_ERR_CFA);
+	/* A Java frame always has a caller (the call stub at the least): a
+	 * return address of 0 is a frame read wrong (a sample between a
+	 * frame's build steps), never the thread's root, which the native
+	 * walker would take it for. */
+	if (!ra)
+		return hs_fail(w, s, JAVA_MARK_FRAME, STACK_END_ERR_PC);
 	w->pc = ra;
 	w->sp = nsp;
 	w->bp = nbp;
