@@ -419,6 +419,20 @@ pub fn parse_folded(text: &str) -> Profile {
     emberd::render::folded::read(text.as_bytes()).expect("valid folded stacks")
 }
 
+/// Records `seconds` of process `pid` as pprof (`scratch()/name`) and
+/// returns `go tool pprof -top -lines` of it: each leaf line with its file
+/// and line.
+pub fn pprof_top_lines(name: &str, seconds: &str, pid: &str) -> String {
+    let pb = scratch().join(name);
+    let out = run_record(&pb, &["-s", seconds, "-p", pid]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    go_pprof(&["-top", "-lines", pb.to_str().expect("utf-8 path")])
+}
+
 /// Runs `go tool pprof ARGS` and returns its output; panics with its error.
 pub fn go_pprof(args: &[&str]) -> String {
     let tmp = scratch().join("pprof-home");

@@ -636,14 +636,7 @@ fn java_lines_in_frame_text_and_pprof() {
             top(&p, 6)
         );
 
-        let pb = scratch().join(format!("jobs-lines-{pid}.pb.gz"));
-        let out = run_record(&pb, &["-s", "3", "-p", &pid]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = go_pprof(&["-top", "-lines", pb.to_str().expect("utf-8 path")]);
+        let text = pprof_top_lines(&format!("jobs-lines-{pid}.pb.gz"), "3", &pid);
         // `1.72s 29.01% 29.01% 1.72s 29.01% Jobs.leafWork_[j] Jobs.java:45`.
         let leaf: Vec<&str> = text
             .lines()

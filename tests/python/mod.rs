@@ -497,14 +497,7 @@ fn python_lines_reach_pprof_and_folded() {
     );
     wait(1000);
     let pid = w.pid().to_string();
-    let pb = scratch().join("py-lines.pb.gz");
-    let out = run_record(&pb, &["-s", "3", "-p", &pid]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = go_pprof(&["-top", "-lines", pb.to_str().expect("utf-8 path")]);
+    let text = pprof_top_lines("py-lines.pb.gz", "3", &pid);
     assert!(
         text.lines()
             .any(|l| l.contains("spin (py_mixed.py)") && l.ends_with("py_mixed.py:20")),
