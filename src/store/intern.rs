@@ -146,6 +146,91 @@ impl<T: Hash + Eq> Table<T> {
     }
 }
 
+/// A frame known by where its strings and module live, not by their text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct FrameIdentity {
+    name: usize,
+    file: usize,
+    module: usize,
+    line: u32,
+    kind: FrameKind,
+}
+
+impl FrameIdentity {
+    fn of(frame: &Frame) -> Self {
+        Self {
+            name: Arc::as_ptr(&frame.name) as *const u8 as usize,
+            file: frame
+                .file
+                .as_ref()
+                .map_or(0, |f| Arc::as_ptr(f) as *const u8 as usize),
+            module: frame.module.as_ref().map_or(0, |m| Arc::as_ptr(m) as usize),
+            line: frame.line.unwrap_or(NONE),
+            kind: frame.kind,
+        }
+    }
+}
+
+/// Ids of the frames and names of one drain, found by the address of their
+/// shared strings: the symbolizer hands every sample of an address the same
+/// `Arc`s, so within a drain a pointer names its text. Hashing and comparing
+/// the text of every frame of every sample was most of what a 32-frame Java
+/// stack cost the daemon (`scripts/bench java`); a frame whose strings are
+/// new (the first of the drain) is interned by its text as before.
+///
+/// Pointers identify strings only while those strings live: a memo serves
+/// one batch of samples that stays borrowed while it is used, and is
+/// [`cleared`](Self::clear) before the batch is dropped or the interner is
+/// rebuilt (whose ids it would no longer match).
+#[derive(Debug, Default)]
+pub struct DrainMemo {
+    frames: FastMap<FrameIdentity, FrameId>,
+    names: FastMap<usize, NameId>,
+    /// Stack nodes met in this drain: a small table that stays in the
+    /// CPU's caches, where each probe of the whole prefix tree missed them.
+    nodes: FastMap<Node, u32>,
+    /// Whole stacks met in this drain, by their frames' identities: a
+    /// thread sampled many times a drain brings the same stack each time.
+    stacks: FastMap<Box<[FrameIdentity]>, StackId>,
+    /// Frame identities `stacks` holds, against [`MEMO_STACK_FRAMES`].
+    stack_frames: usize,
+    /// The stack being looked up (a buffer kept between samples).
+    key: Vec<FrameIdentity>,
+}
+
+/// Frames the whole stacks of one drain's memo may hold (32 bytes each):
+/// past it, a drain's further stacks are interned frame by frame.
+const MEMO_STACK_FRAMES: usize = 32 * 1024;
+
+/// Entries a cleared memo keeps room for: one drain's distinct frames on a
+/// busy host, without holding a burst's table for good.
+const MEMO_KEPT: usize = 1024;
+
+impl DrainMemo {
+    /// Forgets every pointer (keeping a bounded table for the next drain).
+    pub fn clear(&mut self) {
+        self.frames.clear();
+        self.names.clear();
+        self.nodes.clear();
+        self.stacks.clear();
+        self.stack_frames = 0;
+        self.frames.shrink_to(MEMO_KEPT);
+        self.stacks.shrink_to(MEMO_KEPT);
+        self.names.shrink_to(MEMO_KEPT);
+        self.nodes.shrink_to(MEMO_KEPT);
+    }
+
+    /// Bytes of its tables.
+    pub fn bytes(&self) -> usize {
+        map_bytes(&self.frames)
+            + map_bytes(&self.names)
+            + map_bytes(&self.nodes)
+            + map_bytes(&self.stacks)
+            + self.stack_frames * std::mem::size_of::<FrameIdentity>()
+            + self.key.capacity() * std::mem::size_of::<FrameIdentity>()
+    }
+}
+
 /// Frames, stacks and names, each stored once.
 #[derive(Debug)]
 pub struct Interner {
@@ -204,6 +289,30 @@ impl Interner {
         FrameId(self.frames.intern(&self.hasher, &stored, |f| *f))
     }
 
+    /// The id of `frame`, found by its strings' addresses in `memo` if it
+    /// came earlier in the batch `memo` serves (see [`DrainMemo`]).
+    fn frame_in(&mut self, memo: &mut DrainMemo, frame: &Frame) -> FrameId {
+        let key = FrameIdentity::of(frame);
+        if let Some(&id) = memo.frames.get(&key) {
+            return id;
+        }
+        let id = self.frame(frame);
+        memo.frames.insert(key, id);
+        id
+    }
+
+    /// The id of a name, found by its address in `memo` if it came earlier
+    /// in the batch `memo` serves.
+    pub fn name_in(&mut self, memo: &mut DrainMemo, name: &Arc<str>) -> NameId {
+        let key = Arc::as_ptr(name) as *const u8 as usize;
+        if let Some(&id) = memo.names.get(&key) {
+            return id;
+        }
+        let id = self.name(name);
+        memo.names.insert(key, id);
+        id
+    }
+
     fn module(&mut self, module: &Arc<Module>) -> u32 {
         let before = self.modules.values.len();
         let id = self.modules.intern(&self.hasher, module, Arc::clone);
@@ -230,6 +339,54 @@ impl Interner {
                 },
                 |n| *n,
             );
+        }
+        StackId(node)
+    }
+
+    /// The id of a stack of frames, root first, found whole in `memo` if
+    /// the batch `memo` serves brought it before, else interned frame by
+    /// frame (`ids` is a buffer).
+    pub fn frames_in(
+        &mut self,
+        memo: &mut DrainMemo,
+        frames: &[Frame],
+        ids: &mut Vec<FrameId>,
+    ) -> StackId {
+        let mut key = std::mem::take(&mut memo.key);
+        key.clear();
+        key.extend(frames.iter().map(FrameIdentity::of));
+        let found = memo.stacks.get(key.as_slice()).copied();
+        let id = found.unwrap_or_else(|| {
+            ids.clear();
+            ids.extend(frames.iter().map(|f| self.frame_in(memo, f)));
+            let id = self.stack_in(memo, ids);
+            if memo.stack_frames + key.len() <= MEMO_STACK_FRAMES {
+                memo.stack_frames += key.len();
+                memo.stacks.insert(key.as_slice().into(), id);
+            }
+            id
+        });
+        memo.key = key;
+        id
+    }
+
+    /// The id of a stack of frame ids, root first, its nodes found in
+    /// `memo` where this drain met them before.
+    fn stack_in(&mut self, memo: &mut DrainMemo, frames: &[FrameId]) -> StackId {
+        let mut node = 0;
+        for &frame in frames {
+            let key = Node {
+                parent: node,
+                frame,
+            };
+            node = match memo.nodes.get(&key) {
+                Some(&n) => n,
+                None => {
+                    let n = self.nodes.intern(&self.hasher, &key, |n| *n);
+                    memo.nodes.insert(key, n);
+                    n
+                }
+            };
         }
         StackId(node)
     }
@@ -406,6 +563,57 @@ mod tests {
     #[test]
     fn a_stored_frame_is_20_bytes() {
         assert_eq!(std::mem::size_of::<StoredFrame>(), 20);
+    }
+
+    #[test]
+    fn a_drain_memo_gives_the_ids_the_texts_would() {
+        let mut plain = Interner::default();
+        let mut memoized = Interner::default();
+        let mut memo = DrainMemo::default();
+        let main = Frame::new("main", FrameKind::User);
+        let leaf = |line| Frame {
+            line: Some(line),
+            file: Some("Jobs.java".into()),
+            ..Frame::new("Jobs.leafWork", FrameKind::Java)
+        };
+        // The same texts in other allocations, another line, another kind.
+        let stacks = [
+            vec![main.clone(), leaf(45)],
+            vec![main.clone(), leaf(45)],
+            vec![Frame::new("main", FrameKind::User), leaf(46)],
+            vec![main.clone(), leaf(45)],
+            vec![
+                main.clone(),
+                Frame::new("Jobs.leafWork", FrameKind::JavaInlined),
+            ],
+            vec![main.clone()],
+        ];
+        let mut ids = Vec::new();
+        let expected: Vec<StackId> = stacks
+            .iter()
+            .map(|s| {
+                let f: Vec<FrameId> = s.iter().map(|f| plain.frame(f)).collect();
+                plain.stack(&f)
+            })
+            .collect();
+        let got: Vec<StackId> = stacks
+            .iter()
+            .map(|s| memoized.frames_in(&mut memo, s, &mut ids))
+            .collect();
+        assert_eq!(got, expected);
+        assert_eq!(got[0], got[1]);
+        assert_ne!(got[0], got[2]);
+        assert_ne!(got[0], got[4]);
+        assert_eq!(memoized.stack_count(), plain.stack_count());
+        let a: Arc<str> = "worker".into();
+        let b: Arc<str> = "worker".into();
+        assert_eq!(
+            memoized.name_in(&mut memo, &a),
+            memoized.name_in(&mut memo, &b)
+        );
+        assert!(memo.bytes() > 0);
+        memo.clear();
+        assert!(memo.frames.is_empty() && memo.stacks.is_empty() && memo.stack_frames == 0);
     }
 
     #[test]

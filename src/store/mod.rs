@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use crate::shared::FastMap;
 pub use history::{History, HistoryOptions};
+use intern::DrainMemo;
 pub use intern::{FrameId, Interner, NameId, StackId, ThreadId, ThreadKey};
 
 use crate::shared::Frame;
@@ -350,6 +351,9 @@ pub struct StoreStats {
 pub struct Store {
     options: StoreOptions,
     interner: Interner,
+    /// Ids of the drain being inserted by its strings' addresses; empty
+    /// between drains.
+    memo: DrainMemo,
     slots: VecDeque<Slot>,
     entry_bytes: usize,
     tick_bytes: usize,
@@ -368,6 +372,7 @@ impl Store {
         Self {
             options,
             interner: Interner::default(),
+            memo: DrainMemo::default(),
             slots: VecDeque::new(),
             entry_bytes: 0,
             tick_bytes: 0,
@@ -408,21 +413,22 @@ impl Store {
         }
         let mut ids = Vec::new();
         let mut hint = self.slots.len() - 1;
+        // Valid while `samples` is borrowed: cleared before this returns.
+        let mut memo = std::mem::take(&mut self.memo);
         for s in samples {
-            ids.clear();
-            ids.extend(s.frames.iter().map(|f| self.interner.frame(f)));
+            let stack = self.interner.frames_in(&mut memo, &s.frames, &mut ids);
             let thread = ThreadKey {
                 pid: s.pid.0,
                 tid: s.tid.0,
-                thread_comm: self.interner.name(&s.thread_comm),
-                process_comm: self.interner.name(&s.process_comm),
-                unit: self.interner.name(&s.workload.unit),
-                container: self.interner.name(&s.workload.container),
-                exe: self.interner.name(&s.workload.exe),
+                thread_comm: self.interner.name_in(&mut memo, &s.thread_comm),
+                process_comm: self.interner.name_in(&mut memo, &s.process_comm),
+                unit: self.interner.name_in(&mut memo, &s.workload.unit),
+                container: self.interner.name_in(&mut memo, &s.workload.container),
+                exe: self.interner.name_in(&mut memo, &s.workload.exe),
             };
             let key = EntryKey {
                 thread: self.interner.thread(thread),
-                stack: self.interner.stack(&ids),
+                stack,
             };
             let second = s.at_ms.map_or(at, |ms| (ms / 1000).min(at));
             hint = self.slot_for(second, hint);
@@ -440,6 +446,8 @@ impl Store {
                 _ => {}
             }
         }
+        memo.clear();
+        self.memo = memo;
         self.recount();
         self.compact(at);
     }
@@ -718,6 +726,7 @@ impl Store {
         self.entry_bytes
             + self.tick_bytes
             + self.interner.bytes()
+            + self.memo.bytes()
             + self.slots.len() * std::mem::size_of::<Slot>()
     }
 

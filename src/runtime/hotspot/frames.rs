@@ -110,9 +110,14 @@ struct Attached {
     method_bytes: usize,
 }
 
-/// A method's names and line table, as read once.
+/// A method's names and line table, as read once. The names are shared by
+/// every frame of the method: the store finds a drain's frames by their
+/// strings' addresses, and a copy per frame was also two allocations.
 struct Method {
-    name: super::names::MethodName,
+    /// `package.Class.method`, as JFR and async-profiler print it.
+    qualified: Arc<str>,
+    /// The source file's short name, where the class says.
+    file: Option<Arc<str>>,
     lines: Option<Vec<u8>>,
 }
 
@@ -120,10 +125,8 @@ impl Method {
     /// Bytes held, about: the texts, the line table, the map entry and
     /// allocations' headers.
     fn bytes(&self) -> usize {
-        let n = &self.name;
-        96 + n.class.len()
-            + n.method.len()
-            + n.file.as_ref().map_or(0, |f| f.len())
+        96 + self.qualified.len()
+            + self.file.as_ref().map_or(0, |f| f.len())
             + self.lines.as_ref().map_or(0, Vec::len)
     }
 }
@@ -143,7 +146,11 @@ impl Attached {
         }
         let name = self.jvm.method_name(method).ok()?;
         let lines = self.jvm.line_table(method).ok().flatten();
-        let m = Arc::new(Method { name, lines });
+        let m = Arc::new(Method {
+            qualified: name.qualified().into(),
+            file: name.file.as_deref().map(Arc::from),
+            lines,
+        });
         if self.methods.len() >= MAX_METHODS {
             self.methods.clear();
             self.method_bytes = 0;
@@ -242,7 +249,7 @@ impl JavaNames {
                             a.line(&m, bci)
                         };
                         self.named += 1;
-                        Arc::from(vec![java_frame(&m.name, line, FrameKind::Java)])
+                        Arc::from(vec![java_frame(&m, line, FrameKind::Java)])
                     }
                     None => one("[java: method unreadable]".to_owned(), FrameKind::Marker),
                 }
@@ -279,17 +286,16 @@ impl JavaNames {
                         continue;
                     };
                     let line = s.bci.and_then(|b| a.line(&m, b));
-                    let n = &m.name;
                     let kind = if i == 0 {
                         FrameKind::Java
                     } else {
                         FrameKind::JavaInlined
                     };
-                    frames.push(java_frame(n, line, kind));
+                    frames.push(java_frame(&m, line, kind));
                 }
                 if frames.is_empty() {
                     match a.jvm.compiled_method(&blob).ok().and_then(|m| a.method(m)) {
-                        Some(m) => frames.push(java_frame(&m.name, None, FrameKind::Java)),
+                        Some(m) => frames.push(java_frame(&m, None, FrameKind::Java)),
                         None => {
                             return one("[java: method unreadable]".to_owned(), FrameKind::Marker);
                         }
@@ -314,11 +320,11 @@ impl JavaNames {
 }
 
 /// A Java frame: `package.Class.method`, its file and line.
-fn java_frame(n: &super::names::MethodName, line: Option<u32>, kind: FrameKind) -> Frame {
+fn java_frame(m: &Method, line: Option<u32>, kind: FrameKind) -> Frame {
     Frame {
-        name: n.qualified().into(),
+        name: m.qualified.clone(),
         kind,
-        file: n.file.as_deref().map(Arc::from),
+        file: m.file.clone(),
         line,
         module: None,
     }
