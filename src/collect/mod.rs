@@ -71,6 +71,10 @@ pub mod defaults {
     /// and collected 4 s after its last use; one refused (its user holds
     /// half of the map, or it is full) is shown as `[python: code evicted]`.
     pub const PYTHON_CODE_ENTRIES: u32 = 4096;
+    /// HotSpot JVMs whose code cache the Java walker reads (`hs_procs`,
+    /// 168 bytes each, allocated as JVMs are found; preallocated before
+    /// Linux 6.1). A user other than root holds at most half.
+    pub const JAVA_PROCESSES: u32 = 1024;
     /// Samples per second per CPU. 99, not 100, so sampling does not run in
     /// lock-step with work that is itself timed in round milliseconds.
     pub const FREQUENCY_HZ: u64 = 99;
@@ -223,6 +227,9 @@ pub struct SamplerOptions {
     /// half of it for any one user but root;
     /// default [`defaults::PYTHON_CODE_ENTRIES`]).
     pub python_code_entries: u32,
+    /// JVMs whose code cache the Java walker reads (`hs_procs`; half of it
+    /// for any one user but root; default [`defaults::JAVA_PROCESSES`]).
+    pub java_processes: u32,
 }
 
 impl Default for SamplerOptions {
@@ -237,6 +244,7 @@ impl Default for SamplerOptions {
             unwind_processes: defaults::MAX_PROCESSES,
             unwind_tables: true,
             python_code_entries: defaults::PYTHON_CODE_ENTRIES,
+            java_processes: defaults::JAVA_PROCESSES,
         }
     }
 }
@@ -399,6 +407,10 @@ impl CpuSampler {
         open.maps
             .proc_unwind
             .set_max_entries(processes)
+            .map_err(|source| CollectError::Load { source })?;
+        open.maps
+            .hs_procs
+            .set_max_entries(options.java_processes.clamp(2, processes))
             .map_err(|source| CollectError::Load { source })?;
         open.maps
             .py_codes

@@ -253,6 +253,10 @@ settings! {
     // About 560 bytes of kernel memory each, allocated at start.
     python_code_entries: u32 = crate::unwind::defaults::PYTHON_CODE_ENTRIES,
         range 64..=1_048_576;
+    /// JVMs whose code cache the Java walker reads.
+    // 168 bytes of kernel memory each; a user other than root holds at most
+    // half, and further JVMs of theirs stay native (counted).
+    java_processes: u32 = crate::collect::defaults::JAVA_PROCESSES, range 2..=65_536;
     /// Larger perf maps are not read, MiB.
     perf_map_max_mib: u64 = crate::symbolize::defaults::PERF_MAP_MAX_FILE_BYTES >> 20,
         range 1..=4096;
@@ -393,6 +397,8 @@ pub struct Config {
     pub java: bool,
     /// Entries of the BPF map of Python code objects.
     pub python_code_entries: u32,
+    /// Entries of the BPF map of HotSpot JVMs.
+    pub java_processes: u32,
     /// Symbolizer bounds (perf maps).
     pub symbolizer: crate::symbolize::SymbolizerOptions,
     /// Off-CPU, wakeup, off-wake and page-fault recording.
@@ -499,6 +505,7 @@ impl Config {
             python: raw.python(),
             java: raw.java(),
             python_code_entries: raw.python_code_entries()?,
+            java_processes: raw.java_processes()?,
             symbolizer: symbolizer_of(&raw)?,
         })
     }

@@ -220,6 +220,7 @@ fn sampler_options(config: &Config) -> SamplerOptions {
         unwind_rows: config.unwind_rows,
         unwind_processes: config.unwind_processes,
         python_code_entries: config.python_code_entries,
+        java_processes: config.java_processes,
         // Idle samples are kept in the store and left out at query time
         // unless `idle=1` asks for them.
         include_idle: true,

@@ -706,3 +706,93 @@ fn a_jvm_writing_a_perf_map_is_still_unwound() {
         );
     }
 }
+
+/// Issue 45, per-user shares: a local user (nobody) starting more JVMs than
+/// their half of `hs_procs` (`--java-processes 4` here, 1024 by default)
+/// cannot keep another user's JVM from being unwound. Two of theirs are
+/// unwound, the third stays native, counted as
+/// `reason="user's share of JVM processes"`, and root's JVM started after
+/// them shows its methods.
+#[test]
+fn one_user_cannot_take_every_jvm_place() {
+    require_root();
+    let jdk = JDKS[0];
+    let dir = scratch().join("java-nap");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("Nap.java");
+    std::fs::write(
+        &src,
+        "public class Nap {\n  public static void main(String[] a) throws Exception {\n    \
+         System.out.println(\"started\");\n    Thread.sleep(Long.parseLong(a[0]) * 1000);\n  }\n}\n",
+    )
+    .unwrap();
+    let out = Command::new(jdk_tool(jdk, "javac"))
+        .arg("-d")
+        .arg(&dir)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "javac: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = Daemon::start(&["--java-processes", "4"], &[]);
+    let java = jdk_tool(jdk, "java");
+    let naps: Vec<Workload> = (0..3)
+        .map(|_| {
+            Workload::spawn_ready(
+                run_as(NOBODY, &java)
+                    .env("HOME", "/tmp")
+                    .arg("-cp")
+                    .arg(&dir)
+                    .args(["Nap", "60"]),
+                "started",
+            )
+        })
+        .collect();
+    let (jobs, pid) = start_jobs(jdk, 40);
+    // The agent looks at new processes each second and retries a JVM
+    // still starting each second after.
+    let java_metrics = |m: &str| {
+        m.lines()
+            .filter(|l| l.starts_with("emberd_java_processes"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for _ in 0..20 {
+        wait(1000);
+        let m = d.get("/metrics").text();
+        if metric(&m, "emberd_java_processes{reason=\"unwound\"}") >= 3.0 {
+            break;
+        }
+    }
+    wait(5000);
+    let m = d.get("/metrics").text();
+    let folded = d.get(&format!("/folded?seconds=4&pid={pid}")).text();
+    let unwound = metric(&m, "emberd_java_processes{reason=\"unwound\"}");
+    let refused = metric(
+        &m,
+        "emberd_java_processes{reason=\"user's share of JVM processes\"}",
+    );
+    assert!(
+        unwound == 3.0 && refused == 1.0,
+        "two of nobody's three JVMs and root's should be unwound, one of nobody's refused:\n{}",
+        java_metrics(&m)
+    );
+    let named: u64 = folded
+        .lines()
+        .filter(|l| l.contains("Jobs.outerJob_["))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(
+        named >= 50,
+        "root's JVM should show its methods ({named} samples under Jobs.outerJob):\n{}",
+        folded.lines().take(10).collect::<Vec<_>>().join("\n")
+    );
+    eprintln!(
+        "nobody's JVMs: 2 unwound, {refused} refused; root's JVM: {named} samples under Jobs.outerJob in 4 s"
+    );
+    drop(jobs);
+    drop(naps);
+}
