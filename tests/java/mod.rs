@@ -26,11 +26,17 @@ const COMPARED: [&str; 3] = ["Jobs.outerJob", "Jobs.streamJob", "Jobs.holdLock"]
 /// directory.
 fn compile_jobs(jdk: &str) -> PathBuf {
     let dir = scratch().join(format!("jobs-{}", jdk.rsplit('/').next().unwrap_or("jdk")));
-    std::fs::create_dir_all(&dir).unwrap();
+    javac(jdk, &dir, &workload("Jobs.java"));
+    dir
+}
+
+/// `source` compiled by `jdk`'s javac into `dir`.
+fn javac(jdk: &str, dir: &std::path::Path, source: &std::path::Path) {
+    std::fs::create_dir_all(dir).unwrap();
     let out = Command::new(jdk_tool(jdk, "javac"))
         .arg("-d")
-        .arg(&dir)
-        .arg(workload("Jobs.java"))
+        .arg(dir)
+        .arg(source)
         .output()
         .unwrap();
     assert!(
@@ -38,7 +44,6 @@ fn compile_jobs(jdk: &str) -> PathBuf {
         "{jdk}'s javac failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    dir
 }
 
 /// `Jobs` running on `jdk` for `seconds`, once its threads have started,
@@ -726,17 +731,7 @@ fn one_user_cannot_take_every_jvm_place() {
          System.out.println(\"started\");\n    Thread.sleep(Long.parseLong(a[0]) * 1000);\n  }\n}\n",
     )
     .unwrap();
-    let out = Command::new(jdk_tool(jdk, "javac"))
-        .arg("-d")
-        .arg(&dir)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "javac: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    javac(jdk, &dir, &src);
     let d = Daemon::start(&["--java-processes", "4"], &[]);
     let java = jdk_tool(jdk, "java");
     let naps: Vec<Workload> = (0..3)
