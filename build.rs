@@ -22,6 +22,7 @@ const HEADERS: &[&str] = &[
     "unwind.h",
     "python.h",
     "hotspot.h",
+    "v8.h",
     "walk.h",
     "runtime.h",
     "events.h",

@@ -323,7 +323,10 @@ enum unwind_counter {
 	UCOUNTER_JAVA_FRAMES,        /* Java frames (interpreted, compiled, stubs) unwound */
 	UCOUNTER_JAVA_MARK_BASE,     /* + enum java_mark: why a Java walk stopped */
 	UCOUNTER_JAVA_MARK_END = UCOUNTER_JAVA_MARK_BASE + 4,
-	UCOUNTER_MAX = UCOUNTER_JAVA_MARK_END,
+	UCOUNTER_V8_FRAMES = UCOUNTER_JAVA_MARK_END, /* JavaScript frames read */
+	UCOUNTER_V8_TYPED,           /* V8's own frames (entry, exit, stubs) left native */
+	UCOUNTER_V8_NOT_JS,          /* frames in V8 code whose function could not be read, left native */
+	UCOUNTER_MAX,
 };
 
 /* ---- HotSpot frames (bpf/hotspot.h; layouts from src/runtime/hotspot/) ----
@@ -396,6 +399,61 @@ struct hs_proc {
 	__u64 call_stub_return;     /* where Java code returns into the call stub */
 	struct hs_heap heaps[EMBERD_JAVA_HEAPS];
 	struct hs_layout layout;
+};
+
+/* ---- V8 frames (bpf/v8.h; offsets from src/runtime/v8/) ----
+ *
+ * Where the native walker meets V8's code (its JIT code and its builtins)
+ * in a process the agent listed as node, the frame's function is read
+ * from the frame (V8 keeps a frame pointer in every frame it builds, with
+ * the JSFunction below it) and pushed as one tagged slot (top byte 0xe4):
+ *   EMBERD_V8_FRAME | kind << 54 | check << 44 | SharedFunctionInfo >> 3
+ * `kind` is enum v8_kind; `check` is 10 bits of a hash of the function
+ * info's name and script pointers as read at the sample (V8_CHECK): the
+ * agent names the frame at the drain only if the object there is still a
+ * SharedFunctionInfo with the same check, so a function moved by the GC
+ * and another put in its place is a marker, not a wrong name.
+ */
+#define EMBERD_V8_FRAME      0xe400000000000000ULL
+#define EMBERD_V8_KIND_SHIFT 54
+#define EMBERD_V8_CHECK_SHIFT 44
+#define EMBERD_V8_CHECK_BITS 10
+/* Keep in step with `check_of` in src/runtime/v8/frames.rs. */
+#define V8_CHECK(name, script)                                                  \
+	((((name) ^ ((script) * 0x9e3779b97f4a7c15ULL)) * 0xff51afd7ed558ccdULL) >> \
+	 (64 - EMBERD_V8_CHECK_BITS))
+
+/* What ran the frame; keep in step with `V8Kind` in src/runtime/v8/frames.rs. */
+enum v8_kind {
+	V8_KIND_INTERPRETED = 0, /* Ignition: the frame holds a bytecode offset */
+	V8_KIND_COMPILED = 1,    /* Sparkplug, Maglev or TurboFan code */
+	V8_KIND_MAX,
+};
+
+/* Byte offsets and instance types of a V8 build (src/runtime/v8/layout.rs). */
+struct v8_layout {
+	__s8 fp_function;        /* the frame's JSFunction at fp + this */
+	__s8 fp_context;         /* its context, or a typed frame's marker (SMI) */
+	__s8 fp_bytecode_offset; /* an interpreted frame's bytecode offset (SMI) */
+	__u8 _pad;
+	__u16 map_instance_type; /* Map::instance_type (u16) */
+	__u16 function_shared;   /* JSFunction::shared */
+	__u16 shared_name;       /* SharedFunctionInfo::name_or_scope_info */
+	__u16 shared_script;     /* SharedFunctionInfo::script(_or_debug_info) */
+	__u16 type_function_first; /* JSFunction instance types (subclasses form a range) */
+	__u16 type_function_last;
+	__u16 type_shared;       /* SHARED_FUNCTION_INFO_TYPE */
+	__u16 _pad2[3];
+};
+
+/* A node process (map v8_procs, key tgid): the code V8 runs (the walk's
+ * claims) and its build's layout. */
+struct v8_proc {
+	__u64 code_low;          /* JIT code and builtins copied or mapped there */
+	__u64 code_high;
+	__u64 blob_low;          /* the builtins in the binary's own text; 0: none */
+	__u64 blob_high;
+	struct v8_layout layout;
 };
 
 /* One aggregation key per (thread, stacks). Value: u64 number of samples. */

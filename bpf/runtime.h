@@ -34,6 +34,7 @@
 #include "walk.h"
 #include "python.h"
 #include "hotspot.h"
+#include "v8.h"
 
 static __always_inline int runtime_begin(struct walk *w, int listed)
 {
@@ -41,6 +42,7 @@ static __always_inline int runtime_begin(struct walk *w, int listed)
 
 	tls |= py_begin(w, listed);
 	tls |= hs_begin(listed);
+	tls |= v8_begin(listed);
 	return tls;
 }
 
@@ -52,6 +54,8 @@ static __always_inline int runtime_enter(struct walk *w, struct stored_stack *s,
 		return py_enter(pc);
 	case RUNTIME_HOTSPOT:
 		return hs_enter(pc);
+	case RUNTIME_V8:
+		return v8_enter(pc);
 	}
 	return 0;
 }
@@ -69,6 +73,7 @@ static __always_inline void runtime_finish(struct walk *w, struct stored_stack *
 {
 	py_finish(w, s, end);
 	hs_finish(w, s, end);
+	v8_finish(w, s, end);
 }
 
 #endif /* EMBERD_RUNTIME_H */

@@ -28,6 +28,7 @@ enum runtime_id {
 	RUNTIME_NONE = 0,
 	RUNTIME_PYTHON = 1, /* bpf/python.h */
 	RUNTIME_HOTSPOT = 2, /* bpf/hotspot.h */
+	RUNTIME_V8 = 3, /* bpf/v8.h */
 	RUNTIME_MAX,
 };
 

@@ -577,6 +577,11 @@ pub struct RecordArgs {
     /// own structure tables (false: their code cache stays addresses).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub java: bool,
+    /// Show JavaScript functions of Node.js processes (Node 18 to 26), read
+    /// from V8's frames and postmortem metadata (false: V8's code stays
+    /// builtins and `[anon]`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub node: bool,
     /// Python frames as `function (file.py:LINE)`, one frame per line run
     /// (py-spy's default; without it, py-spy's `--nolineno` form), and Java
     /// frames as `pkg.Class.method:LINE_[j]` (async-profiler's form).
@@ -631,6 +636,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<std::process::ExitCode> {
         runtimes: crate::runtime::RuntimeOptions {
             python: args.python,
             java: args.java,
+            node: args.node,
         },
         grouping: args.group,
         output: args.output,

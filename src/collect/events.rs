@@ -652,6 +652,7 @@ fn load(
         ),
         (&mut open.maps.py_procs, &unwind.py_procs),
         (&mut open.maps.hs_procs, &unwind.hs_procs),
+        (&mut open.maps.v8_procs, &unwind.v8_procs),
         (&mut open.maps.py_codes, &unwind.py_codes),
         (&mut open.maps.py_codes_by_uid, &unwind.py_codes_by_uid),
         (&mut open.maps.file_tables, &unwind.files),

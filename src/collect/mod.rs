@@ -75,6 +75,11 @@ pub mod defaults {
     /// 168 bytes each, allocated as JVMs are found; preallocated before
     /// Linux 6.1). A user other than root holds at most half.
     pub const JAVA_PROCESSES: u32 = 1024;
+    /// Node processes whose JavaScript frames the walker reads
+    /// (`v8_procs`, 64 bytes each, allocated as they are found;
+    /// preallocated before Linux 6.1). A user other than root holds at
+    /// most half.
+    pub const NODE_PROCESSES: u32 = 1024;
     /// Samples per second per CPU. 99, not 100, so sampling does not run in
     /// lock-step with work that is itself timed in round milliseconds.
     pub const FREQUENCY_HZ: u64 = 99;
@@ -230,6 +235,10 @@ pub struct SamplerOptions {
     /// JVMs whose code cache the Java walker reads (`hs_procs`; half of it
     /// for any one user but root; default [`defaults::JAVA_PROCESSES`]).
     pub java_processes: u32,
+    /// Node processes whose V8 frames the walker reads (`v8_procs`; half
+    /// of it for any one user but root; default
+    /// [`defaults::NODE_PROCESSES`]).
+    pub node_processes: u32,
 }
 
 impl Default for SamplerOptions {
@@ -245,6 +254,7 @@ impl Default for SamplerOptions {
             unwind_tables: true,
             python_code_entries: defaults::PYTHON_CODE_ENTRIES,
             java_processes: defaults::JAVA_PROCESSES,
+            node_processes: defaults::NODE_PROCESSES,
         }
     }
 }
@@ -330,6 +340,8 @@ pub struct UnwindMaps {
     /// `hs_procs`: each HotSpot JVM's code cache and layout
     /// (`bpf/hotspot.h`).
     pub hs_procs: MapHandle,
+    /// `v8_procs`: each node process's V8 code and layout (`bpf/v8.h`).
+    pub v8_procs: MapHandle,
     /// `py_codes`: code objects the walker met, named at drains.
     pub py_codes: MapHandle,
     /// `py_codes_by_uid`: the records each user holds in `py_codes`.
@@ -398,6 +410,7 @@ impl CpuSampler {
                 &mut open.maps.proc_unwind,
                 &mut open.maps.py_procs,
                 &mut open.maps.hs_procs,
+                &mut open.maps.v8_procs,
                 &mut open.maps.file_tables,
             ] {
                 map.set_map_flags(0)
@@ -411,6 +424,10 @@ impl CpuSampler {
         open.maps
             .hs_procs
             .set_max_entries(options.java_processes.clamp(2, processes))
+            .map_err(|source| CollectError::Load { source })?;
+        open.maps
+            .v8_procs
+            .set_max_entries(options.node_processes.clamp(2, processes))
             .map_err(|source| CollectError::Load { source })?;
         open.maps
             .py_codes
@@ -487,6 +504,7 @@ impl CpuSampler {
             refresh_pending: handle(&maps.unwind_refresh_pending, "unwind_refresh_pending")?,
             py_procs: handle(&maps.py_procs, "py_procs")?,
             hs_procs: handle(&maps.hs_procs, "hs_procs")?,
+            v8_procs: handle(&maps.v8_procs, "v8_procs")?,
             py_codes: handle(&maps.py_codes, "py_codes")?,
             py_codes_by_uid: handle(&maps.py_codes_by_uid, "py_codes_by_uid")?,
             files: handle(&maps.file_tables, "file_tables")?,

@@ -239,6 +239,12 @@ pub struct UnwindCounters {
     pub java_frames: u64,
     /// Java walks stopped at a marker, by reason (`enum java_mark`).
     pub java_marks: [u64; (c::UCOUNTER_JAVA_MARK_END - c::UCOUNTER_JAVA_MARK_BASE) as usize],
+    /// JavaScript frames read from V8's frames.
+    pub v8_frames: u64,
+    /// V8's own frames (entry, exit, stubs) left native.
+    pub v8_typed: u64,
+    /// Frames in V8's code whose function could not be read (left native).
+    pub v8_not_js: u64,
 }
 
 impl UnwindCounters {
@@ -271,6 +277,9 @@ impl UnwindCounters {
             py_code_full: v[at(c::UCOUNTER_PY_CODE_FULL)],
             java_frames: v[at(c::UCOUNTER_JAVA_FRAMES)],
             java_marks,
+            v8_frames: v[at(c::UCOUNTER_V8_FRAMES)],
+            v8_typed: v[at(c::UCOUNTER_V8_TYPED)],
+            v8_not_js: v[at(c::UCOUNTER_V8_NOT_JS)],
         })
     }
 }

@@ -249,6 +249,9 @@ settings! {
     /// Show Java methods of HotSpot JVMs (JDK 17, 25), read from the JVM's
     /// own structure tables, in place of their code cache's addresses.
     java: bool = true;
+    /// Show JavaScript functions of Node.js processes (Node 18 to 26), read
+    /// from V8's frames and postmortem metadata, in place of V8's code.
+    node: bool = true;
     /// Code objects whose names the Python walker keeps in BPF.
     // About 560 bytes of kernel memory each, allocated at start.
     python_code_entries: u32 = crate::unwind::defaults::PYTHON_CODE_ENTRIES,
@@ -257,6 +260,10 @@ settings! {
     // 168 bytes of kernel memory each; a user other than root holds at most
     // half, and further JVMs of theirs stay native (counted).
     java_processes: u32 = crate::collect::defaults::JAVA_PROCESSES, range 2..=65_536;
+    /// Node processes whose JavaScript frames the walker reads.
+    // 64 bytes of kernel memory each; a user other than root holds at most
+    // half, and further processes of theirs stay native (counted).
+    node_processes: u32 = crate::collect::defaults::NODE_PROCESSES, range 2..=65_536;
     /// Larger perf maps are not read, MiB.
     perf_map_max_mib: u64 = crate::symbolize::defaults::PERF_MAP_MAX_FILE_BYTES >> 20,
         range 1..=4096;
@@ -399,6 +406,10 @@ pub struct Config {
     pub python_code_entries: u32,
     /// Entries of the BPF map of HotSpot JVMs.
     pub java_processes: u32,
+    /// Read JavaScript frames of Node.js processes.
+    pub node: bool,
+    /// Entries of the BPF map of node processes.
+    pub node_processes: u32,
     /// Symbolizer bounds (perf maps).
     pub symbolizer: crate::symbolize::SymbolizerOptions,
     /// Off-CPU, wakeup, off-wake and page-fault recording.
@@ -506,6 +517,8 @@ impl Config {
             java: raw.java(),
             python_code_entries: raw.python_code_entries()?,
             java_processes: raw.java_processes()?,
+            node: raw.node(),
+            node_processes: raw.node_processes()?,
             symbolizer: symbolizer_of(&raw)?,
         })
     }

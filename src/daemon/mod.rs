@@ -221,6 +221,7 @@ fn sampler_options(config: &Config) -> SamplerOptions {
         unwind_processes: config.unwind_processes,
         python_code_entries: config.python_code_entries,
         java_processes: config.java_processes,
+        node_processes: config.node_processes,
         // Idle samples are kept in the store and left out at query time
         // unless `idle=1` asks for them.
         include_idle: true,
@@ -239,6 +240,7 @@ fn start_collector(config: &Config, shared: Shared) -> anyhow::Result<CollectorT
         runtimes: crate::runtime::RuntimeOptions {
             python: config.python,
             java: config.java,
+            node: config.node,
         },
         symbolizer: config.symbolizer.clone(),
     };
@@ -607,6 +609,7 @@ impl Collector {
             ("kernel_symbols", caches.kernel_symbols),
             ("python_codes", caches.runtime("python")),
             ("java_methods", caches.runtime("hotspot")),
+            ("javascript_functions", caches.runtime("v8")),
             ("unwind_rows", p.unwind_stats().bytes as usize),
             ("response_cache", cached_bytes),
         ]);
@@ -625,6 +628,12 @@ impl Collector {
                 events.as_ref(),
                 &p.runtime_names("hotspot"),
                 &p.runtime_processes("hotspot"),
+            );
+            metrics.node.observe(
+                &cpu,
+                events.as_ref(),
+                &p.runtime_names("v8"),
+                &p.runtime_processes("v8"),
             );
         }
         if let Ok(counters) = p.counters() {

@@ -118,9 +118,10 @@ impl Dictionary {
         let mapping = match (&f.module, f.kind) {
             (Some(m), _) => self.mapping(&m.path),
             (None, FrameKind::Kernel) => self.mapping("[kernel.kallsyms]"),
-            (None, FrameKind::Jit | FrameKind::Java | FrameKind::JavaInlined) => {
-                self.mapping("[jit]")
-            }
+            (
+                None,
+                FrameKind::Jit | FrameKind::Java | FrameKind::JavaInlined | FrameKind::JavaScript,
+            ) => self.mapping("[jit]"),
             _ => 0,
         };
         let kind = match f.kind {
@@ -130,6 +131,8 @@ impl Dictionary {
             // The OpenTelemetry profiler's word for HotSpot's frames,
             // interpreted, compiled or inlined alike.
             FrameKind::Java | FrameKind::JavaInlined => "jvm",
+            // The OpenTelemetry profiler's word for V8's frames.
+            FrameKind::JavaScript => "v8js",
             _ => "native",
         };
         let kind = self.attr("profile.frame.type", kind, None);
@@ -303,6 +306,7 @@ mod tests {
         };
         assert_eq!(kind("Jobs.outerJob", FrameKind::Java), "jvm");
         assert_eq!(kind("Jobs.leafWork", FrameKind::JavaInlined), "jvm");
+        assert_eq!(kind("outerJob (app.js)", FrameKind::JavaScript), "v8js");
         assert_eq!(kind("[jvm: call stub]", FrameKind::User), "native");
         assert_eq!(kind("leaf (app.py)", FrameKind::Python), "cpython");
         assert_eq!(kind("schedule", FrameKind::Kernel), "kernel");

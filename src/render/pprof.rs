@@ -224,9 +224,10 @@ impl Builder {
         let mapping_id = match (&f.module, f.kind) {
             (Some(m), _) => self.mapping(&m.path, m.build_id.as_deref()),
             (None, FrameKind::Kernel) => self.mapping("[kernel.kallsyms]", None),
-            (None, FrameKind::Jit | FrameKind::Java | FrameKind::JavaInlined) => {
-                self.mapping("[jit]", None)
-            }
+            (
+                None,
+                FrameKind::Jit | FrameKind::Java | FrameKind::JavaInlined | FrameKind::JavaScript,
+            ) => self.mapping("[jit]", None),
             _ => 0,
         };
         let id = self.p.location.len() as u64 + 1;

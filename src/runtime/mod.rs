@@ -23,7 +23,9 @@
 
 pub mod hotspot;
 pub mod memory;
+pub mod metrics;
 pub mod python;
+pub mod v8;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -42,6 +44,8 @@ pub enum Finding {
     Python(python::FileRuntime),
     /// A HotSpot JVM's `libjvm.so`.
     HotSpot(hotspot::JvmFile),
+    /// A V8 build with postmortem metadata (node, `libnode.so`).
+    V8(v8::NodeFile),
 }
 
 /// What `file`, mapped as code by some process, holds for any runtime:
@@ -54,10 +58,13 @@ pub fn inspect(file: &File) -> Option<Finding> {
         .chain(hotspot::vmstructs::SYMBOLS.iter())
         .copied()
         .collect();
-    let syms = elf.dynamic_symbols(file, &wanted).ok()?;
+    let syms = elf
+        .dynamic_symbols_where(file, |n| wanted.contains(&n) || n.starts_with(v8::PREFIX))
+        .ok()?;
     python::inspect(file, &elf, &syms)
         .map(Finding::Python)
         .or_else(|| hotspot::inspect(&elf, &syms).map(Finding::HotSpot))
+        .or_else(|| v8::inspect(file, &elf, &syms).map(Finding::V8))
 }
 
 /// An executable mapping of a process whose file holds something for a
@@ -124,6 +131,8 @@ pub struct RuntimeOptions {
     pub python: bool,
     /// Read Java frames of HotSpot JVMs (default true).
     pub java: bool,
+    /// Read JavaScript frames of Node.js processes (default true).
+    pub node: bool,
 }
 
 impl Default for RuntimeOptions {
@@ -131,6 +140,7 @@ impl Default for RuntimeOptions {
         Self {
             python: true,
             java: true,
+            node: true,
         }
     }
 }
@@ -149,6 +159,10 @@ pub fn start(
             handle(&maps.hs_procs, "hs_procs")?,
             options.java,
         )),
+        Box::new(v8::V8::new(
+            handle(&maps.v8_procs, "v8_procs")?,
+            options.node,
+        )),
     ])
 }
 
@@ -160,6 +174,7 @@ pub fn namers(maps: &UnwindMaps) -> Result<Vec<Box<dyn FrameNamer>>, CollectErro
             "py_codes",
         )?)),
         Box::new(hotspot::frames::JavaNames::new()),
+        Box::new(v8::frames::NodeNames::new()),
     ])
 }
 
@@ -184,6 +199,18 @@ pub(crate) fn may_place(
         held += usize::from(u == uid);
     }
     uid == 0 || held < share
+}
+
+/// The bytes of `value`, a C struct of integers (a BPF map's value type):
+/// what a map entry holds.
+pub(crate) fn c_bytes<T: Copy>(value: &T) -> Vec<u8> {
+    // SAFETY: callers pass the generated BPF types, plain C structs of
+    // integers with no padding left uninitialised by `Default`; reading
+    // their bytes is reading integers.
+    unsafe {
+        std::slice::from_raw_parts((value as *const T).cast::<u8>(), std::mem::size_of::<T>())
+    }
+    .to_vec()
 }
 
 /// A handle of its own on a map the sampler holds.

@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 use crate::collect::metrics::CollectMetrics;
 use crate::runtime::hotspot::metrics::JavaMetrics;
 use crate::runtime::python::metrics::PythonMetrics;
+use crate::runtime::v8::metrics::NodeMetrics;
 use crate::shared::metrics::{Common, Label};
 use crate::store::metrics::StoreMetrics;
 use crate::symbolize::metrics::SymbolizeMetrics;
@@ -130,6 +131,8 @@ pub struct Metrics {
     pub python: PythonMetrics,
     /// Java frames, marks, names and JVM processes.
     pub java: JavaMetrics,
+    /// JavaScript frames, names and node processes.
+    pub node: NodeMetrics,
     /// The store's metrics (size, budget drops, malloc heap records).
     pub store: StoreMetrics,
     requests: Family<RouteCode, Counter>,
@@ -154,6 +157,7 @@ impl Metrics {
         let symbolize = SymbolizeMetrics::register(&mut registry, &common);
         let python = PythonMetrics::register(&mut registry);
         let java = JavaMetrics::register(&mut registry);
+        let node = NodeMetrics::register(&mut registry);
         let store = StoreMetrics::register(&mut registry, &common, store_budget_bytes);
         let requests = Family::<RouteCode, Counter>::default();
         registry.register(
@@ -220,6 +224,7 @@ impl Metrics {
             symbolize,
             python,
             java,
+            node,
             store,
             requests,
             latency,

@@ -34,10 +34,11 @@ pub mod limits {
     pub const SHDR_BYTES: u64 = 64;
     /// `sizeof(Elf64_Sym)`.
     pub const SYM_BYTES: usize = 24;
-    /// Bound on `.dynsym` + `.dynstr` read to look for the interpreter's
-    /// symbols: libpython's are ~90 KiB, a large C++ library's can be tens
-    /// of MiB (and holds no interpreter).
-    pub const MAX_DYNSYM_BYTES: u64 = 4 << 20;
+    /// Bound on `.dynsym` + `.dynstr` read to look for a runtime's
+    /// symbols: libpython's are ~90 KiB, node's 3 to 9.5 MiB (Node 22's
+    /// are the largest measured), a large C++ library's can be tens of MiB
+    /// (and holds no runtime). Read once per file, by a table builder.
+    pub const MAX_DYNSYM_BYTES: u64 = 16 << 20;
     /// Bytes of symbol and string table (`.symtab` with `.strtab`, or
     /// `.dynsym` with `.dynstr`) the symbolizer reads whole to make a
     /// compact table from, at most (`symbolize::symtab::MAX_READ_BYTES`);
@@ -66,6 +67,8 @@ pub const SHT_NOTE: u32 = object::elf::SHT_NOTE;
 pub const SHT_NOBITS: u32 = object::elf::SHT_NOBITS;
 /// `SHT_DYNSYM`.
 pub const SHT_DYNSYM: u32 = object::elf::SHT_DYNSYM;
+/// `SHT_SYMTAB`.
+pub const SHT_SYMTAB: u32 = object::elf::SHT_SYMTAB;
 
 /// Why a header was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -353,6 +356,17 @@ impl Headers {
         file: &File,
         wanted: &[&str],
     ) -> Result<Vec<(String, u64, u64)>, ElfError> {
+        self.dynamic_symbols_where(file, |n| wanted.contains(&n))
+    }
+
+    /// (name, value, size) of the defined dynamic symbols whose names
+    /// `keep` chooses, each once (the first); read as
+    /// [`Headers::dynamic_symbols`].
+    pub fn dynamic_symbols_where(
+        &self,
+        file: &File,
+        keep: impl Fn(&str) -> bool,
+    ) -> Result<Vec<(String, u64, u64)>, ElfError> {
         let dynsym = self
             .sections
             .iter()
@@ -397,13 +411,84 @@ impl Headers {
             else {
                 continue;
             };
-            if wanted.contains(&n) && !out.iter().any(|(o, _, _)| o == n) {
+            if keep(n) && !out.iter().any(|(o, _, _)| o == n) {
                 out.push((n.to_owned(), s.value, s.size));
             }
         }
         Ok(out)
     }
+
+    /// The value of the first defined symbol of `.symtab` named `name`
+    /// (local symbols too, which `.dynsym` never holds), found by two
+    /// passes of [`STREAM_CHUNK`] bytes over `.strtab` and `.symtab`: a
+    /// large binary's tables (node's are 23 MB) are never held whole.
+    /// `None` when the file has no `.symtab` (stripped) or no such symbol.
+    pub fn local_symbol(&self, file: &File, name: &str) -> Option<u64> {
+        let symtab = self.sections.iter().find(|s| s.kind == SHT_SYMTAB)?;
+        let strtab = self.sections.get(symtab.link as usize)?;
+        let inside = |s: &Section| s.offset.checked_add(s.size).is_some_and(|e| e <= self.len);
+        if !inside(symtab) || !inside(strtab) {
+            return None;
+        }
+        // Where `name` NUL-terminated starts in .strtab (after a NUL or at
+        // 0): the names a symbol can point at.
+        let mut needle = Vec::with_capacity(name.len() + 2);
+        needle.push(0u8);
+        needle.extend_from_slice(name.as_bytes());
+        needle.push(0);
+        let mut starts: Vec<u32> = Vec::new();
+        let mut buf = vec![0u8; STREAM_CHUNK];
+        let mut at = 0u64;
+        while at < strtab.size && starts.len() < 16 {
+            let n = (strtab.size - at).min(STREAM_CHUNK as u64) as usize;
+            file.read_exact_at(&mut buf[..n], strtab.offset + at).ok()?;
+            let mut i = 0;
+            while let Some(k) = buf[i..n]
+                .windows(needle.len())
+                .position(|w| w == needle.as_slice())
+            {
+                starts.push(u32::try_from(at + (i + k) as u64 + 1).ok()?);
+                i += k + 1;
+            }
+            if n < STREAM_CHUNK {
+                break;
+            }
+            // Overlap, so a name across two chunks is seen.
+            at += (n - needle.len()) as u64;
+        }
+        if starts.is_empty() {
+            return None;
+        }
+        let per = (STREAM_CHUNK / SYM_BYTES) * SYM_BYTES;
+        let mut at = 0u64;
+        while at < symtab.size {
+            let n = (symtab.size - at).min(per as u64) as usize;
+            file.read_exact_at(&mut buf[..n], symtab.offset + at).ok()?;
+            if let Some(s) = symbols(&buf[..n], true)
+                .find(|s| s.shndx != object::elf::SHN_UNDEF && starts.contains(&s.name))
+            {
+                return Some(s.value);
+            }
+            at += n as u64;
+        }
+        None
+    }
+
+    /// The little-endian `i32` at virtual address `vaddr` of the file; 0
+    /// for an address a segment holds past its file bytes (`.bss`).
+    pub fn i32_at(&self, file: &File, vaddr: u64) -> Option<i32> {
+        if let Some(b) = self.read_vaddr(file, vaddr, 4) {
+            return Some(i32::from_le_bytes(b.try_into().ok()?));
+        }
+        self.sections
+            .iter()
+            .any(|s| s.kind == SHT_NOBITS)
+            .then_some(0)
+    }
 }
+
+/// Bytes read at once by the streaming symbol search.
+pub const STREAM_CHUNK: usize = 1 << 20;
 
 #[cfg(test)]
 mod tests {

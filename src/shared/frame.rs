@@ -28,6 +28,10 @@ pub enum FrameKind {
     /// A Java method the JIT inlined into the compiled one below it
     /// (`_[i]`).
     JavaInlined,
+    /// A JavaScript function, interpreted or compiled, named from V8's
+    /// frames and metadata, `name (script.js)_[j]` (see
+    /// [`crate::runtime::v8`]).
+    JavaScript,
 }
 
 /// The ELF file a frame's code lives in (pprof's mapping).
@@ -71,7 +75,7 @@ impl Frame {
         match self.kind {
             FrameKind::User | FrameKind::Marker | FrameKind::Python => "",
             FrameKind::Inlined | FrameKind::JavaInlined => "_[i]",
-            FrameKind::Jit | FrameKind::Java => "_[j]",
+            FrameKind::Jit | FrameKind::Java | FrameKind::JavaScript => "_[j]",
             FrameKind::Kernel => "_[k]",
             FrameKind::Waker => "_[w]",
         }

@@ -13,7 +13,7 @@ use prometheus_client::registry::Registry;
 use super::frames::JavaMark;
 use crate::collect::UnwindCounters;
 use crate::runtime::NameStats;
-use crate::shared::metrics::{EventLabel, MissLabel, ReasonLabel, advance, gauge_value};
+use crate::shared::metrics::{EventLabel, MissLabel, ReasonLabel, advance};
 
 /// The last cumulative figures seen.
 #[derive(Debug, Default)]
@@ -98,18 +98,8 @@ impl JavaMetrics {
                 );
             }
         }
-        for (reason, n, p) in [
-            ("named", names.named, last.names.named),
-            ("flushed", names.evicted, last.names.evicted),
-        ] {
-            advance(&self.names.get_or_create(&MissLabel::new(reason)), n, p);
-        }
-        self.processes.clear();
-        for (state, n) in processes {
-            self.processes
-                .get_or_create(&MissLabel::new(state))
-                .set(gauge_value(*n));
-        }
+        crate::runtime::metrics::advance_names(&self.names, names, &last.names, "flushed");
+        crate::runtime::metrics::set_processes(&self.processes, processes);
         *last = LastJava {
             cpu: *cpu,
             events: events.copied().unwrap_or_default(),

@@ -185,15 +185,7 @@ fn entry(jvm: &mut Jvm) -> Result<(u32, Vec<u8>), super::HotSpotError> {
         const_size: narrow(l.const_size),
         ..Default::default()
     };
-    // SAFETY: hs_proc is a C struct of integers: any bytes are a value,
-    // and its bytes are what the map holds.
-    let bytes = unsafe {
-        std::slice::from_raw_parts(
-            (&p as *const hs_proc).cast::<u8>(),
-            std::mem::size_of::<hs_proc>(),
-        )
-    };
-    Ok((jvm.major, bytes.to_vec()))
+    Ok((jvm.major, crate::runtime::c_bytes(&p)))
 }
 
 impl Runtime for HotSpot {

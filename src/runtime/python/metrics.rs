@@ -13,7 +13,7 @@ use prometheus_client::registry::Registry;
 use crate::collect::UnwindCounters;
 use crate::runtime::NameStats;
 use crate::runtime::python::PyMark;
-use crate::shared::metrics::{EventLabel, MissLabel, ReasonLabel, advance, gauge_value};
+use crate::shared::metrics::{EventLabel, MissLabel, ReasonLabel, advance};
 
 /// The last cumulative figures seen: the CPU and events walkers' counters
 /// and the names found at drains.
@@ -98,18 +98,8 @@ impl PythonMetrics {
         ] {
             self.observe_walker(event, now, prev);
         }
-        for (reason, n, p) in [
-            ("named", names.named, last.names.named),
-            ("evicted", names.evicted, last.names.evicted),
-        ] {
-            advance(&self.names.get_or_create(&MissLabel::new(reason)), n, p);
-        }
-        self.processes.clear();
-        for (state, n) in processes {
-            self.processes
-                .get_or_create(&MissLabel::new(state))
-                .set(gauge_value(*n));
-        }
+        crate::runtime::metrics::advance_names(&self.names, names, &last.names, "evicted");
+        crate::runtime::metrics::set_processes(&self.processes, processes);
         *last = LastPython {
             cpu: *cpu,
             events: events.copied().unwrap_or_default(),

@@ -1,0 +1,164 @@
+//! Node.js (V8): JavaScript functions read from V8's frames and its
+//! postmortem metadata, with no flag in the application.
+//!
+//! - [`layout`]: the `v8dbg_*` constants node exports for debuggers, and
+//!   what emberd needs of them;
+//! - [`heap`]: V8's objects and strings as read from the process;
+//! - [`names`]: a function's name and script;
+//! - [`frames`]: names of the slots `bpf/v8.h` pushed;
+//! - [`procs`]: which processes run node, and the code the walker claims.
+//!
+//! A node binary is found by its metadata ([`inspect`]: a file whose
+//! `.dynsym` holds `v8dbg_off_fp_function`), and read through
+//! `/proc/PID/mem`.
+
+pub mod frames;
+pub mod heap;
+pub mod layout;
+pub mod metrics;
+pub mod names;
+pub mod procs;
+
+use std::fs::File;
+
+use crate::runtime::memory::ProcessMemory;
+use crate::shared::Pid;
+use crate::shared::elf::{Headers, Segment};
+use layout::{LayoutError, Postmortem, V8Layout};
+
+pub use procs::{NodeState, V8};
+
+/// The symbol every V8 build with postmortem metadata exports, and that
+/// marks the file as one.
+pub const MARK: &str = "v8dbg_off_fp_function";
+/// The prefix of the metadata's symbols.
+pub const PREFIX: &str = "v8dbg_";
+/// Bytes read from one node process to name its frames, per drain at most.
+pub const READS_PER_DRAIN: u64 = 4 << 20;
+
+/// What a node binary (or `libnode.so`) holds for emberd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFile {
+    /// Its layout, or why it cannot be read.
+    pub layout: Result<V8Layout, LayoutError>,
+    /// Its embedded builtins (`v8_Default_embedded_blob_code_`, from
+    /// `.symtab`): file address and size; `None` when stripped.
+    pub blob: Option<(u64, u64)>,
+    /// The word at the blob's symbol: where the builtins are when the
+    /// symbol is a pointer to them (Node 18 keeps it in `.data`).
+    pub blob_pointer: Option<u64>,
+    /// Its `PT_LOAD` segments.
+    pub loads: Vec<Segment>,
+}
+
+impl NodeFile {
+    /// The file offset of the builtins at file address `vaddr`, where a
+    /// segment holds them.
+    pub fn file_offset(&self, vaddr: u64) -> Option<u64> {
+        let seg = self
+            .loads
+            .iter()
+            .find(|s| s.vaddr <= vaddr && vaddr < s.vaddr + s.filesz)?;
+        Some(seg.offset + (vaddr - seg.vaddr))
+    }
+}
+
+/// Whether a file (its headers `elf`, its defined dynamic symbols `syms`:
+/// name, value, size, among them every `v8dbg_*`) is a V8 build with
+/// postmortem metadata; its constants are read from `file`.
+pub fn inspect(file: &File, elf: &Headers, syms: &[(String, u64, u64)]) -> Option<NodeFile> {
+    if !syms.iter().any(|(n, _, _)| n == MARK) {
+        return None;
+    }
+    let values = syms
+        .iter()
+        .filter(|(n, _, _)| n.starts_with(PREFIX))
+        .filter_map(|(n, v, _)| Some((n.clone(), i64::from(elf.i32_at(file, *v)?))))
+        .collect();
+    let layout = V8Layout::from_postmortem(&Postmortem::new(values));
+    let symbol = elf.local_symbol(file, "v8_Default_embedded_blob_code_");
+    let blob_pointer = symbol
+        .and_then(|at| elf.read_vaddr(file, at, 8))
+        .and_then(|b| Some(u64::from_le_bytes(b.try_into().ok()?)));
+    let blob = symbol.and_then(|start| {
+        let size_at = elf.local_symbol(file, "v8_Default_embedded_blob_code_size_")?;
+        let size = u64::try_from(elf.i32_at(file, size_at)?).ok()?;
+        (size > 0 && size < 1 << 30).then_some((start, size))
+    });
+    Some(NodeFile {
+        layout,
+        blob,
+        blob_pointer,
+        loads: elf.loads.clone(),
+    })
+}
+
+/// The layout of the V8 build `file` is, read from its `.dynsym` only.
+pub fn inspect_layout(file: &File) -> Option<Result<V8Layout, LayoutError>> {
+    let elf = Headers::read(file).ok()?;
+    let syms = elf
+        .dynamic_symbols_where(file, |n| n.starts_with(PREFIX))
+        .ok()?;
+    if !syms.iter().any(|(n, _, _)| n == MARK) {
+        return None;
+    }
+    let values = syms
+        .iter()
+        .filter_map(|(n, v, _)| Some((n.clone(), i64::from(elf.i32_at(file, *v)?))))
+        .collect();
+    Some(V8Layout::from_postmortem(&Postmortem::new(values)))
+}
+
+/// Whether a mapped file's name is node's (`node`, `node22`, `nodejs`,
+/// `libnode.so.109`): only those are read for metadata.
+pub fn is_node_name(name: &str) -> bool {
+    name.starts_with("node") || name.starts_with("libnode.so")
+}
+
+/// A node process to name frames of: its memory and its build's layout.
+pub struct NodeProcess {
+    /// Its memory.
+    pub mem: ProcessMemory,
+    /// Its build's layout.
+    pub layout: V8Layout,
+}
+
+impl NodeProcess {
+    /// Finds the V8 build process `pid` maps (its node binary or
+    /// `libnode.so`) through its maps, and opens its memory.
+    pub fn find(pid: Pid) -> Result<NodeProcess, String> {
+        let maps = crate::shared::procmaps::code_maps(pid)
+            .map_err(|e| format!("reading the maps of {pid}: {e}"))?;
+        for m in &maps {
+            let procfs::process::MMapPath::Path(path) = &m.pathname else {
+                continue;
+            };
+            if !path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(is_node_name)
+            {
+                continue;
+            }
+            // The file the process maps, wherever its mount namespace has it.
+            let Ok(file) = File::open(format!(
+                "/proc/{}/map_files/{:x}-{:x}",
+                pid.0, m.address.0, m.address.1
+            )) else {
+                continue;
+            };
+            match inspect_layout(&file) {
+                Some(Ok(layout)) => {
+                    let mem =
+                        ProcessMemory::open(pid, READS_PER_DRAIN).map_err(|e| e.to_string())?;
+                    return Ok(NodeProcess { mem, layout });
+                }
+                Some(Err(e)) => return Err(e.to_string()),
+                None => continue,
+            }
+        }
+        Err(format!(
+            "process {pid} maps no node binary with V8's postmortem metadata"
+        ))
+    }
+}
