@@ -49,5 +49,8 @@ mod symbolize;
 /// (C, Rust, Debian's python3), page faults and off-CPU through libc, and
 /// hostile unwind input.
 mod unwind;
+/// JavaScript frames of Node.js processes read from V8's frames, against
+/// V8's own profiler (`node --cpu-prof`), on Node 18 to 26.
+mod v8;
 /// The web page at `/` in a real browser.
 mod web;

