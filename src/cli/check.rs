@@ -233,6 +233,7 @@ pub fn run() -> Vec<Item> {
     items.push(unwind_item());
     items.push(python_item());
     items.push(java_item());
+    items.push(node_item());
     items.push(match crate::symbolize::kallsyms_readable() {
         Ok(true) => Item {
             what: "kallsyms",
@@ -417,9 +418,13 @@ fn python_item() -> Item {
     }
 }
 
-/// The JVMs running now (processes mapping a `libjvm.so`) and whether
-/// their structure tables can be read.
-fn java_item() -> Item {
+/// The processes running now that map a file `is_runtime` picks by name,
+/// each with a line saying whether `read` can read it: (found, readable,
+/// at most 20 lines).
+fn runtime_processes(
+    is_runtime: impl Fn(&std::ffi::OsStr) -> bool,
+    read: impl Fn(crate::shared::Pid, &str) -> Result<String, String>,
+) -> (usize, usize, Vec<String>) {
     let mut list = Vec::new();
     let (mut found, mut readable) = (0usize, 0usize);
     for p in procfs::process::all_processes()
@@ -431,19 +436,19 @@ fn java_item() -> Item {
         let Ok(maps) = crate::shared::procmaps::code_maps(pid) else {
             continue;
         };
-        let jvm = maps.iter().any(|m| {
+        let runs = maps.iter().any(|m| {
             matches!(&m.pathname, procfs::process::MMapPath::Path(path)
-                if path.file_name().is_some_and(|n| n == "libjvm.so"))
+                if path.file_name().is_some_and(&is_runtime))
         });
-        if !jvm {
+        if !runs {
             continue;
         }
         found += 1;
         let comm = p.stat().map(|s| s.comm).unwrap_or_default();
-        let line = match crate::runtime::hotspot::Jvm::find(pid) {
-            Ok(j) => {
+        let line = match read(pid, &comm) {
+            Ok(l) => {
                 readable += 1;
-                format!("{} {comm} (HotSpot {}): Java frames read", pid.0, j.release)
+                l
             }
             Err(e) => format!("{} {comm}: native only, {e}", pid.0),
         };
@@ -451,19 +456,63 @@ fn java_item() -> Item {
             list.push(line);
         }
     }
+    (found, readable, list)
+}
+
+/// A runtime's item: `what`, `about` it, its processes found and read.
+fn runtime_item(
+    what: &'static str,
+    about: &str,
+    (found, readable, list): (usize, usize, Vec<String>),
+) -> Item {
     Item {
-        what: "java",
+        what,
         status: if readable == found {
             Status::Ok
         } else {
             Status::Degraded
         },
         detail: format!(
-            "HotSpot JVMs (JDK 17 and 25 tested) are unwound in BPF from their own structure tables (no flag or agent); {found} JVMs running, {readable} readable{}{}",
+            "{about}; {found} running, {readable} readable{}{}",
             if list.is_empty() { "" } else { ": " },
             list.join("; ") + if found > 20 { "; ..." } else { "" },
         ),
     }
+}
+
+/// The JVMs running now (processes mapping a `libjvm.so`) and whether
+/// their structure tables can be read.
+fn java_item() -> Item {
+    let found = runtime_processes(
+        |n| n == "libjvm.so",
+        |pid, comm| {
+            crate::runtime::hotspot::Jvm::find(pid)
+                .map(|j| format!("{} {comm} (HotSpot {}): Java frames read", pid.0, j.release))
+                .map_err(|e| e.to_string())
+        },
+    );
+    runtime_item(
+        "java",
+        "HotSpot JVMs (JDK 17 and 25 tested) are unwound in BPF from their own structure tables (no flag or agent)",
+        found,
+    )
+}
+
+/// The node processes running now (mapping a node binary or
+/// `libnode.so`) and whether V8's metadata in it can be read.
+fn node_item() -> Item {
+    let found = runtime_processes(
+        |n| n.to_str().is_some_and(crate::runtime::v8::is_node_name),
+        |pid, comm| {
+            crate::runtime::v8::NodeProcess::find(pid)
+                .map(|_| format!("{} {comm}: JavaScript frames read", pid.0))
+        },
+    );
+    runtime_item(
+        "node",
+        "Node.js processes (Node 18 to 26 tested) have their JavaScript frames read in BPF from V8's frames and postmortem metadata (no flag)",
+        found,
+    )
 }
 
 fn unwind_item() -> Item {

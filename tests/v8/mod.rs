@@ -266,3 +266,185 @@ fn node_false_leaves_v8s_code_native() {
         top(&p, 5)
     );
 }
+
+/// A process that says it is node (it exports node 20's postmortem
+/// constants, as any local user can) and lies in its heap: a function
+/// whose name is a cons string made of itself claiming 2^31 characters,
+/// a script name claiming as many, and a function whose info is rewritten
+/// all the time. The daemon keeps sampling everyone else, reads each lie
+/// within its bounds, and its memory stays within budget.
+#[test]
+fn lying_node_cannot_harm_the_daemon() {
+    require_root();
+    let bin = build_c_with("node_liar", "rdynamic-node", &["-O2", "-rdynamic"]);
+    let mut d = Daemon::start(&[], &[]);
+    let before = d.status_kib("VmHWM");
+    let native = Workload::spawn(Command::new(build_c("cpu_70_30")).arg("14"));
+    let liar = Workload::spawn(run_as(NOBODY, &bin).arg("30"));
+    wait(8000);
+    let m = d.get("/metrics").text();
+    let peak = d.status_kib("VmHWM");
+    let alive = d.child.try_wait().unwrap().is_none();
+    let folded = |pid: u32| parse_folded(&d.get(&format!("/folded?seconds=6&pid={pid}")).text());
+    let c = folded(native.pid());
+    let l = folded(liar.pid());
+    drop(liar);
+    let ctx = format!("liar:\n{}\nnative:\n{}", top(&l, 8), top(&c, 4));
+    eprintln!("daemon peak RSS: {before} KiB when ready, {peak} KiB after the liar\n{ctx}");
+    assert!(alive, "the daemon died");
+    assert!(
+        peak < 150 << 10,
+        "the daemon's peak RSS went from {before} KiB to {peak} KiB"
+    );
+    assert!(
+        metric(&m, "emberd_node_processes{reason=\"unwound\"}") >= 1.0,
+        "the liar should have been taken for node:\n{}",
+        m.lines()
+            .filter(|x| x.contains("node") || x.contains("javascript"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let hot = sum_where(&c, |f| {
+        has_seq(f, &["main", "hot_a"]) || has_seq(f, &["main", "hot_b"])
+    });
+    assert!(
+        c.total() >= 200 && hot * 10 >= c.total() * 9,
+        "the native workload beside it should be sampled as usual ({hot} of {}):\n{ctx}",
+        c.total()
+    );
+    // The self-made cons string is no name: `(anonymous)`, its script's
+    // name cut at 512 characters.
+    let anonymous = sum_where(&l, |f| {
+        f.iter().any(|x| {
+            x.starts_with("(anonymous) (")
+                && x.ends_with(")_[j]")
+                && x.chars().count() <= 600
+                && !x.chars().any(char::is_control)
+        })
+    });
+    let moved = sum_where(&l, |f| f.contains(&"[v8: function moved or collected]"));
+    assert!(
+        anonymous >= 50 && moved >= 10,
+        "the liar's threads should show as (anonymous) ({anonymous} samples) and, for the rewritten one, as [v8: function moved or collected] ({moved}):\n{ctx}"
+    );
+}
+
+/// A synchronous read of a pipe (`fs.readSync`) is charged its time off
+/// CPU under the JavaScript function that read, within 10%.
+#[test]
+fn node_read_sync_is_charged_to_the_reading_function() {
+    require_root();
+    let fifo = scratch().join("node-fifo");
+    let _ = std::fs::remove_file(&fifo);
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success(), "mkfifo failed");
+    let mut cmd = Command::new("node");
+    cmd.arg(workload("js_wait.js")).arg(&fifo).arg("12");
+    // The writer: a line every 50 ms, as a slow peer would send.
+    let _writer = Workload::spawn(Command::new("sh").arg("-c").arg(format!(
+        "while :; do echo x; sleep 0.05; done > {}",
+        fifo.display()
+    )));
+    let w = Workload::spawn_ready(&mut cmd, "started");
+    let pid = w.pid().to_string();
+    let seconds = 5;
+    let p = record_folded(
+        "node-offcpu.folded",
+        &["-e", "offcpu", "-s", &seconds.to_string(), "-p", &pid],
+    );
+    // Off-CPU values are microseconds.
+    let waited = sum_where(&p, |f| f.contains(&"readPipe (js_wait.js)_[j]")) as f64 / 1e6;
+    let in_read = sum_where(&p, |f| {
+        f.contains(&"readPipe (js_wait.js)_[j]") && f.iter().any(|x| x.contains("read"))
+    });
+    let ctx = top(&p, 6);
+    assert!(
+        (seconds as f64 * 0.9..=seconds as f64 * 1.05).contains(&waited),
+        "the reading thread was off CPU {waited:.2} s under readPipe in {seconds} s:\n{ctx}"
+    );
+    assert!(
+        in_read > 0,
+        "no off-CPU time in read under readPipe:\n{ctx}"
+    );
+}
+
+/// Per-user shares: a local user (nobody) starting more node processes
+/// than their half of `v8_procs` (`--node-processes 4` here, 1024 by
+/// default) cannot keep another user's from being read. Two of theirs are
+/// read, the third stays native, counted as `reason="user's share of node
+/// processes"`, and root's node started after them shows its functions.
+#[test]
+fn one_user_cannot_take_every_node_place() {
+    require_root();
+    let d = Daemon::start(&["--node-processes", "4"], &[]);
+    let node = which("node");
+    let naps: Vec<Workload> = (0..3)
+        .map(|_| {
+            Workload::spawn_ready(
+                run_as(NOBODY, &node)
+                    .env("HOME", "/tmp")
+                    .arg("-e")
+                    .arg("console.log('started'); setTimeout(() => {}, 60000);"),
+                "started",
+            )
+        })
+        .collect();
+    let mut cmd = Command::new("node");
+    cmd.arg(workload("js_work.js")).arg("40");
+    let work = Workload::spawn_ready(&mut cmd, "started");
+    let node_metrics = |m: &str| {
+        m.lines()
+            .filter(|l| l.starts_with("emberd_node_processes"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for _ in 0..20 {
+        wait(1000);
+        let m = d.get("/metrics").text();
+        if metric(&m, "emberd_node_processes{reason=\"unwound\"}") >= 3.0
+            && metric(
+                &m,
+                "emberd_node_processes{reason=\"user's share of node processes\"}",
+            ) >= 1.0
+        {
+            break;
+        }
+    }
+    wait(5000);
+    let m = d.get("/metrics").text();
+    let folded = d
+        .get(&format!("/folded?seconds=4&pid={}", work.pid()))
+        .text();
+    let unwound = metric(&m, "emberd_node_processes{reason=\"unwound\"}");
+    let refused = metric(
+        &m,
+        "emberd_node_processes{reason=\"user's share of node processes\"}",
+    );
+    assert!(
+        unwound == 3.0 && refused == 1.0,
+        "two of nobody's three node processes and root's should be read, one of nobody's refused:\n{}",
+        node_metrics(&m)
+    );
+    let named: u64 = folded
+        .lines()
+        .filter(|l| l.contains("chainJob (js_work.js)_[j]"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(
+        named >= 20,
+        "root's node should show its functions ({named} samples under chainJob):\n{}",
+        folded.lines().take(10).collect::<Vec<_>>().join("\n")
+    );
+    drop(naps);
+}
+
+/// The absolute path of `program` on PATH (a process run as another user
+/// is given it whole).
+fn which(program: &str) -> PathBuf {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {program}"))
+        .output()
+        .unwrap();
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}

@@ -88,14 +88,14 @@ impl Heap<'_> {
                 if t & l.encoding_mask == l.one_byte_tag {
                     let b = self.mem.bytes(s - 1 + u64::from(l.seq_one_chars), n).ok()?;
                     // Latin-1: each byte is the code point.
-                    out.extend(b.iter().map(|&c| char::from(c)));
+                    out.extend(b.iter().map(|&c| visible(char::from(c))));
                 } else {
                     let b = self
                         .mem
                         .bytes(s - 1 + u64::from(l.seq_two_chars), 2 * n)
                         .ok()?;
                     let units = b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
-                    out.extend(char::decode_utf16(units).map(|c| c.unwrap_or('\u{fffd}')));
+                    out.extend(char::decode_utf16(units).map(|c| visible(c.unwrap_or('\u{fffd}'))));
                 }
                 Some(())
             }
@@ -115,6 +115,13 @@ impl Heap<'_> {
             _ => None,
         }
     }
+}
+
+/// `c`, or U+FFFD for a control character: no name or path V8 holds for
+/// a function has one, and a process that lies must not write NULs or
+/// line breaks into frame text.
+fn visible(c: char) -> char {
+    if c.is_control() { '\u{fffd}' } else { c }
 }
 
 #[cfg(test)]
