@@ -76,6 +76,23 @@ pub struct Mapped<'a> {
     /// Runtime address minus file address for this mapping; `None` when
     /// the segment it maps was not found.
     pub bias: Option<u64>,
+    /// Which file it maps (as [`CodeRange::file`]).
+    pub file: u64,
+}
+
+/// An executable mapping of a process, as the unwinder read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CodeRange {
+    /// Its first address.
+    pub start: u64,
+    /// Its end (exclusive).
+    pub end: u64,
+    /// The file offset it maps from.
+    pub offset: u64,
+    /// Which file it maps: the same number for every mapping of one file
+    /// (the unwinder's table id); `None` for memory no file backs (JIT
+    /// code).
+    pub file: Option<u64>,
 }
 
 /// The unwind stage's side of a runtime: which processes run it, and what
@@ -86,8 +103,9 @@ pub trait Runtime: Send {
     /// A process's mappings were read or its tables changed: give the BPF
     /// walker what it needs of this runtime in the process (user `uid`),
     /// or take it back. `mapped`: its mappings whose files hold something
-    /// for a runtime (any runtime: each picks its own).
-    fn place(&mut self, pid: Pid, uid: u32, mapped: &[Mapped<'_>]);
+    /// for a runtime (any runtime: each picks its own); `code`: all its
+    /// executable mappings.
+    fn place(&mut self, pid: Pid, uid: u32, mapped: &[Mapped<'_>], code: &[CodeRange]);
     /// A process is gone.
     fn forget(&mut self, pid: Pid);
     /// Its processes by state: `unwound`, or why their stacks stay native.

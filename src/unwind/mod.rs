@@ -37,7 +37,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use procfs::process::{MMapPath, Process};
 
 use crate::collect::UnwindMaps;
-use crate::runtime::{Finding, Mapped, Runtime};
+use crate::runtime::{CodeRange, Finding, Mapped, Runtime};
 use crate::shared::Pid;
 use crate::shared::elf::{self, ElfHeader};
 use table::{ElfInfo, TableSource};
@@ -1623,11 +1623,22 @@ impl Unwinder {
                 Some(Mapped {
                     finding: e.runtime.as_ref()?,
                     bias: bias_of(&e.loads, m),
+                    file: m.table?,
                 })
             })
             .collect();
+        let code: Vec<CodeRange> = state
+            .mappings
+            .iter()
+            .map(|m| CodeRange {
+                start: m.start,
+                end: m.end,
+                offset: m.offset,
+                file: m.table,
+            })
+            .collect();
         for r in &mut self.runtimes {
-            r.place(pid, state.uid, &mapped);
+            r.place(pid, state.uid, &mapped, &code);
         }
     }
 }

@@ -13,7 +13,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use super::Jvm;
 use super::layout::CodeStart;
-use crate::runtime::{Finding, Mapped, Runtime};
+use crate::runtime::{CodeRange, Finding, Mapped, Runtime};
 use crate::shared::Pid;
 
 /// How often a JVM whose tables could not be read is tried again.
@@ -195,7 +195,7 @@ impl Runtime for HotSpot {
 
     /// Reads a JVM once its `libjvm.so` is mapped (and its table in), and
     /// gives the BPF walker its code cache (`hs_procs`).
-    fn place(&mut self, pid: Pid, uid: u32, mapped: &[Mapped<'_>]) {
+    fn place(&mut self, pid: Pid, uid: u32, mapped: &[Mapped<'_>], _code: &[CodeRange]) {
         let found = mapped.iter().find_map(|m| match (m.finding, m.bias) {
             (Finding::HotSpot(f), Some(b)) => Some((f, b)),
             _ => None,

@@ -15,7 +15,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle};
 pub use layout::{FileRuntime, PyInterpreter, PyVersion, inspect, scan_processes};
 pub use names::{PyMark, PyNameStats, PythonNames};
 
-use super::{Finding, FrameNamer, Mapped, NameStats, Runtime};
+use super::{CodeRange, Finding, FrameNamer, Mapped, NameStats, Runtime};
 use crate::shared::{Frame, Pid};
 
 /// What emberd does with a Python process's frames (`emberd check`,
@@ -132,7 +132,7 @@ impl Runtime for CPython {
 
     /// Gives the BPF walker a Python process's interpreter (`py_procs`),
     /// once the tables of its interpreter and libc are in.
-    fn place(&mut self, pid: Pid, uid: u32, mapped: &[Mapped<'_>]) {
+    fn place(&mut self, pid: Pid, uid: u32, mapped: &[Mapped<'_>], _code: &[CodeRange]) {
         let key = pid.0.to_ne_bytes();
         match self.decide(pid, uid, mapped) {
             Some(st) => {

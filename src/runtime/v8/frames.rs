@@ -163,6 +163,13 @@ impl NodeNames {
     /// The frames of `slot` of process `pid` (attached as `a`), named now.
     fn name(&mut self, a: &mut Attached, pid: Pid, slot: u64) -> Arc<[Frame]> {
         let drain = a.drain;
+        // Checked in this drain already: nothing to read.
+        if let Some(n) = self.cache.get(&(pid, slot))
+            && n.checked == drain
+        {
+            self.named += 1;
+            return n.frames.clone();
+        }
         let shared = shared_of(slot);
         let l = a.process.layout.clone();
         let mut heap = Heap {
@@ -182,7 +189,7 @@ impl NodeNames {
             return Self::marker("[v8: function moved or collected]");
         };
         if let Some(n) = self.cache.get_mut(&(pid, slot)) {
-            if n.checked == drain || (n.name == name && n.script == script) {
+            if n.name == name && n.script == script {
                 n.checked = drain;
                 self.named += 1;
                 return n.frames.clone();

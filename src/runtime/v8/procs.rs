@@ -15,10 +15,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
-use procfs::process::{MMapPath, MemoryMap};
 
 use super::NodeFile;
-use crate::runtime::{Finding, Mapped, Runtime};
+use crate::runtime::{CodeRange, Finding, Mapped, Runtime};
 use crate::shared::Pid;
 
 /// What emberd does with a node process's frames (`/metrics`).
@@ -61,18 +60,16 @@ impl V8 {
     }
 }
 
-/// The claims of a process mapping `file` with `bias`, from its code
-/// mappings `maps`: (JIT span low, high; the binary's builtins low, high),
-/// zero where there is none.
-pub fn claims(file: &NodeFile, bias: u64, maps: &[MemoryMap]) -> [u64; 4] {
+/// The claims of a process mapping `file` (the unwinder's file number
+/// `number`) with `bias`, from its code mappings `code`: (JIT span low,
+/// high; the binary's builtins low, high), zero where there is none.
+pub fn claims(file: &NodeFile, number: u64, bias: u64, code: &[CodeRange]) -> [u64; 4] {
     // The builtins: at the symbol, or where it points (Node 18), in
-    // whichever of the two a file mapping runs.
+    // whichever of the two the binary's mapping runs.
     let runs = |v: u64, size: u64| {
-        maps.iter().any(|m| {
+        code.iter().any(|m| {
             let at = v.wrapping_add(bias);
-            matches!(m.pathname, MMapPath::Path(_))
-                && m.address.0 <= at
-                && at.saturating_add(size) <= m.address.1
+            m.file == Some(number) && m.start <= at && at.saturating_add(size) <= m.end
         })
     };
     let blob_vaddr = file.blob.and_then(|(v, size)| {
@@ -87,38 +84,27 @@ pub fn claims(file: &NodeFile, bias: u64, maps: &[MemoryMap]) -> [u64; 4] {
     let blob = blob_vaddr.and_then(|(v, size)| Some((file.file_offset(v)?, size)));
     let (mut low, mut high) = (u64::MAX, 0u64);
     let (mut blob_low, mut blob_high) = (0u64, 0u64);
-    let in_text = |m: &MemoryMap| {
-        blob_vaddr.is_some_and(|(v, size)| {
-            let at = v.wrapping_add(bias);
-            m.address.0 <= at && at.saturating_add(size) <= m.address.1
-        })
-    };
-    // The binary's own path: its builtins' second mapping has it too.
-    let binary = maps.iter().find(|m| in_text(m)).map(|m| &m.pathname);
-    for m in maps {
-        let (start, end) = m.address;
-        let is_v8_code = match &m.pathname {
-            MMapPath::Anonymous => true,
-            MMapPath::Path(_) if in_text(m) => {
-                let (v, size) = blob_vaddr.unwrap_or_default();
-                blob_low = v.wrapping_add(bias);
-                blob_high = blob_low.saturating_add(size);
-                false
-            }
+    if let Some((v, size)) = blob_vaddr {
+        blob_low = v.wrapping_add(bias);
+        blob_high = blob_low.saturating_add(size);
+    }
+    for m in code {
+        let is_v8_code = match m.file {
+            None => true,
             // The builtins mapped again: the binary's offsets of the
             // blob, somewhere else than its text.
-            p @ MMapPath::Path(_) => {
-                Some(p) == binary
+            Some(f) => {
+                f == number
+                    && !(m.start <= blob_low && blob_high <= m.end)
                     && blob.is_some_and(|(off, size)| {
                         m.offset < off.saturating_add(size)
-                            && off < m.offset.saturating_add(end - start)
+                            && off < m.offset.saturating_add(m.end - m.start)
                     })
             }
-            _ => false,
         };
         if is_v8_code {
-            low = low.min(start);
-            high = high.max(end);
+            low = low.min(m.start);
+            high = high.max(m.end);
         }
     }
     if high == 0 {
@@ -159,12 +145,12 @@ impl Runtime for V8 {
 
     /// Gives the walker the process's V8 code and layout, again whenever
     /// its mappings change what is claimed.
-    fn place(&mut self, pid: Pid, uid: u32, mapped: &[Mapped<'_>]) {
+    fn place(&mut self, pid: Pid, uid: u32, mapped: &[Mapped<'_>], code: &[CodeRange]) {
         let found = mapped.iter().find_map(|m| match (m.finding, m.bias) {
-            (Finding::V8(f), Some(b)) => Some((f, b)),
+            (Finding::V8(f), Some(b)) => Some((f, m.file, b)),
             _ => None,
         });
-        let Some((file, bias)) = found else {
+        let Some((file, number, bias)) = found else {
             return;
         };
         let native = |reason| (uid, NodeState::Native { reason }, Vec::new());
@@ -188,14 +174,7 @@ impl Runtime for V8 {
                 .insert(pid, native("user's share of node processes"));
             return;
         }
-        let maps = match crate::shared::procmaps::code_maps(pid) {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::debug!("node process {pid}: maps unreadable: {e}");
-                return;
-            }
-        };
-        let value = entry(claims(file, bias, &maps), layout);
+        let value = entry(claims(file, number, bias, code), layout);
         if let Some((_, NodeState::Unwound, old)) = self.processes.get(&pid)
             && *old == value
         {
@@ -243,15 +222,12 @@ mod tests {
     use super::*;
     use crate::shared::elf::Segment;
 
-    fn map(start: u64, end: u64, offset: u64, path: Option<&str>) -> MemoryMap {
-        MemoryMap {
-            address: (start, end),
-            perms: procfs::process::MMPermissions::READ | procfs::process::MMPermissions::EXECUTE,
+    fn range(start: u64, end: u64, offset: u64, file: Option<u64>) -> CodeRange {
+        CodeRange {
+            start,
+            end,
             offset,
-            dev: (0, 0),
-            inode: 0,
-            pathname: path.map_or(MMapPath::Anonymous, |p| MMapPath::Path(p.into())),
-            extension: Default::default(),
+            file,
         }
     }
 
@@ -270,26 +246,36 @@ mod tests {
                 filesz: 0x1a8_c000,
             }],
         };
-        let maps = [
-            map(0xb7_2000, 0x25f_e000, 0x77_2000, Some("/usr/bin/node")),
-            map(0x7f6d_037c_3000, 0x7f6d_037f_f000, 0, None),
-            map(
-                0x7f6d_2360_0000,
-                0x7f6d_2379_2000,
-                0x14c_4000,
-                Some("/usr/bin/node"),
-            ),
-            map(
-                0x7f6d_2a00_0000,
-                0x7f6d_2a10_0000,
-                0x1000,
-                Some("/usr/lib/libc.so.6"),
-            ),
+        let code = [
+            range(0xb7_2000, 0x25f_e000, 0x77_2000, Some(7)),
+            range(0x7f6d_037c_3000, 0x7f6d_037f_f000, 0, None),
+            range(0x7f6d_2360_0000, 0x7f6d_2379_2000, 0x14c_4000, Some(7)),
+            // Another file at the same offsets is no copy of the builtins.
+            range(0x7f6d_2a00_0000, 0x7f6d_2b00_0000, 0x140_0000, Some(9)),
         ];
-        let c = claims(&file, 0, &maps);
+        let c = claims(&file, 7, 0, &code);
         assert_eq!(
             c,
             [0x7f6d_037c_3000, 0x7f6d_2379_2000, 0x18c_4000, 0x1a5_6000]
         );
+    }
+
+    /// Node 18: the blob's symbol is a pointer to the builtins in the text.
+    #[test]
+    fn a_blob_symbol_that_points_is_followed() {
+        let file = NodeFile {
+            layout: Err(super::super::layout::LayoutError::Missing("x")),
+            blob: Some((0x520_9cc8, 0x15_a980)),
+            blob_pointer: Some(0x168_a240),
+            loads: vec![Segment {
+                kind: crate::shared::elf::PT_LOAD,
+                offset: 0,
+                vaddr: 0x40_0000,
+                filesz: 0x4bf_7000,
+            }],
+        };
+        let code = [range(0x40_0000, 0x4ff_7000, 0, Some(3))];
+        let c = claims(&file, 3, 0, &code);
+        assert_eq!(c, [0, 0, 0x168_a240, 0x168_a240 + 0x15_a980]);
     }
 }
