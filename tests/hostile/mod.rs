@@ -60,7 +60,7 @@ impl Trap {
 
 /// A FIFO, a symlink to /dev/zero, a 100 GiB sparse file or a 200 MB map at
 /// the perf-map path of a live node process (JIT code in anonymous memory,
-/// so emberd looks for its map): the daemon keeps sampling, counts the
+/// so emberd, with `--node false`, looks for its map): the daemon keeps sampling, counts the
 /// refusal by reason, still names the process's native frames, and SIGTERM
 /// ends it within 5 s.
 #[test]
@@ -75,7 +75,9 @@ fn hostile_perf_maps_do_not_stall_sampling() {
         );
         let path = format!("/tmp/perf-{}.map", node.pid());
         trap.lay(&path);
-        let mut d = Daemon::start(&[], &[]);
+        // V8's own frames name node's JIT code before any perf map is
+        // read (tests/v8): off here, so the map is what names it.
+        let mut d = Daemon::start(&["--node", "false"], &[]);
         wait(4000);
         let samples = |d: &Daemon| {
             metric(
@@ -1001,7 +1003,9 @@ fn large_perf_maps_are_parsed_within_the_budget() {
         f.write_all(&own).unwrap();
         f.flush().unwrap();
     }
-    let d = Daemon::start(&[], &[]);
+    // V8's own frames would name the JIT code first (tests/v8): off here,
+    // so the maps are read.
+    let d = Daemon::start(&["--node", "false"], &[]);
     wait(8000);
     let m = d.get("/metrics").text();
     let peak = d.status_kib("VmHWM");
