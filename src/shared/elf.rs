@@ -418,60 +418,73 @@ impl Headers {
         Ok(out)
     }
 
-    /// The value of the first defined symbol of `.symtab` named `name`
-    /// (local symbols too, which `.dynsym` never holds), found by two
-    /// passes of [`STREAM_CHUNK`] bytes over `.strtab` and `.symtab`: a
-    /// large binary's tables (node's are 23 MB) are never held whole.
-    /// `None` when the file has no `.symtab` (stripped) or no such symbol.
-    pub fn local_symbol(&self, file: &File, name: &str) -> Option<u64> {
+    /// The values of the first defined symbols of `.symtab` named
+    /// `names` (local symbols too, which `.dynsym` never holds), in their
+    /// order, found by one pass of [`STREAM_CHUNK`] bytes over `.strtab`
+    /// and one over `.symtab` for all of them: a large binary's tables
+    /// (node's are 23 MB) are never held whole. All `None` when the file
+    /// has no `.symtab` (stripped).
+    pub fn local_symbols(&self, file: &File, names: &[&str]) -> Vec<Option<u64>> {
+        let mut found = vec![None; names.len()];
+        self.scan_symtab(file, names, &mut found);
+        found
+    }
+
+    fn scan_symtab(&self, file: &File, names: &[&str], found: &mut [Option<u64>]) -> Option<()> {
         let symtab = self.sections.iter().find(|s| s.kind == SHT_SYMTAB)?;
         let strtab = self.sections.get(symtab.link as usize)?;
         let inside = |s: &Section| s.offset.checked_add(s.size).is_some_and(|e| e <= self.len);
         if !inside(symtab) || !inside(strtab) {
             return None;
         }
-        // Where `name` NUL-terminated starts in .strtab (after a NUL or at
-        // 0): the names a symbol can point at.
-        let mut needle = Vec::with_capacity(name.len() + 2);
-        needle.push(0u8);
-        needle.extend_from_slice(name.as_bytes());
-        needle.push(0);
-        let mut starts: Vec<u32> = Vec::new();
+        // Where each name, NUL-terminated, starts in .strtab (after a NUL):
+        // (string offset, which name).
+        let needles: Vec<Vec<u8>> = names
+            .iter()
+            .map(|n| [&[0u8][..], n.as_bytes(), &[0u8][..]].concat())
+            .collect();
+        let longest = needles.iter().map(Vec::len).max()?;
+        let mut starts: Vec<(u32, usize)> = Vec::new();
         let mut buf = vec![0u8; STREAM_CHUNK];
         let mut at = 0u64;
-        while at < strtab.size && starts.len() < 16 {
+        while at < strtab.size && starts.len() < 16 * names.len() {
             let n = (strtab.size - at).min(STREAM_CHUNK as u64) as usize;
             file.read_exact_at(&mut buf[..n], strtab.offset + at).ok()?;
-            let mut i = 0;
-            while let Some(k) = buf[i..n]
-                .windows(needle.len())
-                .position(|w| w == needle.as_slice())
-            {
-                starts.push(u32::try_from(at + (i + k) as u64 + 1).ok()?);
-                i += k + 1;
+            for (which, needle) in needles.iter().enumerate() {
+                let mut i = 0;
+                while let Some(k) = buf[i..n]
+                    .windows(needle.len())
+                    .position(|w| w == needle.as_slice())
+                {
+                    let start = u32::try_from(at + (i + k) as u64 + 1).ok()?;
+                    if !starts.contains(&(start, which)) {
+                        starts.push((start, which));
+                    }
+                    i += k + 1;
+                }
             }
             if n < STREAM_CHUNK {
                 break;
             }
             // Overlap, so a name across two chunks is seen.
-            at += (n - needle.len()) as u64;
+            at += (n - longest) as u64;
         }
         if starts.is_empty() {
             return None;
         }
         let per = (STREAM_CHUNK / SYM_BYTES) * SYM_BYTES;
         let mut at = 0u64;
-        while at < symtab.size {
+        while at < symtab.size && found.iter().any(Option::is_none) {
             let n = (symtab.size - at).min(per as u64) as usize;
             file.read_exact_at(&mut buf[..n], symtab.offset + at).ok()?;
-            if let Some(s) = symbols(&buf[..n], true)
-                .find(|s| s.shndx != object::elf::SHN_UNDEF && starts.contains(&s.name))
-            {
-                return Some(s.value);
+            for s in symbols(&buf[..n], true).filter(|s| s.shndx != object::elf::SHN_UNDEF) {
+                for (_, which) in starts.iter().filter(|(o, _)| *o == s.name) {
+                    found[*which].get_or_insert(s.value);
+                }
             }
             at += n as u64;
         }
-        None
+        Some(())
     }
 
     /// The little-endian `i32` at virtual address `vaddr` of the file; 0

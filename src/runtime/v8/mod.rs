@@ -70,19 +70,20 @@ pub fn inspect(file: &File, elf: &Headers, syms: &[(String, u64, u64)]) -> Optio
     if !syms.iter().any(|(n, _, _)| n == MARK) {
         return None;
     }
-    let values = syms
-        .iter()
-        .filter(|(n, _, _)| n.starts_with(PREFIX))
-        .filter_map(|(n, v, _)| Some((n.clone(), i64::from(elf.i32_at(file, *v)?))))
-        .collect();
-    let layout = V8Layout::from_postmortem(&Postmortem::new(values));
-    let symbol = elf.local_symbol(file, "v8_Default_embedded_blob_code_");
+    let layout = layout_of(file, elf, syms);
+    let found = elf.local_symbols(
+        file,
+        &[
+            "v8_Default_embedded_blob_code_",
+            "v8_Default_embedded_blob_code_size_",
+        ],
+    );
+    let (symbol, size_at) = (found[0], found[1]);
     let blob_pointer = symbol
         .and_then(|at| elf.read_vaddr(file, at, 8))
         .and_then(|b| Some(u64::from_le_bytes(b.try_into().ok()?)));
     let blob = symbol.and_then(|start| {
-        let size_at = elf.local_symbol(file, "v8_Default_embedded_blob_code_size_")?;
-        let size = u64::try_from(elf.i32_at(file, size_at)?).ok()?;
+        let size = u64::try_from(elf.i32_at(file, size_at?)?).ok()?;
         (size > 0 && size < 1 << 30).then_some((start, size))
     });
     Some(NodeFile {
@@ -102,11 +103,22 @@ pub fn inspect_layout(file: &File) -> Option<Result<V8Layout, LayoutError>> {
     if !syms.iter().any(|(n, _, _)| n == MARK) {
         return None;
     }
+    Some(layout_of(file, &elf, &syms))
+}
+
+/// The layout the `v8dbg_*` symbols among `syms` give, their values read
+/// from `file`.
+fn layout_of(
+    file: &File,
+    elf: &Headers,
+    syms: &[(String, u64, u64)],
+) -> Result<V8Layout, LayoutError> {
     let values = syms
         .iter()
+        .filter(|(n, _, _)| n.starts_with(PREFIX))
         .filter_map(|(n, v, _)| Some((n.clone(), i64::from(elf.i32_at(file, *v)?))))
         .collect();
-    Some(V8Layout::from_postmortem(&Postmortem::new(values)))
+    V8Layout::from_postmortem(&Postmortem::new(values))
 }
 
 /// Whether a mapped file's name is node's (`node`, `node22`, `nodejs`,
