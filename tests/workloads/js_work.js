@@ -1,11 +1,17 @@
-// A Node.js service-like workload (issue 46): four jobs run in turn from
+// A Node.js service-like workload (issue 46): six jobs run in turn from
 // the event loop (setImmediate), each for a slice of wall time, as a
 // server's handlers run: a hot chain TurboFan inlines, a class method
-// sorting with a closure, hashing a large buffer (C++ in node), and a
-// recursion 300 deep. Prints "started" once warm, ends after argv[2]
-// seconds through process.exit, so `node --cpu-prof` writes its profile.
+// sorting with a closure, hashing a large buffer (C++ in node), a
+// recursion 300 deep, a function too large for the optimizing compilers
+// (it stays in V8's interpreter or its baseline compiler), and an async
+// function that burns its slice after awaiting a timer. A worker thread
+// runs functions of its own beside them, a quarter of the time. Prints
+// "started" once warm, ends after argv[2] seconds through process.exit, so
+// `node --cpu-prof` writes its profiles (one per thread).
 'use strict';
 const crypto = require('crypto');
+const vm = require('vm');
+const { Worker, isMainThread } = require('worker_threads');
 
 const seconds = Number(process.argv[2] || 10);
 const SLICE_MS = 10;
@@ -37,6 +43,33 @@ function recurse(depth) {
   return recurse(depth - 1) + 1;
 }
 
+// Over 60 KB of bytecode: more than TurboFan and Maglev take, so it is
+// never optimized. Compiled as its own script, named as a file would be.
+const statements = [];
+for (let i = 0; i < 6000; i++) statements.push(`x = (x * 31 + ${i}) % 1000003;`);
+const stillInterpreted = vm.runInThisContext(
+  `(function stillInterpreted(x) { ${statements.join(' ')} return x; })`,
+  { filename: 'js_interp.js' },
+);
+
+// The worker's own functions: 5 ms of work, then 15 ms asleep.
+function workerLeaf(ms) {
+  const end = Date.now() + ms;
+  let x = 0;
+  while (Date.now() < end) x = (x + leafWork(500)) % 1000003;
+  return x;
+}
+function workerLoop() {
+  const nap = new Int32Array(new SharedArrayBuffer(4));
+  for (;;) {
+    workerLeaf(5);
+    Atomics.wait(nap, 0, 0, 15);
+  }
+}
+if (!isMainThread) {
+  workerLoop();
+}
+
 let sink = 0;
 function runFor(job, ms) {
   const end = Date.now() + ms;
@@ -47,8 +80,14 @@ function chainJob() { runFor(() => outerJob(20000), SLICE_MS); }
 function sortJob() { runFor(() => sorter.run(), SLICE_MS); }
 function hashJob() { runFor(hashBuffer, SLICE_MS); }
 function deepJob() { runFor(() => recurse(300), SLICE_MS); }
+function interpJob() { runFor(() => stillInterpreted(7), SLICE_MS); }
+async function asyncJob() {
+  await new Promise((resolve) => setTimeout(resolve, 1));
+  runFor(() => leafWork(5000), SLICE_MS);
+}
 
-const jobs = [chainJob, sortJob, hashJob, deepJob];
+const jobs = [chainJob, sortJob, hashJob, deepJob, interpJob, asyncJob];
+if (isMainThread) new Worker(__filename, { argv: ['0'] });
 let turn = 0;
 const started = Date.now();
 let said = false;
@@ -64,4 +103,4 @@ function next() {
   jobs[turn++ % jobs.length]();
   setImmediate(next);
 }
-setImmediate(next);
+if (isMainThread) setImmediate(next);

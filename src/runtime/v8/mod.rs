@@ -33,6 +33,9 @@ pub use procs::{NodeState, V8};
 pub const MARK: &str = "v8dbg_off_fp_function";
 /// The prefix of the metadata's symbols.
 pub const PREFIX: &str = "v8dbg_";
+/// Mapped files whose symbols are read to find a process's V8 build, at
+/// most (a node process maps a dozen: itself, libc, libstdc++, addons).
+const MAX_FILES_LOOKED_AT: usize = 64;
 /// Bytes read from one node process to name its frames, per drain at most.
 pub const READS_PER_DRAIN: u64 = 4 << 20;
 
@@ -122,7 +125,7 @@ fn layout_of(
 }
 
 /// Whether a mapped file's name is node's (`node`, `node22`, `nodejs`,
-/// `libnode.so.109`): only those are read for metadata.
+/// `libnode.so.109`): those are looked at first for metadata.
 pub fn is_node_name(name: &str) -> bool {
     name.starts_with("node") || name.starts_with("libnode.so")
 }
@@ -136,27 +139,34 @@ pub struct NodeProcess {
 }
 
 impl NodeProcess {
-    /// Finds the V8 build process `pid` maps (its node binary or
-    /// `libnode.so`) through its maps, and opens its memory.
+    /// Finds the V8 build process `pid` maps (its node binary,
+    /// `libnode.so`, or a renamed build) through its maps, and opens its
+    /// memory. Files named as node's are looked at first; any other mapped
+    /// file exporting [`MARK`] is taken too, as the unwinder takes it, so a
+    /// service shipped as its own binary is named as well as unwound.
     pub fn find(pid: Pid) -> Result<NodeProcess, String> {
         let maps = crate::shared::procmaps::code_maps(pid)
             .map_err(|e| format!("reading the maps of {pid}: {e}"))?;
+        let mut files: Vec<(bool, &std::path::Path, (u64, u64))> = Vec::new();
         for m in &maps {
             let procfs::process::MMapPath::Path(path) = &m.pathname else {
                 continue;
             };
-            if !path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(is_node_name)
-            {
+            if files.iter().any(|(_, p, _)| *p == path.as_path()) {
                 continue;
             }
+            let named = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(is_node_name);
+            files.push((!named, path.as_path(), m.address));
+        }
+        // Node's own name first; stable, so the maps' order within each.
+        files.sort_by_key(|(other, _, _)| *other);
+        for (_, _, (start, end)) in files.into_iter().take(MAX_FILES_LOOKED_AT) {
             // The file the process maps, wherever its mount namespace has it.
-            let Ok(file) = File::open(format!(
-                "/proc/{}/map_files/{:x}-{:x}",
-                pid.0, m.address.0, m.address.1
-            )) else {
+            let Ok(file) = File::open(format!("/proc/{}/map_files/{start:x}-{end:x}", pid.0))
+            else {
                 continue;
             };
             match inspect_layout(&file) {
@@ -170,7 +180,7 @@ impl NodeProcess {
             }
         }
         Err(format!(
-            "process {pid} maps no node binary with V8's postmortem metadata"
+            "process {pid} maps no file with V8's postmortem metadata ({MARK})"
         ))
     }
 }
