@@ -561,3 +561,69 @@ pub fn run_as(uid: u32, program: &Path) -> Command {
 
 /// uid of user `nobody`.
 pub const NOBODY: u32 = 65534;
+
+/// A `cargo build --release --offline` of a copy of this repository into a
+/// fresh target directory, as a build host runs one: about a hundred rustc
+/// processes (each mapping rustc's 150 MB `librustc_driver` and its
+/// `libLLVM`), build scripts, proc-macro libraries, cc1 and clang. Killed
+/// (the whole process group) and its directory removed when dropped.
+pub struct Compile {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Compile {
+    /// Starts the compile, its sources and target under `scratch()/name`.
+    pub fn start(name: &str) -> Compile {
+        use std::os::unix::process::CommandExt;
+        let dir = scratch().join(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("src");
+        let status = Command::new("git")
+            .args(["clone", "-q", "--depth", "1"])
+            .arg(format!("file://{}", env!("CARGO_MANIFEST_DIR")))
+            .arg(&src)
+            .status()
+            .expect("running git clone");
+        assert!(status.success(), "cloning this repository for the compile");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let child = Command::new(cargo)
+            .args(["build", "--release", "--offline", "--locked"])
+            .current_dir(&src)
+            .env("CARGO_TARGET_DIR", dir.join("target"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("starting cargo build");
+        Compile { child, dir }
+    }
+
+    /// Panics if the compile has ended (it must run the whole test).
+    pub fn still_running(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            let mut err = String::new();
+            use std::io::Read;
+            self.child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .ok();
+            panic!(
+                "the compile ended ({status}) before the measurement did: it must run throughout \
+                 (the crates must be in cargo's cache: `cargo fetch`):\n{err}"
+            );
+        }
+    }
+}
+
+impl Drop for Compile {
+    fn drop(&mut self) {
+        let pgid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

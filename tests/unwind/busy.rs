@@ -4,77 +4,12 @@
 //! that finds no room says.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use emberd::profile::Profile;
 
 use crate::common::*;
-
-/// A `cargo build --release --offline` of a copy of this repository into a
-/// fresh target directory, as a build host runs one: about a hundred rustc
-/// processes (each mapping rustc's 150 MB `librustc_driver` and its
-/// `libLLVM`), build scripts, proc-macro libraries, cc1 and clang. Killed
-/// (the whole process group) and its directory removed when dropped.
-struct Compile {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Compile {
-    fn start(name: &str) -> Compile {
-        use std::os::unix::process::CommandExt;
-        let dir = scratch().join(name);
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let src = dir.join("src");
-        let status = Command::new("git")
-            .args(["clone", "-q", "--depth", "1"])
-            .arg(format!("file://{}", env!("CARGO_MANIFEST_DIR")))
-            .arg(&src)
-            .status()
-            .expect("running git clone");
-        assert!(status.success(), "cloning this repository for the compile");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let child = Command::new(cargo)
-            .args(["build", "--release", "--offline", "--locked"])
-            .current_dir(&src)
-            .env("CARGO_TARGET_DIR", dir.join("target"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .expect("starting cargo build");
-        Compile { child, dir }
-    }
-
-    /// Panics if the compile has ended (it must run the whole test).
-    fn still_running(&mut self) {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            let mut err = String::new();
-            use std::io::Read;
-            self.child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .ok();
-            panic!(
-                "the compile ended ({status}) before the measurement did: it must run throughout \
-                 (the crates must be in cargo's cache: `cargo fetch`):\n{err}"
-            );
-        }
-    }
-}
-
-impl Drop for Compile {
-    fn drop(&mut self) {
-        let pgid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// Collects the daemon's log (stderr) until it exits: read on a thread, so
 /// that a chatty log cannot fill the pipe and stall it.
