@@ -207,6 +207,8 @@ pub struct Segment {
     pub vaddr: u64,
     /// `p_filesz`.
     pub filesz: u64,
+    /// `p_memsz`: past `filesz`, zeros (`.bss`).
+    pub memsz: u64,
 }
 
 /// The fields of a section header emberd uses.
@@ -250,6 +252,7 @@ pub fn segments(table: &[u8]) -> impl Iterator<Item = Segment> + '_ {
             offset: p.p_offset.get(e),
             vaddr: p.p_vaddr.get(e),
             filesz: p.p_filesz.get(e),
+            memsz: p.p_memsz.get(e),
         }
     })
 }
@@ -488,14 +491,19 @@ impl Headers {
     }
 
     /// The little-endian `i32` at virtual address `vaddr` of the file; 0
-    /// for an address a segment holds past its file bytes (`.bss`).
+    /// for an address a loaded segment holds past its file bytes (`.bss`);
+    /// `None` for any other.
     pub fn i32_at(&self, file: &File, vaddr: u64) -> Option<i32> {
         if let Some(b) = self.read_vaddr(file, vaddr, 4) {
             return Some(i32::from_le_bytes(b.try_into().ok()?));
         }
-        self.sections
+        self.loads
             .iter()
-            .any(|s| s.kind == SHT_NOBITS)
+            .any(|s| {
+                s.kind == PT_LOAD
+                    && vaddr >= s.vaddr.saturating_add(s.filesz)
+                    && vaddr.saturating_add(4) <= s.vaddr.saturating_add(s.memsz)
+            })
             .then_some(0)
     }
 }
@@ -506,6 +514,34 @@ pub const STREAM_CHUNK: usize = 1 << 20;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A constant is read from the file's bytes, 0 in the zeros a segment
+    /// holds past them, and nothing anywhere else: a lying symbol value
+    /// outside every segment gives no constant (it once gave 0 whenever the
+    /// file had any `.bss`).
+    #[test]
+    fn i32_at_reads_file_bytes_and_bss_only() {
+        let path = std::env::temp_dir().join(format!("emberd-i32-at-{}", std::process::id()));
+        std::fs::write(&path, [7u8, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff]).unwrap();
+        let file = File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let h = Headers {
+            loads: vec![Segment {
+                kind: PT_LOAD,
+                offset: 0,
+                vaddr: 0x1000,
+                filesz: 8,
+                memsz: 0x20,
+            }],
+            sections: vec![],
+            len: 8,
+        };
+        assert_eq!(h.i32_at(&file, 0x1000), Some(7));
+        assert_eq!(h.i32_at(&file, 0x1004), Some(-2));
+        assert_eq!(h.i32_at(&file, 0x1010), Some(0), ".bss");
+        assert_eq!(h.i32_at(&file, 0x101e), None, "past the segment's end");
+        assert_eq!(h.i32_at(&file, 0x9000), None, "in no segment");
+    }
 
     fn header(phentsize: u16, phnum: u16, shentsize: u16, shnum: u16) -> [u8; EHDR_BYTES] {
         let mut h = [0u8; EHDR_BYTES];

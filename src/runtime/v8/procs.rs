@@ -244,6 +244,7 @@ mod tests {
                 offset: 0x77_2000,
                 vaddr: 0xb7_2000,
                 filesz: 0x1a8_c000,
+                memsz: 0x1a8_c000,
             }],
         };
         let code = [
@@ -272,6 +273,7 @@ mod tests {
                 offset: 0,
                 vaddr: 0x40_0000,
                 filesz: 0x4bf_7000,
+                memsz: 0x4bf_7000,
             }],
         };
         let code = [range(0x40_0000, 0x4ff_7000, 0, Some(3))];
