@@ -28,6 +28,14 @@ pub fn scratch() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
 }
 
+/// `scratch()/name`, emptied of an earlier run's files and created.
+pub fn fresh_scratch(name: impl AsRef<Path>) -> PathBuf {
+    let dir = scratch().join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// Compiles `tests/workloads/<name>.c` with frame pointers and debug info.
 pub fn build_c(name: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -576,9 +584,7 @@ impl Compile {
     /// Starts the compile, its sources and target under `scratch()/name`.
     pub fn start(name: &str) -> Compile {
         use std::os::unix::process::CommandExt;
-        let dir = scratch().join(name);
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_scratch(name);
         let src = dir.join("src");
         let status = Command::new("git")
             .args(["clone", "-q", "--depth", "1"])

@@ -374,9 +374,7 @@ fn go_tool_pprof_reads_profile() {
 fn prometheus_scrapes_metrics() {
     require_root();
     let d = Daemon::start(&[], &[]);
-    let dir = scratch().join(format!("prometheus-{}", d.port));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_scratch(format!("prometheus-{}", d.port));
     let config = dir.join("prometheus.yml");
     std::fs::write(
         &config,

@@ -716,9 +716,7 @@ fn unix_socket_serves_with_file_permissions() {
 #[test]
 fn files_mapped_as_code_are_read_only_as_far_as_needed() {
     require_root();
-    let dir = scratch().join("mapped-code");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_scratch("mapped-code");
     const SIZE: u64 = 600 << 20;
     let not_elf = dir.join("data.bin");
     std::fs::File::create(&not_elf)
@@ -802,9 +800,7 @@ fn files_mapped_as_code_are_read_only_as_far_as_needed() {
 #[test]
 fn lying_elf_header_sizes_are_refused_unread() {
     require_root();
-    let dir = scratch().join("lying-headers");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_scratch("lying-headers");
     // The user's own directory: the file is theirs, written by them.
     std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
     let liar = dir.join("headers.so");
@@ -852,9 +848,7 @@ fn lying_elf_header_sizes_are_refused_unread() {
 #[test]
 fn a_process_with_huge_maps_costs_a_bounded_read() {
     require_root();
-    let dir = scratch().join("many-maps");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_scratch("many-maps");
     std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
     let mut d = Daemon::start(&[], &[]);
     let before = d.status_kib("VmHWM");

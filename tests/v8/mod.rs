@@ -186,12 +186,10 @@ fn node_functions_agree_on_a_busy_host() {
 /// [`node_functions_agree_with_v8s_own_profiler`]): a line of figures
 /// goes to `report`, what is wrong to `failed`.
 fn compare_with_cpu_prof(node: &Path, report: &mut String, failed: &mut Vec<String>) {
-    let dir = scratch().join(format!(
+    let dir = fresh_scratch(format!(
         "cpuprof-{}",
         node.to_string_lossy().replace('/', "_")
     ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
     let mut cmd = Command::new(node);
     cmd.arg("--cpu-prof")
         .arg("--cpu-prof-dir")
@@ -338,9 +336,7 @@ fn node_false_leaves_v8s_code_native() {
 #[test]
 fn a_renamed_node_is_named() {
     require_root();
-    let dir = scratch().join("renamed-node");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_scratch("renamed-node");
     let bin = dir.join("webapp");
     std::fs::copy(which("node"), &bin).unwrap();
     let mut cmd = Command::new(&bin);
