@@ -423,10 +423,20 @@ struct hs_proc {
 	((((name) ^ ((script) * 0x9e3779b97f4a7c15ULL)) * 0xff51afd7ed558ccdULL) >> \
 	 (64 - EMBERD_V8_CHECK_BITS))
 
+/*
+ * A frame of optimized code (Maglev, TurboFan) has a second slot, leafward
+ * of its function's, with its pc, from which the agent names the functions
+ * inlined there, and the high 7 bits of the check:
+ *   EMBERD_V8_FRAME | kind << 54 | check >> 3 << 47 | pc
+ */
+#define EMBERD_V8_PC_BITS 47
+
 /* What ran the frame; keep in step with `V8Kind` in src/runtime/v8/frames.rs. */
 enum v8_kind {
 	V8_KIND_INTERPRETED = 0, /* Ignition: the frame holds a bytecode offset */
-	V8_KIND_COMPILED = 1,    /* Sparkplug, Maglev or TurboFan code */
+	V8_KIND_COMPILED = 1,    /* Sparkplug, Maglev or TurboFan code, by function */
+	V8_KIND_OPTIMIZED = 2,   /* the pc slot: at the pc the sample interrupted */
+	V8_KIND_OPTIMIZED_CALL = 3, /* the pc slot: at a return address */
 	V8_KIND_MAX,
 };
 
@@ -435,7 +445,7 @@ struct v8_layout {
 	__s8 fp_function;        /* the frame's JSFunction at fp + this */
 	__s8 fp_context;         /* its context, or a typed frame's marker (SMI) */
 	__s8 fp_bytecode_offset; /* an interpreted frame's bytecode offset (SMI) */
-	__u8 _pad;
+	__s8 fp_bytecode_array;  /* an interpreted or baseline frame's BytecodeArray */
 	__u16 map_instance_type; /* Map::instance_type (u16) */
 	__u16 function_shared;   /* JSFunction::shared */
 	__u16 shared_name;       /* SharedFunctionInfo::name_or_scope_info */
@@ -443,7 +453,9 @@ struct v8_layout {
 	__u16 type_function_first; /* JSFunction instance types (subclasses form a range) */
 	__u16 type_function_last;
 	__u16 type_shared;       /* SHARED_FUNCTION_INFO_TYPE */
-	__u16 _pad2[3];
+	__u16 type_bytecode_array; /* BYTECODE_ARRAY_TYPE */
+	__u8 by_pc;              /* the agent names optimized code by pc */
+	__u8 _pad[3];
 };
 
 /* A node process (map v8_procs, key tgid): the code V8 runs (the walk's

@@ -47,7 +47,7 @@ static __always_inline int runtime_begin(struct walk *w, int listed)
 }
 
 static __always_inline int runtime_enter(struct walk *w, struct stored_stack *s, __u32 runtime,
-					 __u64 pc)
+					 __u64 pc, int jit)
 {
 	switch (runtime) {
 	case RUNTIME_PYTHON:
@@ -55,7 +55,7 @@ static __always_inline int runtime_enter(struct walk *w, struct stored_stack *s,
 	case RUNTIME_HOTSPOT:
 		return hs_enter(pc);
 	case RUNTIME_V8:
-		return v8_enter(pc);
+		return v8_enter(pc, jit);
 	}
 	return 0;
 }

@@ -520,7 +520,7 @@ static __always_inline long unwind_step_in(const int form)
 			w->pc = st->pc;
 			w->sp = st->sp;
 			w->bp = st->bp;
-			taken = runtime_enter(w, s, rt, st->pc);
+			taken = runtime_enter(w, s, rt, st->pc, m && m->kind == UNWIND_MAP_FP);
 			/* Code the runtime unwinds itself (the JVM's): its
 			 * caller's registers are the walk's. */
 			if (taken == RUNTIME_UNWOUND) {

@@ -21,10 +21,13 @@
  *
  * A JavaScript frame is one slot (bpf/emberd.h): its SharedFunctionInfo
  * (the function's code-independent half: name, script), which the agent
- * names at the drain. Each frame costs three reads (the frame's words,
- * the function, its function info) plus, once per walk and map, the
- * map's instance type. The frame is then unwound by its frame pointer,
- * as the native walker does for code without a table.
+ * names at the drain; a frame of optimized code has a second one, its pc,
+ * from which the agent reads the functions inlined there. Each frame
+ * costs three reads (the frame's words, the function, its function info)
+ * plus, once per walk and map, the map's instance type; a frame in JIT
+ * code one more (the map of its bytecode slot, which baseline code's
+ * frames hold). The frame is then unwound by its frame pointer, as the
+ * native walker does for code without a table.
  */
 #ifndef EMBERD_V8_H
 #define EMBERD_V8_H
@@ -44,6 +47,7 @@ struct v8_walk {
 	 * (a process that execs is another image). */
 	__u64 function_maps[V8_FUNCTION_MAPS];
 	__u64 shared_map;
+	__u64 bytecode_map;
 	__u32 frames; /* JavaScript frames pushed by this walk */
 	__u32 typed;  /* V8's own frames left native */
 	__u32 not_js; /* frames in V8 code whose function could not be read */
@@ -89,6 +93,7 @@ __attribute__((noinline)) int v8_begin(int listed)
 	v->typed = 0;
 	v->not_js = 0;
 	v->shared_map = 0;
+	v->bytecode_map = 0;
 	for (int i = 0; i < V8_FUNCTION_MAPS; i++)
 		v->function_maps[i] = 0;
 	if (!listed)
@@ -152,21 +157,38 @@ static __always_inline __u64 v8_slot(struct v8_walk *v, __s8 off)
 	return v->frame[((__u32)at >> 3) & 7];
 }
 
+/* Whether `array` (a frame's word) is a BytecodeArray: the frame is
+ * interpreted or runs baseline code. The map is remembered per walk. */
+static __always_inline int v8_is_bytecode(struct v8_walk *v, struct v8_layout *l, __u64 array)
+{
+	__u64 map = 0;
+
+	if ((array & 3) != 1 || bpf_probe_read_user(&map, 8, (const void *)(array - 1)))
+		return 0;
+	if (map && map == v->bytecode_map)
+		return 1;
+	if (v8_instance_type(l, map) != l->type_bytecode_array)
+		return 0;
+	v->bytecode_map = map;
+	return 1;
+}
+
 /*
  * The native walker met a pc in V8's code: if its frame (the walk's bp)
  * is a JavaScript function's, the function's slot is pushed in place of
- * the native frame (1) and the walker unwinds it by its frame pointer;
+ * the native frame (1) and the walker unwinds it by its frame pointer
+ * (`jit`: the pc is in an anonymous mapping, V8's JIT code);
  * V8's own frames and anything unreadable stay native (0). Global: its
  * stack is not added to the walker's step.
  */
-__attribute__((noinline)) int v8_enter(__u64 pc)
+__attribute__((noinline)) int v8_enter(__u64 pc, int jit)
 {
 	struct walk *w = this_walk();
 	struct stored_stack *s = scratch_stack();
 	struct v8_walk *v = this_v8_walk();
 	struct v8_proc *p;
 	struct v8_layout *l;
-	__u64 bp, function, shared, marker, offset, kind, check;
+	__u64 bp, function, shared, marker, offset, kind, check, pc_kind;
 
 	if (!w || !s || !v)
 		return 0;
@@ -208,6 +230,26 @@ __attribute__((noinline)) int v8_enter(__u64 pc)
 	kind = (offset & 1) == 0 && offset ? V8_KIND_INTERPRETED : V8_KIND_COMPILED;
 	if (s->nr >= EMBERD_MAX_STACK_DEPTH)
 		return 0;
+	/*
+	 * Optimized code also gets a slot with its pc, leafward of the
+	 * function's, from which the agent names the functions inlined there
+	 * (the function itself is always named by its own slot: code read
+	 * after the sample may be gone). A pc in JIT code (an anonymous
+	 * mapping: not the builtins, which the interpreter runs, wherever
+	 * node mapped them), unless the frame is baseline code's (its
+	 * bytecode with no offset beside it). Code entered on-stack keeps the
+	 * interpreter's frame, bytecode offset included: the pc tells it
+	 * apart.
+	 */
+	if (l->by_pc && jit && pc < (1ULL << EMBERD_V8_PC_BITS) &&
+	    s->nr + 1 < EMBERD_MAX_STACK_DEPTH &&
+	    (kind == V8_KIND_INTERPRETED ||
+	     !v8_is_bytecode(v, l, v8_slot(v, l->fp_bytecode_array)))) {
+		pc_kind = s->nr == 0 ? V8_KIND_OPTIMIZED : V8_KIND_OPTIMIZED_CALL;
+		s->ips[s->nr & 127] = EMBERD_V8_FRAME | pc_kind << EMBERD_V8_KIND_SHIFT |
+				      (check >> 3) << EMBERD_V8_PC_BITS | pc;
+		s->nr++;
+	}
 	s->ips[s->nr & 127] = EMBERD_V8_FRAME | kind << EMBERD_V8_KIND_SHIFT |
 			      (check << EMBERD_V8_CHECK_SHIFT) | ((shared >> 3) & ((1ULL << 44) - 1));
 	s->nr++;

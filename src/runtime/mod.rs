@@ -138,6 +138,10 @@ pub struct NameStats {
     pub named: u64,
     /// Frames whose record was gone before the drain (shown as a marker).
     pub evicted: u64,
+    /// Frames named in part: what they hold beyond their function was gone
+    /// by the drain (the functions inlined into a JavaScript function's
+    /// optimized code).
+    pub partial: u64,
     /// Bytes held in its caches.
     pub cached_bytes: u64,
 }

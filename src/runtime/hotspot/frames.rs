@@ -364,6 +364,7 @@ impl FrameNamer for JavaNames {
 
     fn stats(&self) -> NameStats {
         NameStats {
+            partial: 0,
             named: self.named,
             evicted: self.flushed,
             // The slots' frames, about 150 bytes each; each JVM's pages

@@ -187,6 +187,7 @@ impl FrameNamer for PythonNames {
     fn stats(&self) -> NameStats {
         let s = PythonNames::stats(self);
         NameStats {
+            partial: 0,
             named: s.named,
             evicted: s.evicted,
             cached_bytes: s.cached_bytes,

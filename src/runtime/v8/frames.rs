@@ -4,8 +4,13 @@
 //! pointers as the walker read them: the object there now must still be a
 //! SharedFunctionInfo with that check, else the frame is a marker (the GC
 //! moved or collected the function, and something else took its place),
-//! never another function's name. A slot named once is checked again
-//! against the whole pointers at the first use in each later drain.
+//! never another function's name. A frame of optimized code (Maglev,
+//! TurboFan) has a second slot, leafward of it, with its pc and 7 bits of
+//! that check: it stands for the functions inlined into the code at that
+//! pc ([`super::code`]), outermost first, as V8's own profiler shows them;
+//! none when the code is gone or was replaced since the sample (its own
+//! function must have that check). A slot named once is checked again against the
+//! whole pointers at the first use in each later drain.
 //!
 //! Each process is attached to once (its build's layout read), names are
 //! cached per process within [`MAX_CACHED`] slots, and every read of the
@@ -15,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::NodeProcess;
+use super::code::code_at;
 use super::heap::Heap;
 use super::names::{function_info, short_script};
 use crate::runtime::{FrameNamer, NameStats};
@@ -26,6 +32,10 @@ const TAG_MASK: u64 = 0xff00_0000_0000_0000;
 const KIND_SHIFT: u32 = 54;
 const CHECK_SHIFT: u32 = 44;
 const CHECK_BITS: u32 = 10;
+/// Bits of a pc in a slot of optimized code (user addresses on x86-64).
+const PC_BITS: u32 = 47;
+/// Bits of its function's check kept beside the pc.
+const PC_CHECK_BITS: u32 = 7;
 /// Slots whose frames are cached, all processes together.
 pub const MAX_CACHED: usize = 16_384;
 /// Node processes attached to for naming at once (each holds a reader's
@@ -39,24 +49,30 @@ const FRESH: Duration = Duration::from_millis(100);
 pub enum V8Kind {
     /// Ignition, V8's interpreter.
     Interpreted,
-    /// Code compiled by Sparkplug, Maglev or TurboFan.
+    /// Code compiled by Sparkplug, Maglev or TurboFan, named by function.
     Compiled,
+    /// The pc slot of optimized code (Maglev, TurboFan), at the pc the
+    /// sample interrupted: the functions inlined there.
+    Optimized,
+    /// The same at a return address (a call it made).
+    OptimizedCall,
 }
 
 impl V8Kind {
     /// Every kind, in the order of `enum v8_kind`.
-    pub const ALL: [V8Kind; 2] = [V8Kind::Interpreted, V8Kind::Compiled];
+    pub const ALL: [V8Kind; 4] = [
+        V8Kind::Interpreted,
+        V8Kind::Compiled,
+        V8Kind::Optimized,
+        V8Kind::OptimizedCall,
+    ];
 }
 
 crate::bpf::check_c_enum!(V8Kind, crate::bpf::enums::V8_KIND_MAX);
 
 /// What ran the frame of `slot`.
 pub fn kind_of(slot: u64) -> V8Kind {
-    if (slot >> KIND_SHIFT) & 3 == 0 {
-        V8Kind::Interpreted
-    } else {
-        V8Kind::Compiled
-    }
+    V8Kind::ALL[((slot >> KIND_SHIFT) & 3) as usize]
 }
 
 /// Whether `slot` is a JavaScript frame.
@@ -71,9 +87,18 @@ pub fn check_of(name: u64, script: u64) -> u64 {
         >> (64 - CHECK_BITS)
 }
 
-/// The SharedFunctionInfo (tagged) a slot names.
+/// The SharedFunctionInfo (tagged) a slot of a function names.
 fn shared_of(slot: u64) -> u64 {
     ((slot & ((1 << CHECK_SHIFT) - 1)) << 3) | 1
+}
+
+/// The pc a slot of optimized code carries, and its check (the high
+/// [`PC_CHECK_BITS`] of its function's).
+fn pc_of(slot: u64) -> (u64, u64) {
+    (
+        slot & ((1 << PC_BITS) - 1),
+        (slot >> PC_BITS) & ((1 << PC_CHECK_BITS) - 1),
+    )
 }
 
 /// A process attached to.
@@ -82,15 +107,24 @@ struct Attached {
     fresh_at: Instant,
     /// Drains seen (each a fresh page read).
     drain: u64,
+    /// The map of its code objects, once one was found.
+    stream_map: Option<u64>,
 }
 
 /// A slot named: its frames, the pointers they were named from, and the
 /// drain it was last checked in.
 struct Named {
     frames: Arc<[Frame]>,
+    from: Vec<u64>,
+    checked: u64,
+}
+
+/// A function named: its frame (no line), and the name and script
+/// pointers it was named from.
+struct NamedFunction {
+    frame: Frame,
     name: u64,
     script: u64,
-    checked: u64,
 }
 
 /// Names of JavaScript frames, per process.
@@ -98,10 +132,15 @@ struct Named {
 pub struct NodeNames {
     processes: FastMap<Pid, Option<Attached>>,
     cache: FastMap<(Pid, u64), Named>,
+    /// Functions named, by process and SharedFunctionInfo.
+    functions: FastMap<(Pid, u64), NamedFunction>,
     /// Function and script names, shared by every frame that names them.
     texts: FastMap<String, Arc<str>>,
     named: u64,
     moved: u64,
+    /// Pc slots whose code was gone or replaced at the drain (no inlined
+    /// frames shown; the function is still named by its own slot).
+    code_gone: u64,
 }
 
 impl NodeNames {
@@ -134,6 +173,7 @@ impl NodeNames {
                             .checked_sub(FRESH)
                             .unwrap_or_else(Instant::now),
                         drain: 0,
+                        stream_map: None,
                     })
             })
             .as_mut()?;
@@ -160,47 +200,26 @@ impl NodeNames {
         t
     }
 
-    /// The frames of `slot` of process `pid` (attached as `a`), named now.
-    fn name(&mut self, a: &mut Attached, pid: Pid, slot: u64) -> Arc<[Frame]> {
-        let drain = a.drain;
-        // Checked in this drain already: nothing to read.
-        if let Some(n) = self.cache.get(&(pid, slot))
-            && n.checked == drain
+    /// The frame of the function whose SharedFunctionInfo is at `shared`
+    /// now, with the name and script pointers it was named from; `None`
+    /// when no function info is there.
+    fn function(
+        &mut self,
+        heap: &mut Heap<'_>,
+        pid: Pid,
+        shared: u64,
+    ) -> Option<(Frame, u64, u64)> {
+        let l = heap.layout;
+        (heap.instance_type(shared).ok()? == l.type_shared).then_some(())?;
+        let name = heap.field(shared, l.shared_name).ok()?;
+        let script = heap.field(shared, l.shared_script).ok()?;
+        if let Some(f) = self.functions.get(&(pid, shared))
+            && f.name == name
+            && f.script == script
         {
-            self.named += 1;
-            return n.frames.clone();
+            return Some((f.frame.clone(), name, script));
         }
-        let shared = shared_of(slot);
-        let l = a.process.layout.clone();
-        let mut heap = Heap {
-            mem: &mut a.process.mem,
-            layout: &l,
-        };
-        // The function info now at the slot's address, and its fields.
-        let now = heap.instance_type(shared).ok().and_then(|t| {
-            (t == l.type_shared).then_some(())?;
-            let name = heap.field(shared, l.shared_name).ok()?;
-            let script = heap.field(shared, l.shared_script).ok()?;
-            Some((name, script))
-        });
-        let Some((name, script)) = now else {
-            self.moved += 1;
-            self.cache.remove(&(pid, slot));
-            return Self::marker("[v8: function moved or collected]");
-        };
-        if let Some(n) = self.cache.get_mut(&(pid, slot)) {
-            if n.name == name && n.script == script {
-                n.checked = drain;
-                self.named += 1;
-                return n.frames.clone();
-            }
-            self.cache.remove(&(pid, slot));
-        }
-        if check_of(name, script) != (slot >> CHECK_SHIFT) & ((1 << CHECK_BITS) - 1) {
-            self.moved += 1;
-            return Self::marker("[v8: function moved or collected]");
-        }
-        let info = function_info(&mut heap, name, script);
+        let info = function_info(heap, name, script);
         let text = match &info.script {
             Some(s) => format!("{} ({})", info.name, short_script(s)),
             None => info.name.clone(),
@@ -212,7 +231,119 @@ impl NodeNames {
             line: None,
             module: None,
         };
-        let frames: Arc<[Frame]> = Arc::from(vec![frame]);
+        if self.functions.len() >= MAX_CACHED {
+            self.functions.clear();
+        }
+        self.functions.insert(
+            (pid, shared),
+            NamedFunction {
+                frame: frame.clone(),
+                name,
+                script,
+            },
+        );
+        Some((frame, name, script))
+    }
+
+    /// The frames of `slot` of process `pid` (attached as `a`), named now,
+    /// with the pointers they were named from; `Err`: the marker to show.
+    fn read(
+        &mut self,
+        a: &mut Attached,
+        pid: Pid,
+        slot: u64,
+    ) -> Result<(Vec<Frame>, Vec<u64>), &'static str> {
+        const MOVED: &str = "[v8: function moved or collected]";
+        let l = a.process.layout.clone();
+        let mut heap = Heap {
+            mem: &mut a.process.mem,
+            layout: &l,
+        };
+        let kind = kind_of(slot);
+        if matches!(kind, V8Kind::Interpreted | V8Kind::Compiled) {
+            let shared = shared_of(slot);
+            let (frame, name, script) = self.function(&mut heap, pid, shared).ok_or(MOVED)?;
+            if check_of(name, script) != (slot >> CHECK_SHIFT) & ((1 << CHECK_BITS) - 1) {
+                return Err(MOVED);
+            }
+            return Ok((vec![frame], vec![shared, name, script]));
+        }
+        // The pc slot: the functions inlined at the pc, beside the
+        // function's own slot (nothing when the code cannot be read now).
+        let Some(c) = l.code.as_ref() else {
+            return Ok((Vec::new(), Vec::new()));
+        };
+        let (pc, check) = pc_of(slot);
+        let at = match code_at(
+            &mut heap,
+            c,
+            pc,
+            kind == V8Kind::OptimizedCall,
+            &mut a.stream_map,
+        ) {
+            Ok(at) => at,
+            Err(e) => {
+                tracing::debug!("inlined JavaScript frames of {pid}: {e}");
+                self.code_gone += 1;
+                return Ok((Vec::new(), Vec::new()));
+            }
+        };
+        let mut frames = Vec::with_capacity(at.frames.len());
+        let mut from = vec![at.code, at.start];
+        for (i, &(shared, _offset)) in at.frames.iter().enumerate() {
+            let Some((frame, name, script)) = self.function(&mut heap, pid, shared) else {
+                continue;
+            };
+            if i == 0 {
+                // The code's own function must be the one the walker read:
+                // else the code was replaced since.
+                if check_of(name, script) >> (CHECK_BITS - PC_CHECK_BITS) != check {
+                    self.code_gone += 1;
+                    return Ok((Vec::new(), Vec::new()));
+                }
+            } else {
+                frames.push(frame);
+            }
+            from.extend([shared, name, script]);
+        }
+        tracing::debug!(
+            "pc slot {pc:#x} {kind:?} at {:#x}+{}: {:?}",
+            at.start,
+            pc - at.start,
+            at.frames
+                .iter()
+                .map(|(s, o)| (format!("{s:#x}"), *o))
+                .collect::<Vec<_>>()
+        );
+        Ok((frames, from))
+    }
+
+    /// The frames of `slot` of process `pid` (attached as `a`), named now.
+    fn name(&mut self, a: &mut Attached, pid: Pid, slot: u64) -> Arc<[Frame]> {
+        let drain = a.drain;
+        // Checked in this drain already: nothing to read.
+        if let Some(n) = self.cache.get(&(pid, slot))
+            && n.checked == drain
+        {
+            self.named += 1;
+            return n.frames.clone();
+        }
+        let (frames, from) = match self.read(a, pid, slot) {
+            Ok(f) => f,
+            Err(marker) => {
+                self.moved += 1;
+                self.cache.remove(&(pid, slot));
+                return Self::marker(marker);
+            }
+        };
+        self.named += 1;
+        if let Some(n) = self.cache.get_mut(&(pid, slot))
+            && n.from == from
+        {
+            n.checked = drain;
+            return n.frames.clone();
+        }
+        let frames: Arc<[Frame]> = Arc::from(frames);
         if self.cache.len() >= MAX_CACHED {
             self.cache.clear();
         }
@@ -220,12 +351,10 @@ impl NodeNames {
             (pid, slot),
             Named {
                 frames: frames.clone(),
-                name,
-                script,
+                from,
                 checked: drain,
             },
         );
-        self.named += 1;
         frames
     }
 
@@ -259,14 +388,16 @@ impl FrameNamer for NodeNames {
     fn forget_exited(&mut self, is_live: &dyn Fn(Pid) -> bool) {
         self.processes.retain(|pid, _| is_live(*pid));
         self.cache.retain(|(pid, _), _| is_live(*pid));
+        self.functions.retain(|(pid, _), _| is_live(*pid));
     }
 
     fn stats(&self) -> NameStats {
         NameStats {
             named: self.named,
             evicted: self.moved,
+            partial: self.code_gone,
             // About 200 bytes a slot and a text; each process's pages.
-            cached_bytes: ((self.cache.len() + self.texts.len()) * 200
+            cached_bytes: ((self.cache.len() + self.functions.len() + self.texts.len()) * 200
                 + self
                     .processes
                     .values()

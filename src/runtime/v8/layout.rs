@@ -74,6 +74,10 @@ pub struct V8Layout {
     pub fp_context: i8,
     /// An interpreted frame's bytecode offset.
     pub fp_bytecode_offset: i8,
+    /// An interpreted or baseline frame's BytecodeArray.
+    pub fp_bytecode_array: i8,
+    /// `BYTECODE_ARRAY_TYPE`.
+    pub type_bytecode_array: u16,
     /// `HeapObject::map`.
     pub object_map: u16,
     /// `Map::instance_type` (u16).
@@ -121,6 +125,152 @@ pub struct V8Layout {
     pub scope_context_locals: u16,
     /// See [`V8Layout::scope_context_locals`].
     pub scope_first_vars: u16,
+    /// Where optimized code keeps its inlined functions and positions;
+    /// `None` when the metadata does not say (its frames are then named
+    /// by function only).
+    pub code: Option<CodeLayout>,
+}
+
+/// What naming a frame of optimized code (TurboFan, Maglev) needs: the
+/// object whose instructions a pc is in, its Code, and the Code's
+/// deoptimization data (the functions inlined into it, where they were
+/// called) and source position table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodeLayout {
+    /// Instance type of the object holding instructions: an
+    /// InstructionStream (V8 11 on), a Code before.
+    pub stream_type: u16,
+    /// Bytes from that object's start to its first instruction.
+    pub stream_header: u16,
+    /// The field of an InstructionStream holding its Code; `None` when the
+    /// stream is the Code (V8 10, Node 18).
+    pub stream_code: Option<u16>,
+    /// `CODE_TYPE`.
+    pub type_code: u16,
+    /// `Code::instruction_stream`, where exported: must name the stream.
+    pub code_stream: Option<u16>,
+    /// `Code::instruction_start`, where exported: must be the stream's.
+    pub code_start: Option<u16>,
+    /// `Code::instruction_size` (i32), where exported: a pc past it is not
+    /// the code's.
+    pub code_size: Option<u16>,
+    /// `Code::deoptimization_data_or_interpreter_data`.
+    pub code_deopt: u16,
+    /// `Code::source_position_table`.
+    pub code_positions: u16,
+    /// Indices in the deoptimization data: the count of inlined
+    /// functions, the literals (inlined functions first), the code's own
+    /// function (or its wrapper) and the inlining positions.
+    pub deopt_inlined_count: u16,
+    /// See [`CodeLayout::deopt_inlined_count`].
+    pub deopt_literals: u16,
+    /// See [`CodeLayout::deopt_inlined_count`].
+    pub deopt_shared: u16,
+    /// See [`CodeLayout::deopt_inlined_count`].
+    pub deopt_positions: u16,
+    /// `SharedFunctionInfoWrapper::shared_info` where the deoptimization
+    /// data holds a wrapper (V8 13 on), `None` where the function itself.
+    pub wrapper_shared: Option<u16>,
+    /// `FixedArrayBase::length` (a SMI); elements and bytes follow it.
+    pub array_length: u16,
+    /// Instance types of fixed arrays (plain, trusted, protected, weak).
+    pub type_arrays: Vec<u16>,
+    /// Instance types of byte arrays (plain, trusted).
+    pub type_bytes: Vec<u16>,
+}
+
+/// Field of an InstructionStream holding its Code: the first after the
+/// map (`InstructionStream::kCodeOffset`, V8 11 to 14; not in the metadata;
+/// checked by the Code's type and, where exported, its back pointer).
+const STREAM_CODE: u16 = 8;
+
+impl CodeLayout {
+    /// The code layout `pm` gives, or `None` when it lacks something.
+    fn from_postmortem(pm: &Postmortem) -> Option<Self> {
+        let small = |v: i64| u16::try_from(v).ok();
+        let get = |name: &str| pm.prefixed(name).and_then(small);
+        let type_code = get("v8dbg_type_Code__CODE_TYPE")?;
+        let stream = get("v8dbg_type_InstructionStream__INSTRUCTION_STREAM_TYPE");
+        let (stream_type, stream_header, stream_code) = match stream {
+            Some(t) => (
+                t,
+                get("v8dbg_class_InstructionStream__instruction_start__")?,
+                Some(STREAM_CODE),
+            ),
+            // V8 10: the Code holds its instructions, past its header.
+            None => (
+                type_code,
+                get("v8dbg_class_Code__instruction_start__")?,
+                None,
+            ),
+        };
+        // V8 12 on leave the two fields out of the metadata; they come just
+        // before the Code's wrapper (`code.h`: deoptimization data,
+        // position table, wrapper). V8 10 has them after the relocation
+        // info, as V8 11 exports them.
+        let wrapper = get("v8dbg_class_Code__wrapper__");
+        let code_deopt = get("v8dbg_class_Code__deoptimization_data__")
+            .or(wrapper.map(|w| w.wrapping_sub(16)))
+            .unwrap_or(16);
+        let code_positions = get("v8dbg_class_Code__source_position_table__")
+            .or(wrapper.map(|w| w.wrapping_sub(8)))
+            .unwrap_or(24);
+        let index = |name: &str, v10: u16| match pm.exact(name) {
+            Some(v) => small(v),
+            None => Some(v10),
+        };
+        let (deopt_shared, wrapper_shared) =
+            match pm.exact("v8dbg_DeoptimizationDataWrappedSharedFunctionInfoIndex") {
+                Some(i) => (
+                    small(i)?,
+                    Some(get("v8dbg_class_SharedFunctionInfoWrapper__shared_info__")?),
+                ),
+                None => (
+                    index("v8dbg_DeoptimizationDataSharedFunctionInfoIndex", 6)?,
+                    None,
+                ),
+            };
+        let types = |names: &[&str]| -> Vec<u16> { names.iter().filter_map(|n| get(n)).collect() };
+        let l = CodeLayout {
+            stream_type,
+            stream_header,
+            stream_code,
+            type_code,
+            code_stream: stream.and(get("v8dbg_class_Code__instruction_stream__")),
+            code_start: stream.and(get("v8dbg_class_Code__instruction_start__")),
+            code_size: get("v8dbg_class_Code__instruction_size__"),
+            code_deopt,
+            code_positions,
+            // V8 10's indices (Node 18 does not export them).
+            deopt_inlined_count: index("v8dbg_DeoptimizationDataInlinedFunctionCountIndex", 1)?,
+            deopt_literals: index("v8dbg_DeoptimizationDataLiteralArrayIndex", 2)?,
+            deopt_shared,
+            deopt_positions: index("v8dbg_DeoptimizationDataInliningPositionsIndex", 7)?,
+            wrapper_shared,
+            array_length: get("v8dbg_class_FixedArrayBase__length__")?,
+            type_arrays: types(&[
+                "v8dbg_type_FixedArray__FIXED_ARRAY_TYPE",
+                "v8dbg_type_TrustedFixedArray__",
+                "v8dbg_type_ProtectedFixedArray__",
+                "v8dbg_type_WeakFixedArray__",
+                "v8dbg_type_TrustedWeakFixedArray__",
+                "v8dbg_type_ProtectedWeakFixedArray__",
+            ]),
+            type_bytes: types(&[
+                "v8dbg_type_ByteArray__BYTE_ARRAY_TYPE",
+                "v8dbg_type_TrustedByteArray__",
+            ]),
+        };
+        // Fields beyond a few words are no Code's: a lying build gets no
+        // inlined frames rather than reads anywhere.
+        let fields = [
+            l.code_deopt,
+            l.code_positions,
+            l.stream_header,
+            l.array_length,
+        ];
+        (fields.iter().all(|&f| f < 256 && f % 8 == 0) && !l.type_arrays.is_empty()).then_some(l)
+    }
 }
 
 impl V8Layout {
@@ -226,6 +376,16 @@ impl V8Layout {
             thin_tag: small("v8dbg_ThinStringTag")?,
             scope_context_locals: small("v8dbg_scopeinfo_idx_ncontextlocals")?,
             scope_first_vars: small("v8dbg_scopeinfo_idx_first_vars")?,
+            fp_bytecode_array: slot("v8dbg_off_fp_bytecode_array")?,
+            // Without it baseline frames cannot be told from optimized
+            // ones: no inlined frames then.
+            type_bytecode_array: pm
+                .prefixed("v8dbg_type_BytecodeArray__BYTECODE_ARRAY_TYPE")
+                .and_then(|v| u16::try_from(v).ok())
+                .unwrap_or(0),
+            code: pm
+                .prefixed("v8dbg_type_BytecodeArray__BYTECODE_ARRAY_TYPE")
+                .and_then(|_| CodeLayout::from_postmortem(pm)),
         };
         // The BPF walker reads the function's and its info's first 48 bytes.
         for (name, off) in [
@@ -300,6 +460,42 @@ mod tests {
             v("v8dbg_ThinStringTag", 5),
             v("v8dbg_scopeinfo_idx_ncontextlocals", 2),
             v("v8dbg_scopeinfo_idx_first_vars", 5),
+            v("v8dbg_off_fp_bytecode_array", -32),
+            v("v8dbg_type_BytecodeArray__BYTECODE_ARRAY_TYPE", 190),
+            v("v8dbg_DeoptimizationDataInlinedFunctionCountIndex", 1),
+            v("v8dbg_DeoptimizationDataInliningPositionsIndex", 8),
+            v("v8dbg_DeoptimizationDataLiteralArrayIndex", 3),
+            v("v8dbg_DeoptimizationDataWrappedSharedFunctionInfoIndex", 7),
+            v("v8dbg_class_Code__flags__uint32_t", 52),
+            v("v8dbg_class_Code__instruction_size__int", 56),
+            v("v8dbg_class_Code__instruction_start__Address", 40),
+            v(
+                "v8dbg_class_Code__instruction_stream__Tagged_InstructionStream_",
+                32,
+            ),
+            v("v8dbg_class_Code__wrapper__Tagged_CodeWrapper_", 24),
+            v("v8dbg_class_FixedArrayBase__length__SMI", 8),
+            v(
+                "v8dbg_class_InstructionStream__instruction_start__uintptr_t",
+                32,
+            ),
+            v(
+                "v8dbg_class_SharedFunctionInfoWrapper__shared_info__Tagged_SharedFunctionInfo_",
+                8,
+            ),
+            v("v8dbg_type_ByteArray__BYTE_ARRAY_TYPE", 217),
+            v("v8dbg_type_Code__CODE_TYPE", 187),
+            v("v8dbg_type_FixedArray__FIXED_ARRAY_TYPE", 205),
+            v("v8dbg_type_InstructionStream__INSTRUCTION_STREAM_TYPE", 192),
+            v(
+                "v8dbg_type_ProtectedFixedArray__PROTECTED_FIXED_ARRAY_TYPE",
+                193,
+            ),
+            v("v8dbg_type_TrustedByteArray__TRUSTED_BYTE_ARRAY_TYPE", 196),
+            v(
+                "v8dbg_type_TrustedWeakFixedArray__TRUSTED_WEAK_FIXED_ARRAY_TYPE",
+                199,
+            ),
         ])
     }
 
@@ -334,6 +530,59 @@ mod tests {
         pm.values
             .push(("v8dbg_class_JSFunction__shared__X".into(), 4096));
         assert!(V8Layout::from_postmortem(&pm).is_err());
+    }
+
+    #[test]
+    fn optimized_code_is_read_from_the_metadata_or_v8s_known_shapes() {
+        // Node 24: the two fields before the wrapper, the function wrapped.
+        let c = V8Layout::from_postmortem(&node24()).unwrap().code.unwrap();
+        assert_eq!((c.code_deopt, c.code_positions), (8, 16));
+        assert_eq!(
+            (c.stream_type, c.stream_header, c.stream_code),
+            (192, 32, Some(8))
+        );
+        assert_eq!((c.deopt_shared, c.wrapper_shared), (7, Some(8)));
+        assert_eq!(
+            (c.code_start, c.code_size, c.code_stream),
+            (Some(40), Some(56), Some(32))
+        );
+        assert_eq!(c.type_arrays, [205, 193, 199]);
+        // Node 18 (V8 10): no InstructionStream, no indices exported.
+        let mut pm = node24();
+        pm.values.retain(|(n, _)| {
+            !n.contains("InstructionStream")
+                && !n.starts_with("v8dbg_Deoptimization")
+                && !n.contains("Code__wrapper")
+                && !n.contains("Wrapper__shared")
+        });
+        pm.values
+            .push(("v8dbg_class_Code__instruction_start__uintptr_t".into(), 128));
+        pm.values
+            .retain(|(n, _)| n != "v8dbg_class_Code__instruction_start__Address");
+        let c = V8Layout::from_postmortem(&pm).unwrap().code.unwrap();
+        assert_eq!(
+            (c.stream_type, c.stream_header, c.stream_code),
+            (187, 128, None)
+        );
+        assert_eq!(
+            (c.code_deopt, c.code_positions, c.deopt_shared),
+            (16, 24, 6)
+        );
+        assert_eq!(
+            (c.deopt_literals, c.deopt_positions, c.wrapper_shared),
+            (2, 7, None)
+        );
+        assert_eq!((c.code_start, c.code_stream), (None, None));
+        // A header no Code has: no inlined frames, the rest still read.
+        let mut pm = node24();
+        pm.values
+            .retain(|(n, _)| !n.starts_with("v8dbg_class_InstructionStream__"));
+        pm.values.push((
+            "v8dbg_class_InstructionStream__instruction_start__x".into(),
+            1 << 20,
+        ));
+        let l = V8Layout::from_postmortem(&pm).unwrap();
+        assert!(l.code.is_none());
     }
 
     #[test]

@@ -54,7 +54,7 @@ impl NodeMetrics {
         );
         registry.register(
             "javascript_names",
-            "JavaScript frames named at drains (reason=named), or whose function was moved or collected by the drain (reason=moved: shown as [v8: function moved or collected])",
+            "JavaScript frames named at drains (reason=named), or whose function was moved or collected by the drain (reason=moved: shown as [v8: function moved or collected]); reason=inlined_unknown: optimized code gone or replaced by the drain, its function named without the functions inlined into it",
             m.names.clone(),
         );
         registry.register(
@@ -100,6 +100,11 @@ impl NodeMetrics {
             }
         }
         crate::runtime::metrics::advance_names(&self.names, names, &last.names, "moved");
+        advance(
+            &self.names.get_or_create(&MissLabel::new("inlined_unknown")),
+            names.partial,
+            last.names.partial,
+        );
         crate::runtime::metrics::set_processes(&self.processes, processes);
         *last = Last {
             cpu: *cpu,

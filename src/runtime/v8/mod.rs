@@ -5,6 +5,8 @@
 //!   what emberd needs of them;
 //! - [`heap`]: V8's objects and strings as read from the process;
 //! - [`names`]: a function's name and script;
+//! - [`code`], [`positions`]: optimized code at a pc, and the functions
+//!   inlined into it there;
 //! - [`frames`]: names of the slots `bpf/v8.h` pushed;
 //! - [`procs`]: which processes run node, and the code the walker claims.
 //!
@@ -12,11 +14,13 @@
 //! `.dynsym` holds `v8dbg_off_fp_function`), and read through
 //! `/proc/PID/mem`.
 
+pub mod code;
 pub mod frames;
 pub mod heap;
 pub mod layout;
 pub mod metrics;
 pub mod names;
+pub mod positions;
 pub mod procs;
 
 use std::fs::File;

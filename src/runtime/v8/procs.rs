@@ -132,6 +132,9 @@ fn entry(c: [u64; 4], l: &super::layout::V8Layout) -> Vec<u8> {
             type_function_first: l.type_function.0,
             type_function_last: l.type_function.1,
             type_shared: l.type_shared,
+            fp_bytecode_array: l.fp_bytecode_array,
+            type_bytecode_array: l.type_bytecode_array,
+            by_pc: u8::from(l.code.is_some()),
             ..Default::default()
         },
     };
