@@ -289,7 +289,10 @@ fn flamegraph_draws_a_folded_file() {
     require_root();
     let bin = build_c("cpu_70_30");
     let folded = scratch().join("to-draw.folded");
-    let out = record_command(&folded, &[bin.as_os_str(), "2".as_ref()]);
+    // 5 s: its loop alternates every millisecond or so, and 99 Hz
+    // samples of a 2 s run fell on one phase often enough to read 59/41
+    // (CI, 2026-11-27); perf at 999 Hz reads 70.1/29.8 here.
+    let out = record_command(&folded, &[bin.as_os_str(), "5".as_ref()]);
     assert!(
         out.status.success(),
         "{}",
