@@ -116,13 +116,13 @@ pub fn code_at(
     if !is_object(shared) || heap.instance_type(shared)? != heap.layout.type_shared {
         return Err(CodeError::NotOptimized(pc));
     }
-    // The inlined functions come first among the literals; an inlining
-    // position may name one past the count the data gives (a function
-    // inlined again), so the literals' length bounds it, and each is
-    // checked to be a function info.
+    // The inlined functions are the first `count` literals; an inlining
+    // position naming another index is not read (no frame is better than
+    // another literal's name).
+    let count = smi(element(heap, c, deopt, c.deopt_inlined_count)?).clamp(0, MAX_INLINED);
     let literals = element(heap, c, deopt, c.deopt_literals)?;
     let count = match array_len(heap, c, literals, &c.type_arrays) {
-        Some(n) => n.min(MAX_INLINED) as usize,
+        Some(n) => count.min(n) as usize,
         None => 0,
     };
     let inlined_at = element(heap, c, deopt, c.deopt_positions)?;
@@ -163,7 +163,14 @@ pub fn code_at(
                 }
                 s
             }
-            Function::Unknown => continue,
+            // The chain is not what the code says: only its own function.
+            Function::Unknown => {
+                return Ok(CodeAt {
+                    code,
+                    start,
+                    frames: vec![(shared, None)],
+                });
+            }
         };
         frames.push((function, f.script_offset));
     }

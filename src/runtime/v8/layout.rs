@@ -383,8 +383,15 @@ impl V8Layout {
                 .prefixed("v8dbg_type_BytecodeArray__BYTECODE_ARRAY_TYPE")
                 .and_then(|v| u16::try_from(v).ok())
                 .unwrap_or(0),
+            // V8 14 (Node 26): inlining positions name functions past the
+            // inlined-function count, whose place is not worked out: its
+            // optimized frames stay named by function only.
             code: pm
                 .prefixed("v8dbg_type_BytecodeArray__BYTECODE_ARRAY_TYPE")
+                .filter(|_| {
+                    pm.prefixed("v8dbg_class_Map__immediate_supertype_map__")
+                        .is_none()
+                })
                 .and_then(|_| CodeLayout::from_postmortem(pm)),
         };
         // The BPF walker reads the function's and its info's first 48 bytes.
