@@ -337,6 +337,9 @@ impl V8Layout {
             .ok_or(LayoutError::Missing(
                 "v8dbg_class_SharedFunctionInfo__script_or_debug_info__",
             ))?;
+        let bytecode_array = pm
+            .prefixed("v8dbg_type_BytecodeArray__BYTECODE_ARRAY_TYPE")
+            .and_then(|v| u16::try_from(v).ok());
         let layout = V8Layout {
             fp_function: slot("v8dbg_off_fp_function")?,
             fp_context: slot("v8dbg_off_fp_context")?,
@@ -377,17 +380,13 @@ impl V8Layout {
             scope_context_locals: small("v8dbg_scopeinfo_idx_ncontextlocals")?,
             scope_first_vars: small("v8dbg_scopeinfo_idx_first_vars")?,
             fp_bytecode_array: slot("v8dbg_off_fp_bytecode_array")?,
-            // Without it baseline frames cannot be told from optimized
-            // ones: no inlined frames then.
-            type_bytecode_array: pm
-                .prefixed("v8dbg_type_BytecodeArray__BYTECODE_ARRAY_TYPE")
-                .and_then(|v| u16::try_from(v).ok())
-                .unwrap_or(0),
-            // V8 14 (Node 26): inlining positions name functions past the
-            // inlined-function count, whose place is not worked out: its
-            // optimized frames stay named by function only.
-            code: pm
-                .prefixed("v8dbg_type_BytecodeArray__BYTECODE_ARRAY_TYPE")
+            type_bytecode_array: bytecode_array.unwrap_or(0),
+            // Without the BytecodeArray type baseline frames cannot be told
+            // from optimized ones. V8 14 (Node 26): inlining positions name
+            // functions past the inlined-function count, whose place is not
+            // worked out. Either way optimized frames stay named by
+            // function only.
+            code: bytecode_array
                 .filter(|_| {
                     pm.prefixed("v8dbg_class_Map__immediate_supertype_map__")
                         .is_none()
