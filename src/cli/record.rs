@@ -117,7 +117,7 @@ pub struct RecordOptions {
     /// Knobs of the off-CPU and page-fault programs (which events are on
     /// follows `event`).
     pub event_knobs: EventOptions,
-    /// Python and Java frames with their line (`--lines`).
+    /// Python, Java and JavaScript frames with their line (`--lines`).
     pub lines: bool,
     /// Lets the command being profiled start once the programs are loaded
     /// (`emberd record -- COMMAND`).

@@ -105,6 +105,11 @@ impl ProcessMemory {
         self.budget = self.read.saturating_add(more);
     }
 
+    /// Allows `more` bytes beyond what the budget allows now.
+    pub fn extend(&mut self, more: u64) {
+        self.budget = self.budget.saturating_add(more);
+    }
+
     /// Bytes read from the kernel so far.
     pub fn bytes_read(&self) -> u64 {
         self.read
@@ -168,6 +173,27 @@ impl ProcessMemory {
             done += n;
         }
         Ok(())
+    }
+
+    /// Fills `out` with the bytes at `addr`, read straight from the
+    /// process and not cached (a long scan, as of a script's source, would
+    /// only push the cached pages out), within the budget.
+    pub fn read_direct(&mut self, addr: u64, out: &mut [u8]) -> Result<(), MemoryError> {
+        let n = out.len() as u64;
+        if self.read + n > self.budget {
+            return Err(MemoryError::Budget {
+                pid: self.pid.0,
+                budget: self.budget,
+            });
+        }
+        self.read += n;
+        match self.file.read_at(out, addr) {
+            Ok(got) if got == out.len() => Ok(()),
+            _ => Err(MemoryError::Unmapped {
+                pid: self.pid.0,
+                addr,
+            }),
+        }
     }
 
     /// `len` bytes at `addr`; the caller bounds `len`.

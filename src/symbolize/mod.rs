@@ -91,7 +91,8 @@ impl Frame {
     /// The frame's folded text; with `lines`, a Python frame's line joins
     /// its file as py-spy writes it, `qualname (file.py:LINE)`, and a Java
     /// frame's follows its method as async-profiler writes it,
-    /// `pkg.Class.method:LINE_[j]`.
+    /// `pkg.Class.method:LINE_[j]`, and a JavaScript frame's joins its
+    /// script as V8's tools show a function, `name (app.js:LINE)_[j]`.
     pub fn text(&self, lines: bool) -> FrameText<'_> {
         FrameText { frame: self, lines }
     }
@@ -109,6 +110,9 @@ impl fmt::Display for FrameText<'_> {
         let fr = self.frame;
         match (self.lines, fr.kind, fr.line, fr.name.strip_suffix(')')) {
             (true, FrameKind::Python, Some(line), Some(head)) => write!(f, "{head}:{line})"),
+            (true, FrameKind::JavaScript, Some(line), Some(head)) => {
+                write!(f, "{head}:{line}){}", fr.suffix())
+            }
             (true, FrameKind::Java | FrameKind::JavaInlined, Some(line), _) => {
                 write!(f, "{}:{line}{}", fr.name, fr.suffix())
             }

@@ -9,7 +9,12 @@
  *    claiming as many;
  *  - a second thread spins the same way under another function whose
  *    info's fields are rewritten all the time (names and scripts that move
- *    under the reader, pointers to nowhere).
+ *    under the reader, pointers to nowhere);
+ *  - a third under `liarLine`, whose ScopeInfo places it at offset 5 of a
+ *    script whose source is rewritten all the time: an honest short
+ *    string, the self-made cons string, a string claiming 2^31
+ *    characters, with line ends V8 never made (a FixedArray claiming 2^24
+ *    garbage elements) or none.
  * Argument: seconds to run (default 30).
  */
 #include <pthread.h>
@@ -54,9 +59,20 @@ int v8dbg_ConsStringTag = 1;
 int v8dbg_ThinStringTag = 5;
 int v8dbg_scopeinfo_idx_ncontextlocals = 2;
 int v8dbg_scopeinfo_idx_first_vars = 3;
+int v8dbg_class_Script__source__Object = 8;
+int v8dbg_class_Script__line_ends__Object = 56;
+int v8dbg_type_FixedArray__FIXED_ARRAY_TYPE = 175;
+int v8dbg_class_FixedArrayBase__length__SMI = 8;
+int v8dbg_type_Oddball__ODDBALL_TYPE = 131;
+int v8dbg_class_SlicedString__parent__String = 16;
+int v8dbg_class_SlicedString__offset__SMI = 24;
+int v8dbg_SlicedStringTag = 3;
+int v8dbg_ExternalStringTag = 2;
+int v8dbg_class_ExternalString__resource__Object = 16;
 
 /* Objects of 64 bytes each, tagged (+1) where pointed at. */
-enum { MAP_FN, MAP_SFI, MAP_CONS, MAP_SCRIPT, MAP_SEQ, FN1, SFI1, CONS, SCRIPT, SEQ, FN2, SFI2, NOBJ };
+enum { MAP_FN, MAP_SFI, MAP_CONS, MAP_SCRIPT, MAP_SEQ, MAP_SCOPE, MAP_ARRAY, FN1, SFI1, CONS, SCRIPT,
+       SEQ, FN2, SFI2, FN3, SFI3, SCOPE, NAME3, SCRIPT3, SOURCE3, ARRAY, NOBJ };
 static uint64_t heap[NOBJ][8] __attribute__((aligned(64)));
 static double until;
 
@@ -115,10 +131,33 @@ static void *moving_heap(void *arg)
 	return 0;
 }
 
+static void *moving_source(void *arg)
+{
+	uint64_t frame[8] = { 0 };
+
+	(void)arg;
+	spin_as(tagged(FN3), frame);
+	return 0;
+}
+
+static uint64_t smi(int64_t v)
+{
+	return (uint64_t)v << 32;
+}
+
+static void string(int o, const char *text)
+{
+	int32_t n = strlen(text);
+
+	heap[o][0] = tagged(MAP_SEQ);
+	memcpy((char *)heap[o] + 12, &n, 4);
+	memcpy((char *)heap[o] + 16, text, n);
+}
+
 int main(int argc, char **argv)
 {
 	double seconds = argc > 1 ? atof(argv[1]) : 30;
-	pthread_t a, b;
+	pthread_t a, b, c;
 	uint64_t r = 88172645463325252ULL;
 	int32_t huge = 0x7fffffff;
 
@@ -149,9 +188,31 @@ int main(int argc, char **argv)
 	heap[FN2][0] = tagged(MAP_FN);
 	heap[FN2][3] = tagged(SFI2);
 	heap[SFI2][0] = tagged(MAP_SFI);
+	map_type(MAP_SCOPE, 261);
+	map_type(MAP_ARRAY, 175);
+	heap[FN3][0] = tagged(MAP_FN);
+	heap[FN3][3] = tagged(SFI3);
+	heap[SFI3][0] = tagged(MAP_SFI);
+	heap[SFI3][2] = tagged(SCOPE);
+	heap[SFI3][4] = tagged(SCRIPT3);
+	/* No context locals; the name, then the position (5, 40), then an
+	 * object that is no string. */
+	heap[SCOPE][0] = tagged(MAP_SCOPE);
+	heap[SCOPE][3] = smi(0);
+	heap[SCOPE][4] = tagged(NAME3);
+	heap[SCOPE][5] = smi(5);
+	heap[SCOPE][6] = smi(40);
+	heap[SCOPE][7] = tagged(FN1);
+	string(NAME3, "liarLine");
+	string(SOURCE3, "a\nb\nc\nd\ne\nf\n");
+	heap[SCRIPT3][0] = tagged(MAP_SCRIPT);
+	heap[SCRIPT3][2] = tagged(NAME3);
+	heap[ARRAY][0] = tagged(MAP_ARRAY);
+	heap[ARRAY][1] = smi(1 << 24);
 	until = now() + seconds;
 	pthread_create(&a, 0, lying_strings, 0);
 	pthread_create(&b, 0, moving_heap, 0);
+	pthread_create(&c, 0, moving_source, 0);
 	while (now() < until) {
 		/* The second function's info, rewritten all the time: its
 		 * name and script among the strings and noise. */
@@ -162,6 +223,8 @@ int main(int argc, char **argv)
 			heap[SFI2][2] = (r & 1) ? tagged(CONS) : (r | 1);
 			heap[SFI2][4] = (r & 2) ? tagged(SCRIPT) : (r >> 3) | 1;
 			heap[SFI2][0] = (r & 4) ? tagged(MAP_SFI) : tagged(MAP_FN);
+			heap[SCRIPT3][1] = (r & 8) ? tagged(SOURCE3) : (r & 16) ? tagged(CONS) : tagged(SEQ);
+			heap[SCRIPT3][7] = (r & 32) ? tagged(ARRAY) : 0;
 		}
 		usleep(100);
 	}

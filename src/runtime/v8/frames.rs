@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 use super::NodeProcess;
 use super::code::code_at;
 use super::heap::Heap;
-use super::names::{function_info, short_script};
+use super::lines::{NoLine, ScriptLines};
+use super::names::{function_info, short_script, start_position};
 use crate::runtime::{FrameNamer, NameStats};
 use crate::shared::{FastMap, Frame, FrameKind, Pid};
 
@@ -119,8 +120,8 @@ struct Named {
     checked: u64,
 }
 
-/// A function named: its frame (no line), and the name and script
-/// pointers it was named from.
+/// A function named: its frame (with the line it starts on where known),
+/// and the name and script pointers it was named from.
 struct NamedFunction {
     frame: Frame,
     name: u64,
@@ -136,6 +137,8 @@ pub struct NodeNames {
     functions: FastMap<(Pid, u64), NamedFunction>,
     /// Function and script names, shared by every frame that names them.
     texts: FastMap<String, Arc<str>>,
+    /// Line ends of scripts.
+    lines: ScriptLines,
     named: u64,
     moved: u64,
     /// Pc slots whose code was gone or replaced at the drain (no inlined
@@ -202,11 +205,12 @@ impl NodeNames {
 
     /// The frame of the function whose SharedFunctionInfo is at `shared`
     /// now, with the name and script pointers it was named from; `None`
-    /// when no function info is there.
+    /// when no function info is there. `drain`: the process's drain.
     fn function(
         &mut self,
         heap: &mut Heap<'_>,
         pid: Pid,
+        drain: u64,
         shared: u64,
     ) -> Option<(Frame, u64, u64)> {
         let l = heap.layout;
@@ -224,13 +228,27 @@ impl NodeNames {
             Some(s) => format!("{} ({})", info.name, short_script(s)),
             None => info.name.clone(),
         };
+        // The line it starts on; one that must wait for the next drain's
+        // scan is not cached, so the next naming finds it.
+        let line = match (
+            &l.lines,
+            start_position(heap, name, l.lines.as_ref().map_or(0, |x| x.type_oddball)),
+        ) {
+            (Some(ll), Some(pos)) if info.script.is_some() => {
+                self.lines.line(heap, ll, pid, drain, script, pos)
+            }
+            _ => Err(NoLine::Unknown),
+        };
         let frame = Frame {
             name: self.shared(text),
             kind: FrameKind::JavaScript,
             file: info.script.map(|s| self.shared(s)),
-            line: None,
+            line: line.ok(),
             module: None,
         };
+        if line == Err(NoLine::Later) {
+            return Some((frame, name, script));
+        }
         if self.functions.len() >= MAX_CACHED {
             self.functions.clear();
         }
@@ -255,6 +273,7 @@ impl NodeNames {
     ) -> Result<(Vec<Frame>, Vec<u64>), &'static str> {
         const MOVED: &str = "[v8: function moved or collected]";
         let l = a.process.layout.clone();
+        let drain = a.drain;
         let mut heap = Heap {
             mem: &mut a.process.mem,
             layout: &l,
@@ -262,11 +281,13 @@ impl NodeNames {
         let kind = kind_of(slot);
         if matches!(kind, V8Kind::Interpreted | V8Kind::Compiled) {
             let shared = shared_of(slot);
-            let (frame, name, script) = self.function(&mut heap, pid, shared).ok_or(MOVED)?;
+            let (frame, name, script) =
+                self.function(&mut heap, pid, drain, shared).ok_or(MOVED)?;
             if check_of(name, script) != (slot >> CHECK_SHIFT) & ((1 << CHECK_BITS) - 1) {
                 return Err(MOVED);
             }
-            return Ok((vec![frame], vec![shared, name, script]));
+            let line = u64::from(frame.line.unwrap_or(0));
+            return Ok((vec![frame], vec![shared, name, script, line]));
         }
         // The pc slot: the functions inlined at the pc, beside the
         // function's own slot (nothing when the code cannot be read now).
@@ -291,7 +312,7 @@ impl NodeNames {
         let mut frames = Vec::with_capacity(at.frames.len());
         let mut from = vec![at.code, at.start];
         for (i, &(shared, _offset)) in at.frames.iter().enumerate() {
-            let Some((frame, name, script)) = self.function(&mut heap, pid, shared) else {
+            let Some((frame, name, script)) = self.function(&mut heap, pid, drain, shared) else {
                 continue;
             };
             if i == 0 {
@@ -302,6 +323,7 @@ impl NodeNames {
                     return Ok((Vec::new(), Vec::new()));
                 }
             } else {
+                from.push(u64::from(frame.line.unwrap_or(0)));
                 frames.push(frame);
             }
             from.extend([shared, name, script]);
@@ -389,6 +411,7 @@ impl FrameNamer for NodeNames {
         self.processes.retain(|pid, _| is_live(*pid));
         self.cache.retain(|(pid, _), _| is_live(*pid));
         self.functions.retain(|(pid, _), _| is_live(*pid));
+        self.lines.forget_exited(is_live);
     }
 
     fn stats(&self) -> NameStats {
@@ -398,6 +421,7 @@ impl FrameNamer for NodeNames {
             partial: self.code_gone,
             // About 200 bytes a slot and a text; each process's pages.
             cached_bytes: ((self.cache.len() + self.functions.len() + self.texts.len()) * 200
+                + self.lines.cached_bytes()
                 + self
                     .processes
                     .values()

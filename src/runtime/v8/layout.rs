@@ -11,6 +11,8 @@
 
 use thiserror::Error;
 
+use super::lines::LinesLayout;
+
 /// The `v8dbg_*` constants of one build: (name, value).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Postmortem {
@@ -125,6 +127,9 @@ pub struct V8Layout {
     pub scope_context_locals: u16,
     /// See [`V8Layout::scope_context_locals`].
     pub scope_first_vars: u16,
+    /// Where scripts keep their sources and line ends; `None` when the
+    /// metadata does not say (frames then have no line).
+    pub lines: Option<LinesLayout>,
     /// Where optimized code keeps its inlined functions and positions;
     /// `None` when the metadata does not say (its frames are then named
     /// by function only).
@@ -386,6 +391,7 @@ impl V8Layout {
             // functions past the inlined-function count, whose place is not
             // worked out. Either way optimized frames stay named by
             // function only.
+            lines: None,
             code: bytecode_array
                 .filter(|_| {
                     pm.prefixed("v8dbg_class_Map__immediate_supertype_map__")
@@ -393,6 +399,37 @@ impl V8Layout {
                 })
                 .and_then(|_| CodeLayout::from_postmortem(pm)),
         };
+        // Everything a source's line ends need, or no lines.
+        let get = |name: &str| pm.prefixed(name).and_then(|v| u16::try_from(v).ok());
+        let lines = (|| {
+            Some(LinesLayout {
+                script_source: get("v8dbg_class_Script__source__")?,
+                script_line_ends: get("v8dbg_class_Script__line_ends__")?,
+                type_fixed_array: get("v8dbg_type_FixedArray__FIXED_ARRAY_TYPE")?,
+                array_length: get("v8dbg_class_FixedArrayBase__length__")?,
+                type_oddball: get("v8dbg_type_Oddball__ODDBALL_TYPE")?,
+                sliced: (
+                    get("v8dbg_class_SlicedString__parent__")?,
+                    get("v8dbg_class_SlicedString__offset__")?,
+                ),
+                sliced_tag: get("v8dbg_SlicedStringTag")?,
+                external_tag: get("v8dbg_ExternalStringTag")?,
+                external_resource: get("v8dbg_class_ExternalString__resource__")?,
+            })
+        })()
+        .filter(|l| {
+            [
+                l.script_source,
+                l.script_line_ends,
+                l.array_length,
+                l.sliced.0,
+                l.sliced.1,
+                l.external_resource,
+            ]
+            .iter()
+            .all(|&f| f < 256 && f % 8 == 0)
+        });
+        let layout = V8Layout { lines, ..layout };
         // The BPF walker reads the function's and its info's first 48 bytes.
         for (name, off) in [
             ("v8dbg_class_JSFunction__shared__", layout.function_shared),

@@ -18,6 +18,7 @@ pub mod code;
 pub mod frames;
 pub mod heap;
 pub mod layout;
+pub mod lines;
 pub mod metrics;
 pub mod names;
 pub mod positions;

@@ -55,6 +55,29 @@ fn function_name(heap: &mut Heap<'_>, v: u64) -> Option<String> {
     if t != heap.layout.type_scope_info {
         return None;
     }
+    // The function's name (with its variable's slot, a SMI) and its
+    // inferred name (a string, or undefined) come before any other object
+    // of the ScopeInfo (its outer scope's ScopeInfo, the debugger's block
+    // list, module data): the search stops at the first object that is no
+    // string, so a string of those is never taken for the name.
+    for w in scope_tail(heap, v)? {
+        if is_smi(w) {
+            continue;
+        }
+        if !heap.is_string(w) {
+            return None;
+        }
+        if let Some(s) = heap.string(w).filter(|s| !s.is_empty()) {
+            return Some(s);
+        }
+    }
+    None
+}
+
+/// The words of ScopeInfo `v` (tagged) past its context locals, where
+/// its optional parts begin, [`NAME_SLOTS`] of them (fewer where the
+/// memory ends).
+fn scope_tail(heap: &mut Heap<'_>, v: u64) -> Option<Vec<u64>> {
     let slot = |i: u64| 8 + 8 * i;
     let locals = heap
         .mem
@@ -69,22 +92,52 @@ fn function_name(heap: &mut Heap<'_>, v: u64) -> Option<String> {
     }
     let names = if n < INLINED_LOCALS { n } else { 1 };
     let from = u64::from(heap.layout.scope_first_vars) + (names + n) as u64;
-    // The function's name (with its variable's slot, a SMI) and its
-    // inferred name (a string, or undefined) come before any other object
-    // of the ScopeInfo (its outer scope's ScopeInfo, the debugger's block
-    // list, module data): the search stops at the first object that is no
-    // string, so a string of those is never taken for the name.
-    for i in from..from + NAME_SLOTS {
-        let w = heap.mem.u64(v - 1 + slot(i)).ok()?;
+    Some(
+        (from..from + NAME_SLOTS)
+            .map_while(|i| heap.mem.u64(v - 1 + slot(i)).ok())
+            .collect(),
+    )
+}
+
+/// Where the function of a SharedFunctionInfo whose `name_or_scope_info`
+/// holds `v` starts in its script (V8's `StartPosition`), when `v` is a
+/// ScopeInfo: its position info, two SMIs (start, end), follows the
+/// function's name and inferred name (strings, undefined, SMIs) and
+/// precedes any other object of the ScopeInfo, or the next object's map.
+/// So it is the last two of the SMIs met before the first object that is
+/// neither a string nor an oddball. From V8 13 on it has a fixed place.
+pub fn start_position(heap: &mut Heap<'_>, v: u64, type_oddball: u16) -> Option<u32> {
+    if !is_object(v) || heap.instance_type(v).ok()? != heap.layout.type_scope_info {
+        return None;
+    }
+    let valid =
+        |start: i64, end: i64| (0 <= start && start < end && end < 1 << 31).then_some(start as u32);
+    // V8 13 on (Node 24 on): the position info is the two fixed slots
+    // before the variable part (`scopeinfo_idx_first_vars` 5, was 3).
+    let first = u64::from(heap.layout.scope_first_vars);
+    if first >= 5 {
+        let word = |heap: &mut Heap<'_>, i: u64| {
+            heap.mem.u64(v - 1 + 8 + 8 * i).ok().filter(|&w| is_smi(w))
+        };
+        let start = word(heap, first - 2)?;
+        let end = word(heap, first - 1)?;
+        return valid(smi(start), smi(end));
+    }
+    let mut run: Vec<i64> = Vec::new();
+    for w in scope_tail(heap, v)? {
         if is_smi(w) {
+            run.push(smi(w));
             continue;
         }
-        if !heap.is_string(w) {
+        let t = heap.instance_type(w).ok()?;
+        if t < heap.layout.first_nonstring || t == type_oddball {
+            run.clear();
+            continue;
+        }
+        let [.., start, end] = run[..] else {
             return None;
-        }
-        if let Some(s) = heap.string(w).filter(|s| !s.is_empty()) {
-            return Some(s);
-        }
+        };
+        return valid(start, end);
     }
     None
 }
