@@ -353,9 +353,9 @@ fn compare_with_cpu_prof(node: &Path, report: &mut String, failed: &mut Vec<Stri
     if total < 300 {
         bad.push(format!("only {total} samples"));
     }
-    // Node 26 (V8 14): its inlining positions name functions past the
-    // inlined-function count, not worked out yet, so emberd shows its
-    // optimized frames by function only (issue 46's closing note).
+    // Node 26 (V8 14): emberd shows its optimized frames by function only
+    // (with its inlined frames read, a CI run showed markers: issue 46's
+    // closing note).
     let floor = if node.ends_with("26/bin/node") {
         0.0
     } else {

@@ -387,10 +387,10 @@ impl V8Layout {
             fp_bytecode_array: slot("v8dbg_off_fp_bytecode_array")?,
             type_bytecode_array: bytecode_array.unwrap_or(0),
             // Without the BytecodeArray type baseline frames cannot be told
-            // from optimized ones. V8 14 (Node 26): inlining positions name
-            // functions past the inlined-function count, whose place is not
-            // worked out. Either way optimized frames stay named by
-            // function only.
+            // from optimized ones. V8 14 (Node 26): with pc slots, a CI run
+            // showed markers in 2.3% of its samples, not yet explained
+            // (docs/research/v8.md, section 14). Either way optimized frames
+            // stay named by function only.
             lines: None,
             code: bytecode_array
                 .filter(|_| {
