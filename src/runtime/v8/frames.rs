@@ -230,13 +230,11 @@ impl NodeNames {
         };
         // The line it starts on; one that must wait for the next drain's
         // scan is not cached, so the next naming finds it.
-        let line = match (
-            &l.lines,
-            start_position(heap, name, l.lines.as_ref().map_or(0, |x| x.type_oddball)),
-        ) {
-            (Some(ll), Some(pos)) if info.script.is_some() => {
-                self.lines.line(heap, ll, pid, drain, script, pos)
-            }
+        let line = match &l.lines {
+            Some(ll) if info.script.is_some() => start_position(heap, name, ll.type_oddball)
+                .map_or(Err(NoLine::Unknown), |pos| {
+                    self.lines.line(heap, ll, pid, drain, script, pos)
+                }),
             _ => Err(NoLine::Unknown),
         };
         let frame = Frame {
