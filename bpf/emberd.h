@@ -567,6 +567,8 @@ struct blocked {
 	__u32 owner;           /* bounded form: the uid whose share of blocked_by_tid the entry counts in */
 	char comm[EMBERD_COMM_LEN];
 	char waker_comm[EMBERD_COMM_LEN];
+	__u64 timer_ustack;    /* node: the stack that armed the timer the block sleeps until (bpf/node_timers.h); EMBERD_STACK_NONE: none */
+	__u64 poll_end;        /* ns the poll sleeping until that timer times out */
 };
 
 /* Probabilities in events.bpf.c are fixed point: EMBERD_P_ONE is certainty. */
@@ -614,6 +616,8 @@ enum emberd_event_counter {
 	ECOUNTER_WAKEUP_COUNTS_FULL, /* wake counts buffer full: a wakeup is lost */
 	ECOUNTER_OFFWAKE_COUNTS_FULL, /* wake counts buffer full: an off-wake chain is lost */
 	ECOUNTER_OTHER_COUNTS_FULL, /* counts buffer full: a page fault, block I/O or memory event is lost */
+	ECOUNTER_TIMER_ARMS,       /* uv_timer_start calls of node processes seen (bpf/node_timers.h) */
+	ECOUNTER_TIMER_WAITS,      /* off-CPU periods charged to the stack that armed their timer */
 	ECOUNTER_MAX,
 };
 

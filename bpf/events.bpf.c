@@ -8,6 +8,8 @@
  *                  exit programs, the task iterator that keeps held stacks
  *   memory.h       brk, mmap, munmap (syscall tracepoints), malloc (uprobes)
  *   blockio.h      block I/O latency (block_io_* or block_rq_* tracepoints)
+ *   node_timers.h  node's timer waits charged to the JavaScript that armed
+ *                  the timer (a uprobe on uv_timer_start, off-CPU's charge)
  *   new_process.h  new-process notices to the agent (both objects)
  *   unwind.h       user-stack walks and stack storage (both objects)
  *   emberd.h       layouts and enums shared with the agent
@@ -67,6 +69,7 @@
 #include "events.h"
 #include "memory.h"
 #include "blockio.h"
+#include "node_timers.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -357,8 +360,17 @@ static __always_inline void charge_offcpu(void *ctx, struct task_struct *next,
 	k->event = EVENT_OFFCPU;
 	k->tgid = b->tgid;
 	k->pid = next->pid;
-	k->kstack = blocked_kstack(next, b->uid, now);
-	k->ustack = b->ustack;
+	if (timer_wait_ended(b, now)) {
+		/* A poll's sleep until a node timer: the function that armed it
+		 * waited (bpf/node_timers.h). */
+		ecount(ECOUNTER_TIMER_WAITS);
+		k->kstack = EMBERD_STACK_NONE;
+		k->ustack = b->timer_ustack;
+		__builtin_memcpy(k->label, "timer wait", sizeof("timer wait"));
+	} else {
+		k->kstack = blocked_kstack(next, b->uid, now);
+		k->ustack = b->ustack;
+	}
 	__builtin_memcpy(k->comm, b->comm, sizeof(k->comm));
 	stamp(k->ustack, now);
 	if (take)
@@ -414,8 +426,11 @@ static __always_inline int on_switch_claimed(void *ctx, struct task_struct *prev
 				if (u == EMBERD_P_ONE || chance(u, EMBERD_P_ONE)) {
 					b->ustack_p = u;
 					b->ustack = user_stack(prev_tgid, now, form);
+					note_timer_wait(prev, prev_pid, b, now);
 				} else {
 					b->ustack_p = 0;
+					b->timer_ustack = EMBERD_STACK_NONE;
+					b->poll_end = 0;
 				}
 			} else if (why == BLOCKED_SHARE) {
 				ecount(ECOUNTER_BLOCKED_SHARE);
@@ -679,6 +694,7 @@ int refresh_held_stacks(struct bpf_iter__task *ctx)
 	if (now - b->ts > config.max_block_ns)
 		return 0;
 	stamp(b->ustack, now);
+	stamp(b->timer_ustack, now);
 	if (b->has_waker) {
 		stamp(b->waker_kstack, now);
 		stamp(b->waker_ustack, now);

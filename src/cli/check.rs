@@ -510,7 +510,7 @@ fn node_item() -> Item {
     );
     runtime_item(
         "node",
-        "Node.js processes (Node 18 to 26 tested) have their JavaScript frames read in BPF from V8's frames and postmortem metadata (no flag)",
+        "Node.js processes (Node 18 to 26 tested) have their JavaScript frames read in BPF from V8's frames and postmortem metadata (no flag); their timer waits are charged to the JavaScript that armed the timer (a uprobe on uv_timer_start, with off-CPU events)",
         found,
     )
 }

@@ -388,6 +388,10 @@ pub struct EventCounters {
     pub short_offcpu_sampled_out: u64,
     /// Wakeups ending short blocks left out by `sample_below_ns`.
     pub short_wakeups_sampled_out: u64,
+    /// `uv_timer_start` calls of node processes seen (`bpf/node_timers.h`).
+    pub timer_arms: u64,
+    /// Off-CPU periods charged to the stack that armed their timer.
+    pub timer_waits: u64,
     /// brk() calls that grew the heap.
     pub brk: u64,
     /// mmap() calls.
@@ -496,6 +500,9 @@ pub struct EventSampler {
     hooks: Hooks,
     malloc: super::malloc::MallocProbes,
     heap_ring: Option<super::malloc::HeapRing>,
+    /// Node's timer uprobe program, if loaded (`bpf/node_timers.h`).
+    node_timer: Option<&'static str>,
+    node_timers: super::node_timers::NodeTimers,
     /// Counts taken by early drains, by key, until the next full drain.
     early: HashMap<EventKeyBytes, u64>,
 }
@@ -683,6 +690,7 @@ fn load(
         (&mut m.io_in_flight, off(options.blockio)),
         (&mut m.io_threads, off(options.blockio)),
         (&mut m.syscall_entries, off(options.syscalls())),
+        (&mut m.timer_arms, off(sched)),
         // The bounded form's off-CPU state, by thread id (the loop form's
         // is task storage, which grows with the threads).
         (
@@ -823,8 +831,9 @@ impl EventSampler {
                         })
                         .ok();
                 }
-                // Per process, as they appear: see watch_process.
-                Attach::Uprobe(_) => {}
+                // Per process, as they appear: see watch_process and
+                // attach_node_timer.
+                Attach::Uprobe(_) | Attach::NodeTimer => {}
             }
         }
         let heap_ring = if options.malloc.any() {
@@ -847,6 +856,8 @@ impl EventSampler {
             hooks,
             malloc: super::malloc::MallocProbes::default(),
             heap_ring,
+            node_timer: programs::node_timer(&plan),
+            node_timers: super::node_timers::NodeTimers::default(),
             early: HashMap::new(),
         })
     }
@@ -901,6 +912,24 @@ impl EventSampler {
         );
     }
 
+    /// Traps `uv_timer_start` of a node process whose JavaScript frames
+    /// are read (once per process), so its event loop's timer waits are
+    /// charged to the JavaScript that armed them. Nothing when off-CPU
+    /// events are off.
+    pub fn attach_node_timer(&mut self, hook: &super::node_timers::TimerHook) {
+        let Some(name) = self.node_timer else { return };
+        match program(self.skel.object(), name) {
+            Ok(prog) => self.node_timers.attach(hook, &prog),
+            Err(e) => tracing::error!("node's timer uprobe cannot be attached: {e}"),
+        }
+    }
+
+    /// Node processes whose timer arms are trapped now, and the attaches
+    /// refused or failed so far.
+    pub fn node_timer_processes(&self) -> (usize, u64) {
+        (self.node_timers.attached(), self.node_timers.refused())
+    }
+
     /// Processes malloc's uprobes are attached to now.
     pub fn malloc_processes(&self) -> Vec<Pid> {
         self.malloc.attached()
@@ -944,6 +973,8 @@ impl EventSampler {
             new_process_dropped: v(c::ECOUNTER_NEW_PROCESS_DROPPED),
             short_offcpu_sampled_out: v(c::ECOUNTER_SHORT_OFFCPU_SAMPLED_OUT),
             short_wakeups_sampled_out: v(c::ECOUNTER_SHORT_WAKEUP_SAMPLED_OUT),
+            timer_arms: v(c::ECOUNTER_TIMER_ARMS),
+            timer_waits: v(c::ECOUNTER_TIMER_WAITS),
             brk: v(c::ECOUNTER_BRK),
             mmap: v(c::ECOUNTER_MMAP),
             munmap: v(c::ECOUNTER_MUNMAP),
@@ -1050,6 +1081,7 @@ impl EventSampler {
         if !exited.is_empty() {
             self.forget_heap_of(&exited);
         }
+        self.node_timers.forget_exited();
         let mut entries = self.take_buffers()?;
         if !self.early.is_empty() {
             tracing::debug!("{} event keys from early drains", self.early.len());

@@ -73,7 +73,7 @@ impl CollectMetrics {
         );
         registry.register(
             "event_hook_runs",
-            "Events seen by the events BPF programs, per hook (sched_switch, sched_waking, page_fault, brk, mmap, munmap, blockio: recorded requests, malloc: allocation calls in traced processes, free)",
+            "Events seen by the events BPF programs, per hook (sched_switch, sched_waking, page_fault, brk, mmap, munmap, blockio: recorded requests, malloc: allocation calls in traced processes, free, uv_timer_start: timer arms of node processes)",
             m.hook_runs.clone(),
         );
         registry.register(
@@ -83,7 +83,7 @@ impl CollectMetrics {
         );
         registry.register(
             "events_sampled",
-            "Events recorded with their stack after sampling (malloc: sampled allocations, malloc_free: frees of sampled allocations)",
+            "Events recorded with their stack after sampling (malloc: sampled allocations, malloc_free: frees of sampled allocations, timer_wait: off-CPU periods charged to the JavaScript that armed their timer)",
             m.events_sampled.clone(),
         );
         m
@@ -156,6 +156,7 @@ impl CollectMetrics {
             ("blockio", c.blockio, p.blockio),
             ("malloc", c.malloc_calls, p.malloc_calls),
             ("free", c.free_calls, p.free_calls),
+            ("uv_timer_start", c.timer_arms, p.timer_arms),
         ] {
             let label = HookLabel { hook: hook.into() };
             advance(&self.hook_runs.get_or_create(&label), now, prev);
@@ -273,6 +274,7 @@ impl CollectMetrics {
         for (event, now, prev) in [
             ("malloc", c.malloc_sampled, p.malloc_sampled),
             ("malloc_free", c.free_tracked, p.free_tracked),
+            ("timer_wait", c.timer_waits, p.timer_waits),
         ] {
             let label = EventLabel {
                 event: event.into(),

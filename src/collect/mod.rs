@@ -12,6 +12,7 @@ pub mod forms;
 pub mod malloc;
 pub mod metrics;
 pub mod new_process;
+pub mod node_timers;
 mod perf_event;
 pub mod privileges;
 pub mod programs;

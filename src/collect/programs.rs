@@ -119,6 +119,9 @@ pub(super) enum Attach {
     /// To libc's allocation functions or free(), per process, by
     /// `super::malloc` (which looks the program up by its role).
     Uprobe(UprobeRole),
+    /// To `uv_timer_start` of each node process whose JavaScript frames
+    /// are read, by `super::node_timers`.
+    NodeTimer,
 }
 
 /// Which of malloc's uprobes a row's program is.
@@ -326,6 +329,14 @@ pub(super) const PROGRAMS: &[Program] = &[
         |p| p.block.is_some() && p.rq_merge,
         Attach::Auto,
     ),
+    // bpf/node_timers.h: node's timer arms, attached per node process;
+    // off-CPU's charge reads what they keep.
+    row(
+        "offcpu",
+        twins("handle__node_timer", "handle__node_timer_bounded"),
+        |p| p.sched,
+        Attach::NodeTimer,
+    ),
     // bpf/memory.h: malloc's uprobes, attached per process. The bounded
     // form has a program per function: no attach cookies before 5.15.
     row(
@@ -389,6 +400,13 @@ pub(super) fn chosen(plan: &Plan) -> impl Iterator<Item = (&'static Program, &'s
 /// Whether program `name` is loaded for `plan`.
 pub(super) fn loads(plan: &Plan, name: &str) -> bool {
     chosen(plan).any(|(_, n)| n == name)
+}
+
+/// The program of node's timer uprobe in `form`, if loaded for `plan`.
+pub(super) fn node_timer(plan: &Plan) -> Option<&'static str> {
+    chosen(plan)
+        .find(|(r, _)| r.attach == Attach::NodeTimer)
+        .map(|(_, name)| name)
 }
 
 /// The program of malloc uprobe `role` in `form`.

@@ -204,6 +204,11 @@ impl Pipeline {
                 }
             }
             self.unwinder.poll(UNWIND_TABLE_WAIT);
+            for hook in self.unwinder.take_timer_hooks() {
+                if let Some(e) = &mut self.events {
+                    e.attach_node_timer(&hook);
+                }
+            }
             let now = Instant::now();
             if now >= until || stop.load(Ordering::SeqCst) {
                 break;

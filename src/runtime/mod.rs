@@ -59,7 +59,9 @@ pub fn inspect(file: &File) -> Option<Finding> {
         .copied()
         .collect();
     let syms = elf
-        .dynamic_symbols_where(file, |n| wanted.contains(&n) || n.starts_with(v8::PREFIX))
+        .dynamic_symbols_where(file, |n| {
+            wanted.contains(&n) || n.starts_with(v8::PREFIX) || n == v8::TIMER_START
+        })
         .ok()?;
     python::inspect(file, &elf, &syms)
         .map(Finding::Python)
@@ -113,6 +115,11 @@ pub trait Runtime: Send {
     /// Called at each poll of the unwind stage: work left for later
     /// (a JVM read again once it has started).
     fn tick(&mut self) {}
+    /// Processes newly placed whose event-loop timer arms the collect
+    /// stage is to trap (node's `uv_timer_start`), taken once.
+    fn take_timer_hooks(&mut self) -> Vec<crate::collect::node_timers::TimerHook> {
+        Vec::new()
+    }
 }
 
 /// The symbolize stage's side of a runtime: names of the tagged stack

@@ -567,6 +567,15 @@ impl Unwinder {
         self.runtimes = runtimes;
     }
 
+    /// Timer arms the runtimes want trapped in processes placed since
+    /// the last call ([`Runtime::take_timer_hooks`]).
+    pub fn take_timer_hooks(&mut self) -> Vec<crate::collect::node_timers::TimerHook> {
+        self.runtimes
+            .iter_mut()
+            .flat_map(|r| r.take_timer_hooks())
+            .collect()
+    }
+
     /// Each runtime's processes by state (`unwound`, or why native).
     pub fn runtime_processes(&self) -> Vec<(&'static str, BTreeMap<&'static str, u64>)> {
         self.runtimes

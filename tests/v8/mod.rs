@@ -602,6 +602,65 @@ fn node_read_sync_is_charged_to_the_reading_function() {
     );
 }
 
+/// An async function awaiting a 50 ms `setTimeout` in a loop has no
+/// JavaScript on its stack while it waits (the loop sleeps in libuv's
+/// poll); the wait is charged under it, through the stack that armed the
+/// timer, within 10%, on every release; on a quiet host and beside a
+/// compile.
+#[test]
+fn node_timer_waits_are_charged_to_the_waiting_function() {
+    require_root();
+    let mut report = String::new();
+    let mut failed = Vec::new();
+    for node in nodes() {
+        timer_waits(&node, "quiet", &mut report, &mut failed);
+    }
+    let mut compile = Compile::start("v8-timer-compile");
+    wait(5000);
+    for node in [nodes()[0].clone(), nodes()[RELEASES.len()].clone()] {
+        timer_waits(&node, "busy", &mut report, &mut failed);
+        compile.still_running();
+    }
+    assert!(failed.is_empty(), "{}\n{report}", failed.join("\n"));
+    eprintln!("{report}");
+}
+
+/// Records js_timer.js's off-CPU time for 5 s on `node`: a line of
+/// figures goes to `report`, what is wrong to `failed`.
+fn timer_waits(node: &Path, host: &str, report: &mut String, failed: &mut Vec<String>) {
+    let mut cmd = Command::new(node);
+    cmd.arg(workload("js_timer.js")).arg("14");
+    let w = Workload::spawn_ready(&mut cmd, "started");
+    // Past node's start (its first timers arm before the agent traps them).
+    wait(1000);
+    let pid = w.pid().to_string();
+    let seconds = 5.0;
+    let p = record_folded(
+        "node-timer.folded",
+        &["-e", "offcpu", "-s", "5", "-p", &pid],
+    );
+    // Off-CPU values are microseconds.
+    let under = |f: &[&str]| f.contains(&"waitTimer (js_timer.js)_[j]");
+    let waited = sum_where(&p, under) as f64 / 1e6;
+    let armed = sum_where(&p, |f| {
+        under(f) && f.last() == Some(&"[timer wait]") && f.contains(&"setTimeout (node:timers)_[j]")
+    }) as f64
+        / 1e6;
+    let in_poll = sum_where(&p, |f| {
+        !under(f) && f.iter().any(|x| x.starts_with("uv__io_poll"))
+    }) as f64
+        / 1e6;
+    let line = format!(
+        "{} ({host}): {waited:.2} s of {seconds} s under waitTimer ({armed:.2} s through setTimeout's arm), {in_poll:.2} s in the loop's poll",
+        node.display()
+    );
+    if !(seconds * 0.9..=seconds * 1.05).contains(&waited) || armed < waited * 0.9 {
+        failed.push(format!("{line}:\n{}", top(&p, 4)));
+    }
+    report.push_str(&line);
+    report.push('\n');
+}
+
 /// Per-user shares: a local user (nobody) starting more node processes
 /// than their half of `v8_procs` (`--node-processes 4` here, 1024 by
 /// default) cannot keep another user's from being read. Two of theirs are

@@ -38,6 +38,10 @@ pub use procs::{NodeState, V8};
 pub const MARK: &str = "v8dbg_off_fp_function";
 /// The prefix of the metadata's symbols.
 pub const PREFIX: &str = "v8dbg_";
+
+/// libuv's function that arms a timer, exported by node builds that link
+/// libuv in: trapped so timer waits are charged to their JavaScript.
+pub const TIMER_START: &str = "uv_timer_start";
 /// Mapped files whose symbols are read to find a process's V8 build, at
 /// most (a node process maps a dozen: itself, libc, libstdc++, addons).
 const MAX_FILES_LOOKED_AT: usize = 64;
@@ -57,6 +61,10 @@ pub struct NodeFile {
     pub blob_pointer: Option<u64>,
     /// Its `PT_LOAD` segments.
     pub loads: Vec<Segment>,
+    /// The file offset of libuv's `uv_timer_start`, when this file exports
+    /// it (official node builds link libuv in): where the collect stage
+    /// traps timer arms (`bpf/node_timers.h`).
+    pub timer_start: Option<u64>,
 }
 
 impl NodeFile {
@@ -94,12 +102,18 @@ pub fn inspect(file: &File, elf: &Headers, syms: &[(String, u64, u64)]) -> Optio
         let size = u64::try_from(elf.i32_at(file, size_at?)?).ok()?;
         (size > 0 && size < 1 << 30).then_some((start, size))
     });
-    Some(NodeFile {
+    let mut file = NodeFile {
         layout,
         blob,
         blob_pointer,
         loads: elf.loads.clone(),
-    })
+        timer_start: None,
+    };
+    file.timer_start = syms
+        .iter()
+        .find(|(n, v, _)| n == TIMER_START && *v != 0)
+        .and_then(|(_, v, _)| file.file_offset(*v));
+    Some(file)
 }
 
 /// The layout of the V8 build `file` is, read from its `.dynsym` only.

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use super::NodeFile;
+use crate::collect::node_timers::TimerHook;
 use crate::runtime::{CodeRange, Finding, Mapped, Runtime};
 use crate::shared::Pid;
 
@@ -38,6 +39,8 @@ pub struct V8 {
     enabled: bool,
     /// Each process's user, state and the entry it was given.
     processes: HashMap<Pid, (u32, NodeState, Vec<u8>)>,
+    /// Timer arms to trap in processes newly unwound, not yet taken.
+    timer_hooks: Vec<TimerHook>,
 }
 
 impl V8 {
@@ -48,6 +51,7 @@ impl V8 {
             v8_procs,
             enabled,
             processes: HashMap::new(),
+            timer_hooks: Vec::new(),
         }
     }
 
@@ -111,6 +115,20 @@ pub fn claims(file: &NodeFile, number: u64, bias: u64, code: &[CodeRange]) -> [u
         low = 0;
     }
     [low, high, blob_low, blob_high]
+}
+
+/// Where process `pid`'s `uv_timer_start` is, if `file` (its unwinder
+/// file number `number`, mapped as `code`) exports it: the file reached
+/// through one of its mappings, which is the very file whatever the
+/// process's mount namespace.
+fn timer_hook(pid: Pid, file: &NodeFile, number: u64, code: &[CodeRange]) -> Option<TimerHook> {
+    let offset = file.timer_start?;
+    let m = code.iter().find(|m| m.file == Some(number))?;
+    Some(TimerHook {
+        pid,
+        file: format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end).into(),
+        offset,
+    })
 }
 
 /// The `v8_procs` entry of a process with these claims and layout.
@@ -196,7 +214,16 @@ impl Runtime for V8 {
             }
         };
         tracing::debug!("node process {pid}: {st:?}");
+        let newly = st == NodeState::Unwound
+            && !matches!(self.processes.get(&pid), Some((_, NodeState::Unwound, _)));
+        if newly && let Some(hook) = timer_hook(pid, file, number, code) {
+            self.timer_hooks.push(hook);
+        }
         self.processes.insert(pid, (uid, st, value));
+    }
+
+    fn take_timer_hooks(&mut self) -> Vec<TimerHook> {
+        std::mem::take(&mut self.timer_hooks)
     }
 
     fn forget(&mut self, pid: Pid) {
@@ -224,6 +251,7 @@ const _: () = assert!(std::mem::size_of::<crate::bpf::types::v8_proc>() == 56);
 mod tests {
     use super::*;
     use crate::shared::elf::Segment;
+    use std::path::PathBuf;
 
     fn range(start: u64, end: u64, offset: u64, file: Option<u64>) -> CodeRange {
         CodeRange {
@@ -242,6 +270,7 @@ mod tests {
             layout: Err(super::super::layout::LayoutError::Missing("x")),
             blob: Some((0x18c_4000, 0x19_2000)),
             blob_pointer: Some(0x9090_9090_9090_9090),
+            timer_start: None,
             loads: vec![Segment {
                 kind: crate::shared::elf::PT_LOAD,
                 offset: 0x77_2000,
@@ -264,6 +293,33 @@ mod tests {
         );
     }
 
+    /// The timer hook opens the node file through the process's first
+    /// mapping of it (not the JIT page, not another file), at the
+    /// function's file offset; a file without it gives none.
+    #[test]
+    fn the_timer_hook_is_the_node_file_at_its_offset() {
+        let mut file = NodeFile {
+            layout: Err(super::super::layout::LayoutError::Missing("x")),
+            blob: None,
+            blob_pointer: None,
+            timer_start: Some(0x166_ff00),
+            loads: Vec::new(),
+        };
+        let code = [
+            range(0x7f00_0000_0000, 0x7f00_0004_0000, 0, None),
+            range(0x40_0000, 0x50_0000, 0, Some(3)),
+            range(0xb7_2000, 0x25f_e000, 0x77_2000, Some(7)),
+        ];
+        let hook = timer_hook(Pid(42), &file, 7, &code).expect("a hook");
+        assert_eq!(
+            hook.file,
+            PathBuf::from("/proc/42/map_files/b72000-25fe000")
+        );
+        assert_eq!(hook.offset, 0x166_ff00);
+        file.timer_start = None;
+        assert_eq!(timer_hook(Pid(42), &file, 7, &code), None);
+    }
+
     /// Node 18: the blob's symbol is a pointer to the builtins in the text.
     #[test]
     fn a_blob_symbol_that_points_is_followed() {
@@ -271,6 +327,7 @@ mod tests {
             layout: Err(super::super::layout::LayoutError::Missing("x")),
             blob: Some((0x520_9cc8, 0x15_a980)),
             blob_pointer: Some(0x168_a240),
+            timer_start: None,
             loads: vec![Segment {
                 kind: crate::shared::elf::PT_LOAD,
                 offset: 0,
