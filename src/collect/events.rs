@@ -924,12 +924,6 @@ impl EventSampler {
         }
     }
 
-    /// Node processes whose timer arms are trapped now, and the attaches
-    /// refused or failed so far.
-    pub fn node_timer_processes(&self) -> (usize, u64) {
-        (self.node_timers.attached(), self.node_timers.refused())
-    }
-
     /// Processes malloc's uprobes are attached to now.
     pub fn malloc_processes(&self) -> Vec<Pid> {
         self.malloc.attached()

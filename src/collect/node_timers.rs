@@ -32,16 +32,15 @@ pub struct TimerHook {
 /// Attaches to processes that have none yet; keeps the links by process.
 #[derive(Default)]
 pub struct NodeTimers {
-    attached: HashMap<Pid, Link>,
-    /// Attaches that failed or were refused (cumulative).
-    refused: u64,
+    /// By process: the hook attached (a pid reused by another node before
+    /// the exit was seen gives another hook) and its link.
+    attached: HashMap<Pid, (TimerHook, Link)>,
 }
 
 impl std::fmt::Debug for NodeTimers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NodeTimers")
             .field("attached", &self.attached.len())
-            .field("refused", &self.refused)
             .finish()
     }
 }
@@ -49,11 +48,19 @@ impl std::fmt::Debug for NodeTimers {
 impl NodeTimers {
     /// Attaches `prog` at `hook` unless the process has it already.
     pub fn attach(&mut self, hook: &TimerHook, prog: &ProgramMut<'_>) {
-        if self.attached.contains_key(&hook.pid) {
-            return;
+        match self.attached.get(&hook.pid) {
+            Some((old, _)) if old == hook => return,
+            // The pid is another process's now: its link traps nothing.
+            Some(_) => {
+                self.attached.remove(&hook.pid);
+            }
+            None => {}
         }
         if self.attached.len() >= NODE_TIMER_MAX_PROCESSES {
-            self.refused += 1;
+            tracing::debug!(
+                "node process {}: its timer waits stay the event loop's: already {NODE_TIMER_MAX_PROCESSES} node processes trapped",
+                hook.pid
+            );
             return;
         }
         let opts = UprobeOpts {
@@ -73,10 +80,9 @@ impl NodeTimers {
                     hook.file.display(),
                     hook.offset
                 );
-                self.attached.insert(hook.pid, link);
+                self.attached.insert(hook.pid, (hook.clone(), link));
             }
             Err(e) => {
-                self.refused += 1;
                 tracing::info!(
                     "node process {}: its timer waits stay the event loop's: uprobe on uv_timer_start failed: {e}",
                     hook.pid
@@ -89,15 +95,5 @@ impl NodeTimers {
     pub fn forget_exited(&mut self) {
         self.attached
             .retain(|pid, _| std::path::Path::new(&format!("/proc/{pid}")).exists());
-    }
-
-    /// Processes trapped now.
-    pub fn attached(&self) -> usize {
-        self.attached.len()
-    }
-
-    /// Attaches refused or failed so far.
-    pub fn refused(&self) -> u64 {
-        self.refused
     }
 }

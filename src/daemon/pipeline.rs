@@ -82,13 +82,20 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// Loads and attaches the CPU sampler, and the events programs if any
-    /// event is switched on.
+    /// event is switched on, for a one-shot profile (`record`): each
+    /// file's symbols are waited for up to
+    /// [`RECORD_FILE_DEADLINE`](crate::symbolize::elf_worker::RECORD_FILE_DEADLINE).
     pub fn start(
         options: SamplerOptions,
         events: EventOptions,
         runtimes: RuntimeOptions,
     ) -> Result<Self, CollectError> {
-        Self::start_with(options, events, runtimes, SymbolizerOptions::default())
+        // `record`: a one-shot profile waits for slow reads of symbols.
+        let symbolizer = SymbolizerOptions {
+            elf_deadline: crate::symbolize::elf_worker::RECORD_FILE_DEADLINE,
+            ..Default::default()
+        };
+        Self::start_with(options, events, runtimes, symbolizer)
     }
 
     /// [`Pipeline::start`] with symbolizer options (perf-map bounds).

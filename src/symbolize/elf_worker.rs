@@ -34,8 +34,15 @@ use super::symtab::{self, ElfSymbols};
 use super::{Frame, Module, frames_of_sym, symbol_frames};
 use crate::shared::Pid;
 
-/// How long the collector waits for one file's symbols.
+/// How long the daemon's collector waits for one file's symbols.
 pub const FILE_DEADLINE: Duration = Duration::from_secs(1);
+
+/// How long `emberd record` waits: a one-shot profile is read once, so a
+/// slow first read (a cold cache, a large debug file, an emulated machine:
+/// libc's symbols took over 1 s under TCG in the kernel matrix) is waited
+/// for rather than leaving its frames unnamed in the file written; a stuck
+/// one still costs at most this, once per file.
+pub const RECORD_FILE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Stuck workers left behind before ELF symbolization is switched off.
 pub const MAX_ABANDONED: usize = 16;
@@ -101,6 +108,8 @@ pub struct ElfWorker {
     /// Abandoned workers and the file each was reading, until they answer.
     late: Vec<(FileId, Worker)>,
     dwarf_budget: usize,
+    /// How long one file's read is waited for.
+    deadline: Duration,
 }
 
 impl std::fmt::Debug for ElfWorker {
@@ -122,7 +131,14 @@ impl ElfWorker {
             slow: HashSet::new(),
             late: Vec::new(),
             dwarf_budget,
+            deadline: FILE_DEADLINE,
         }
+    }
+
+    /// Waits `deadline` (not [`FILE_DEADLINE`]) for each file's read.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
     }
 
     /// Takes back the abandoned workers that have answered since: their
@@ -137,7 +153,7 @@ impl ElfWorker {
                     self.slow.remove(&id);
                     self.abandoned -= 1;
                     tracing::info!(
-                        "a mapped file whose symbols took over {FILE_DEADLINE:?} was read after all: its frames are named again"
+                        "a mapped file whose symbols took over the deadline was read after all: its frames are named again"
                     );
                     // Its thread is alive with a warm cache unless it died.
                     if answered.is_ok() && self.worker.is_none() {
@@ -148,7 +164,8 @@ impl ElfWorker {
         }
     }
 
-    /// Names `req.offsets` in file `id`, waiting at most [`FILE_DEADLINE`].
+    /// Names `req.offsets` in file `id`, waiting at most its deadline
+    /// ([`FILE_DEADLINE`] unless set).
     pub fn symbolize(&mut self, id: FileId, req: Request) -> Result<Reply, Failure> {
         if !self.late.is_empty() {
             self.reap_late();
@@ -156,13 +173,14 @@ impl ElfWorker {
         if self.slow.contains(&id) {
             return Err(Failure::Timeout);
         }
+        let deadline = self.deadline;
         let worker = self.worker()?;
         if worker.jobs.send(Job::Symbolize(req)).is_err() {
             // The worker died (a panic in blazesym): start another next time.
             self.worker = None;
             return Err(Failure::Timeout);
         }
-        match worker.replies.recv_timeout(FILE_DEADLINE) {
+        match worker.replies.recv_timeout(deadline) {
             Ok(reply) => Ok(reply),
             Err(RecvTimeoutError::Timeout) => {
                 self.slow.insert(id);
@@ -178,7 +196,7 @@ impl ElfWorker {
                     );
                 } else {
                     tracing::warn!(
-                        "reading the symbols of a mapped file took over {FILE_DEADLINE:?}: \
+                        "reading the symbols of a mapped file took over {deadline:?}: \
                          its frames stay module+offset until the read returns"
                     );
                 }

@@ -230,6 +230,11 @@ pub struct SymbolizerOptions {
     /// (default [`defaults::DWARF_BUDGET_BYTES`]); see
     /// [`elf_worker::DwarfBudget`].
     pub dwarf_budget_bytes: usize,
+    /// How long a drain waits for one file's symbols before its frames
+    /// stay `module+offset` (default [`elf_worker::FILE_DEADLINE`]: the
+    /// daemon keeps draining whatever a stalled filesystem does); see
+    /// [`elf_worker`].
+    pub elf_deadline: std::time::Duration,
 }
 
 /// Defaults of [`SymbolizerOptions`].
@@ -268,6 +273,7 @@ impl Default for SymbolizerOptions {
             symbol_cache_bytes: defaults::SYMBOL_CACHE_BYTES,
             snapshot_budget_bytes: defaults::SNAPSHOT_BUDGET_BYTES,
             dwarf_budget_bytes: defaults::DWARF_BUDGET_BYTES,
+            elf_deadline: elf_worker::FILE_DEADLINE,
         }
     }
 }
@@ -432,7 +438,8 @@ impl Symbolizer {
                 options.symbol_cache_bytes / 4,
             ),
             elf_last_used: HashMap::new(),
-            elf: elf_worker::ElfWorker::new(options.dwarf_budget_bytes),
+            elf: elf_worker::ElfWorker::new(options.dwarf_budget_bytes)
+                .with_deadline(options.elf_deadline),
             dwarf_bytes: 0,
             symtab_bytes: 0,
             perf_maps: HashMap::new(),
