@@ -71,6 +71,14 @@ pub enum MemoryError {
     },
 }
 
+/// The reader's budget while an allowance of its own is read from
+/// ([`ProcessMemory::begin_allowance`]).
+#[must_use = "end the allowance with ProcessMemory::end_allowance"]
+pub struct Allowance {
+    budget: u64,
+    read: u64,
+}
+
 /// A bounded, cached reader of one process's memory.
 pub struct ProcessMemory {
     pid: Pid,
@@ -108,6 +116,27 @@ impl ProcessMemory {
     /// Allows `more` bytes beyond what the budget allows now.
     pub fn extend(&mut self, more: u64) {
         self.budget = self.budget.saturating_add(more);
+    }
+
+    /// Gives the reads that follow a budget of their own, `allowance`
+    /// bytes, until [`ProcessMemory::end_allowance`]: what they read is
+    /// not taken from the budget the reader had.
+    pub fn begin_allowance(&mut self, allowance: u64) -> Allowance {
+        let saved = Allowance {
+            budget: self.budget,
+            read: self.read,
+        };
+        self.budget = self.read.saturating_add(allowance);
+        saved
+    }
+
+    /// Ends an allowance begun with [`ProcessMemory::begin_allowance`]:
+    /// the budget is back to what it was, and the bytes read meanwhile are
+    /// returned.
+    pub fn end_allowance(&mut self, saved: Allowance) -> u64 {
+        let spent = self.read - saved.read;
+        self.budget = saved.budget.saturating_add(spent);
+        spent
     }
 
     /// Bytes read from the kernel so far.
@@ -271,6 +300,27 @@ mod tests {
             Err(MemoryError::Budget { .. })
         ));
         assert!(matches!(m.u64(8), Err(MemoryError::Unmapped { .. })));
+    }
+
+    #[test]
+    fn an_allowance_neither_takes_from_nor_adds_to_the_budget() {
+        let data: Vec<u8> = vec![7; 6 * PAGE as usize];
+        let addr = (data.as_ptr() as u64 + PAGE - 1) & !(PAGE - 1);
+        let mut m = ProcessMemory::open(Pid(std::process::id()), PAGE).unwrap();
+        // Two pages read on an allowance of two, then none beyond it.
+        let saved = m.begin_allowance(2 * PAGE);
+        assert!(m.bytes(addr, 2 * PAGE as usize).is_ok());
+        assert!(matches!(
+            m.u64(addr + 2 * PAGE),
+            Err(MemoryError::Budget { .. })
+        ));
+        assert_eq!(m.end_allowance(saved), 2 * PAGE);
+        // The reader's own page is still there, and no more.
+        assert!(m.u64(addr + 3 * PAGE).is_ok());
+        assert!(matches!(
+            m.u64(addr + 4 * PAGE),
+            Err(MemoryError::Budget { .. })
+        ));
     }
 
     #[test]

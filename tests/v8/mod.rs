@@ -353,11 +353,15 @@ fn compare_with_cpu_prof(node: &Path, report: &mut String, failed: &mut Vec<Stri
     if total < 300 {
         bad.push(format!("only {total} samples"));
     }
-    // Node 26 (V8 14): emberd shows its optimized frames by function only
-    // (with its inlined frames read, a CI run showed markers: issue 46's
-    // closing note).
+    // Node 26 (V8 14): in 20-27% of the chain's samples the closure's code
+    // calls leafWork's own code at a pc its position table gives to
+    // outerJob, not to the middleStep inlined there, so emberd shows
+    // `outerJob;leafWork` where V8's profiler has the chain whole: 73-80%
+    // of cpu-prof's share measured, short of the 90% asked (issue 46's
+    // closing note, docs/research/v8.md section 14). The floor keeps what
+    // is reached.
     let floor = if node.ends_with("26/bin/node") {
-        0.0
+        0.65
     } else {
         0.9
     };

@@ -32,6 +32,45 @@ pub const MAX_INLINED: i64 = 4096;
 /// x86-64, depending on the release: 32 finds both).
 const ALIGN: u64 = 32;
 
+/// Stretches of memory found to hold no code object kept per process, at
+/// most: a pc in one is not looked back from again for a while.
+const MAX_CODELESS: usize = 32;
+/// Drains a codeless stretch is believed for (V8 may place code there
+/// later, after a collection).
+const CODELESS_DRAINS: u64 = 30;
+
+/// Where one process's code objects are looked for: their map, once
+/// known, and the stretches lately found to hold none. Some of V8 14's
+/// frames run from memory with no code object within [`MAX_SCAN`] before
+/// their pc (Node 26: pcs at the start of a code range); each look back
+/// reads up to 64 pages, so a stretch found empty is remembered rather
+/// than read again at every drain.
+#[derive(Debug, Default)]
+pub struct CodeSearch {
+    stream_map: Option<u64>,
+    /// (lowest, highest address looked at, drain): no code object's
+    /// instructions start in between.
+    codeless: std::collections::VecDeque<(u64, u64, u64)>,
+}
+
+impl CodeSearch {
+    /// Whether `pc` was lately found with no code before it.
+    fn known_codeless(&self, pc: u64, drain: u64) -> bool {
+        self.codeless.iter().any(|&(lo, hi, at)| {
+            (lo..=hi).contains(&pc) && drain.saturating_sub(at) < CODELESS_DRAINS
+        })
+    }
+
+    fn note_codeless(&mut self, lo: u64, hi: u64, drain: u64) {
+        self.codeless
+            .retain(|&(_, _, at)| drain.saturating_sub(at) < CODELESS_DRAINS);
+        if self.codeless.len() >= MAX_CODELESS {
+            self.codeless.pop_front();
+        }
+        self.codeless.push_back((lo, hi, drain));
+    }
+}
+
 /// Why a pc's code could not be read.
 #[derive(Debug, Error)]
 pub enum CodeError {
@@ -63,27 +102,38 @@ pub struct CodeAt {
 
 /// Reads the code `pc` is in and the frames it stands for; `call`: the
 /// pc is a return address (the call instruction before it is looked up).
-/// `stream_map`: the map of the process's code objects, once known.
+/// `search`: the process's, at its drain `drain`.
 pub fn code_at(
     heap: &mut Heap<'_>,
     c: &CodeLayout,
     pc: u64,
     call: bool,
-    stream_map: &mut Option<u64>,
+    search: &mut CodeSearch,
+    drain: u64,
 ) -> Result<CodeAt, CodeError> {
+    if search.known_codeless(pc, drain) {
+        return Err(CodeError::NoCode(pc));
+    }
     // Until the process's map of code objects is known, a word that only
     // looks like it (a pointer to something with that type's number at
     // the right place) is passed over; once known, the first object with
     // it is the code, or nothing is.
     let mut from = pc;
     let (start, code) = loop {
-        let (stream, start, map) = find_stream(heap, c, pc, from, *stream_map)?;
+        let (stream, start, map) = match find_stream(heap, c, pc, from, search.stream_map) {
+            Ok(found) => found,
+            Err(CodeError::NoCode(_)) if search.stream_map.is_some() => {
+                search.note_codeless(lowest_scanned(c, pc), pc, drain);
+                return Err(CodeError::NoCode(pc));
+            }
+            Err(e) => return Err(e),
+        };
         match check_stream(heap, c, pc, stream, start) {
             Ok(code) => {
-                *stream_map = Some(map);
+                search.stream_map = Some(map);
                 break (start, code);
             }
-            Err(e) if stream_map.is_some() => return Err(e),
+            Err(e) if search.stream_map.is_some() => return Err(e),
             Err(_) => from = start - ALIGN,
         }
     };
@@ -230,7 +280,7 @@ fn find_stream(
 ) -> Result<(u64, u64, u64), CodeError> {
     let header = u64::from(c.stream_header);
     let mut start = from & !(ALIGN - 1);
-    let lowest = pc.saturating_sub(MAX_SCAN).max(header);
+    let lowest = lowest_scanned(c, pc);
     while start >= lowest {
         let object = start - header;
         let word = heap.mem.u64(object + u64::from(heap.layout.object_map))?;
@@ -250,6 +300,11 @@ fn find_stream(
         start -= ALIGN;
     }
     Err(CodeError::NoCode(pc))
+}
+
+/// The lowest instruction start looked at for `pc`.
+fn lowest_scanned(c: &CodeLayout, pc: u64) -> u64 {
+    pc.saturating_sub(MAX_SCAN).max(u64::from(c.stream_header))
 }
 
 /// The length of array `a` (tagged) if it is one of `types`.

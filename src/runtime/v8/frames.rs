@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::NodeProcess;
-use super::code::code_at;
+use super::code::{CodeSearch, code_at};
 use super::heap::Heap;
 use super::lines::{NoLine, ScriptLines};
 use super::names::{function_info, short_script, start_position};
@@ -108,8 +108,11 @@ struct Attached {
     fresh_at: Instant,
     /// Drains seen (each a fresh page read).
     drain: u64,
-    /// The map of its code objects, once one was found.
-    stream_map: Option<u64>,
+    /// Where its code objects are looked for.
+    code_search: CodeSearch,
+    /// Bytes code lookups may still read this drain
+    /// ([`super::CODE_READS_PER_DRAIN`]).
+    code_left: u64,
 }
 
 /// A slot named: its frames, the pointers they were named from, and the
@@ -176,7 +179,8 @@ impl NodeNames {
                             .checked_sub(FRESH)
                             .unwrap_or_else(Instant::now),
                         drain: 0,
-                        stream_map: None,
+                        code_search: CodeSearch::default(),
+                        code_left: super::CODE_READS_PER_DRAIN,
                     })
             })
             .as_mut()?;
@@ -187,6 +191,7 @@ impl NodeNames {
             a.process.mem.allow(super::READS_PER_DRAIN);
             a.fresh_at = Instant::now();
             a.drain += 1;
+            a.code_left = super::CODE_READS_PER_DRAIN;
         }
         Some(a)
     }
@@ -293,13 +298,18 @@ impl NodeNames {
             return Ok((Vec::new(), Vec::new()));
         };
         let (pc, check) = pc_of(slot);
-        let at = match code_at(
+        let saved = heap.mem.begin_allowance(a.code_left);
+        let at = code_at(
             &mut heap,
             c,
             pc,
             kind == V8Kind::OptimizedCall,
-            &mut a.stream_map,
-        ) {
+            &mut a.code_search,
+            drain,
+        );
+        let spent = heap.mem.end_allowance(saved);
+        a.code_left = a.code_left.saturating_sub(spent);
+        let at = match at {
             Ok(at) => at,
             Err(e) => {
                 tracing::debug!("inlined JavaScript frames of {pid}: {e}");

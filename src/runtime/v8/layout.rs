@@ -387,17 +387,10 @@ impl V8Layout {
             fp_bytecode_array: slot("v8dbg_off_fp_bytecode_array")?,
             type_bytecode_array: bytecode_array.unwrap_or(0),
             // Without the BytecodeArray type baseline frames cannot be told
-            // from optimized ones. V8 14 (Node 26): with pc slots, a CI run
-            // showed markers in 2.3% of its samples, not yet explained
-            // (docs/research/v8.md, section 14). Either way optimized frames
-            // stay named by function only.
+            // from optimized ones: optimized frames then stay named by
+            // function only.
             lines: None,
-            code: bytecode_array
-                .filter(|_| {
-                    pm.prefixed("v8dbg_class_Map__immediate_supertype_map__")
-                        .is_none()
-                })
-                .and_then(|_| CodeLayout::from_postmortem(pm)),
+            code: bytecode_array.and_then(|_| CodeLayout::from_postmortem(pm)),
         };
         // Everything a source's line ends need, or no lines.
         let get = |name: &str| pm.prefixed(name).and_then(|v| u16::try_from(v).ok());

@@ -47,6 +47,12 @@ pub const TIMER_START: &str = "uv_timer_start";
 const MAX_FILES_LOOKED_AT: usize = 64;
 /// Bytes read from one node process to name its frames, per drain at most.
 pub const READS_PER_DRAIN: u64 = 4 << 20;
+/// Bytes read from one node process to find the functions inlined at its
+/// optimized frames' pcs, per drain at most: an allowance apart from
+/// [`READS_PER_DRAIN`], so that code objects scanned for (up to
+/// [`code::MAX_SCAN`] back from a pc) cannot leave the frames' own
+/// functions unread and marked.
+pub const CODE_READS_PER_DRAIN: u64 = 2 << 20;
 
 /// What a node binary (or `libnode.so`) holds for emberd.
 #[derive(Debug, Clone, PartialEq, Eq)]
