@@ -263,7 +263,11 @@ struct py_layout {
 	__u16 str_ascii_data;    /* data of a compact ASCII string */
 	__u16 str_compact_data;  /* data of a compact non-ASCII string */
 	__u8 entry_is_owner;     /* 1: frame_entry is `owner`, the C-stack shim is 3 */
-	__u8 _pad[5];
+	__u8 minor;              /* 8 to 10: frame objects (PyFrameObject), one per
+				  * eval-loop call, frame_instr the int f_lasti (in
+				  * bytes up to 9, code units on 10); 11 on:
+				  * interpreter frames, frame_instr a pointer */
+	__u8 _pad[4];
 };
 
 /* One Python process: where its interpreter is and how to read it. */
@@ -301,7 +305,10 @@ struct py_code {
 	__u8 linetable[EMBERD_PY_LINETABLE_LEN];
 	__u64 used;              /* ns (bpf_ktime_get_ns) the walker last met it: the agent collects old ones */
 	__u32 uid;               /* real uid of the walked thread: whose share it counts in */
-	__u32 _pad;
+	__u8 minor;              /* the layout's: how `linetable` is encoded
+				  * (co_lnotab up to 9, 3.10's co_linetable, 3.11's
+				  * locations) */
+	__u8 _pad[3];
 };
 
 /* Indices of each object's `unwind_counters`, read by index by

@@ -14,7 +14,9 @@
  *   the thread has released the GIL (sleeping, hashing a buffer).
  * - A run ends at its entry frame: `is_entry` set (3.11), or the C-stack
  *   shim frame (`owner` 3) the eval loop pushes below the run (3.12 on),
- *   which is skipped.
+ *   which is skipped. Up to 3.10 (`minor` 8 to 10) frames are frame objects
+ *   (`f_back`, `f_code`, the int `f_lasti`) and every Python call is an
+ *   eval-loop call of its own: each run is one frame.
  * - Each Python frame becomes one slot (EMBERD_PY_FRAME in bpf/emberd.h):
  *   the instruction index and a fingerprint of the code object, taken from
  *   its address and its name, file and line table (their pointers and the
@@ -36,8 +38,13 @@
 #include "walk.h"
 
 /* Bytes of a frame and of a code object read at once: every offset the
- * layouts use is below these. */
-#define PY_FRAME_READ 80
+ * layouts use is below these. An interpreter frame (3.11 on) is read for
+ * PY_IFRAME_READ only: its fields end there, and the frame may end a
+ * mapping. */
+#define PY_FRAME_READ 112
+#define PY_IFRAME_READ 80
+/* The last minor version whose frames are frame objects. */
+#define PY_FRAME_OBJECTS_UNTIL 10
 #define PY_CODE_READ 160
 #define PY_STR_READ 48
 
@@ -143,16 +150,36 @@ struct {
 	__type(value, __u64);
 } py_codes_by_uid SEC(".maps");
 
+/*
+ * `n` at most `max`, in a way every verifier follows: the comparison and
+ * the clamp are on the register the caller then passes as a size. Clang
+ * otherwise folds `n && n <= max` into `n - 1 < max` on a copy, whose bound
+ * verifiers before 6.8 do not carry back to `n` (Debian 12's 6.1 refused
+ * the program: "R2 min value is negative").
+ */
+#define PY_CLAMP(n, max)                                                  \
+	({                                                                \
+		__u64 __n = (n);                                          \
+		asm volatile("if %[v] <= %[m] goto +1; %[v] = %[m]"       \
+			     : [v] "+r"(__n)                              \
+			     : [m] "i"(max));                             \
+		__n;                                                      \
+	})
+
 /* A field of a buffer read from the process; 0 when the offset is outside
  * it (a layout value the agent never writes). CPython's fields are
  * naturally aligned, and so are the buffers: one aligned load, where a
  * byte-wise copy was a sixth of a frame's cost. */
 #define PY_FIELD(buf, off, type)                                                       \
 	({                                                                             \
-		__u32 __o = (off) & ~(__u32)(sizeof(type) - 1);                        \
+		__u64 __o = (off) & ~(__u32)(sizeof(type) - 1);                        \
 		type __v = 0;                                                          \
-		if (__o <= sizeof(buf) - sizeof(type))                                 \
+		if (__o <= sizeof(buf) - sizeof(type)) {                               \
+			/* Clang may test a copy of the offset and index with \
+			 * another: clamped in the register that indexes. */  \
+			__o = PY_CLAMP(__o, sizeof(buf) - sizeof(type));               \
 			__v = *(type *)&(buf)[__o];                                    \
+		}                                                                      \
 		__v;                                                                   \
 	})
 
@@ -181,21 +208,6 @@ static __always_inline int py_str_data(struct py_layout *l, __u8 *hdr, __u64 obj
 	return kind;
 }
 
-/*
- * `n` at most `max`, in a way every verifier follows: the comparison and
- * the clamp are on the register the caller then passes as a size. Clang
- * otherwise folds `n && n <= max` into `n - 1 < max` on a copy, whose bound
- * verifiers before 6.8 do not carry back to `n` (Debian 12's 6.1 refused
- * the program: "R2 min value is negative").
- */
-#define PY_CLAMP(n, max)                                                  \
-	({                                                                \
-		__u64 __n = (n);                                          \
-		asm volatile("if %[v] <= %[m] goto +1; %[v] = %[m]"       \
-			     : [v] "+r"(__n)                              \
-			     : [m] "i"(max));                             \
-		__n;                                                      \
-	})
 
 /* Copies what the agent needs to name a code object into py_codes, in the
  * walked thread's user's share. */
@@ -216,7 +228,10 @@ static __always_inline void py_remember(struct walk *w, struct py_scratch *sc,
 	}
 	rec->used = w->now;
 	rec->uid = w->uid;
-	rec->_pad = 0;
+	rec->minor = l->minor;
+	rec->_pad[0] = 0;
+	rec->_pad[1] = 0;
+	rec->_pad[2] = 0;
 
 	rec->firstlineno = PY_FIELD(sc->code, l->code_firstlineno, __u32);
 	rec->qualname_len = 0;
@@ -353,12 +368,14 @@ static __always_inline void py_emit_one(struct walk *w, struct py_walk *p,
 		py_end_run(w, p, 0);
 		return;
 	}
-	if (bpf_probe_read_user(sc->frame, sizeof(sc->frame), (void *)frame)) {
+	if (l->minor <= PY_FRAME_OBJECTS_UNTIL ?
+		    bpf_probe_read_user(sc->frame, PY_FRAME_READ, (void *)frame) :
+		    bpf_probe_read_user(sc->frame, PY_IFRAME_READ, (void *)frame)) {
 		s->ips[nr & 127] = py_mark(PY_MARK_FRAME_READ);
 		goto fail;
 	}
 	prev = PY_FIELD(sc->frame, l->frame_previous, __u64);
-	entry = PY_FIELD(sc->frame, l->frame_entry, __u8);
+	entry = l->minor <= PY_FRAME_OBJECTS_UNTIL ? 1 : PY_FIELD(sc->frame, l->frame_entry, __u8);
 	if (l->entry_is_owner && entry == PY_OWNED_BY_CSTACK) {
 		/* The shim below this run: the run is over. */
 		p->frame = prev;
@@ -437,9 +454,16 @@ static __always_inline void py_emit_one(struct walk *w, struct py_walk *p,
 	p->walk_fp[wslot] = key.fingerprint;
 	p->walk_code_gen[wslot] = w->gen;
 push:
-	instr = PY_FIELD(sc->frame, l->frame_instr, __u64);
-	base = code + l->code_adaptive;
-	idx = instr > base ? (instr - base) / 2 : 0;
+	if (l->minor <= PY_FRAME_OBJECTS_UNTIL) {
+		/* f_lasti: -1 before the first instruction. */
+		__s32 lasti = PY_FIELD(sc->frame, l->frame_instr, __s32);
+
+		idx = lasti < 0 ? 0 : l->minor <= 9 ? (__u64)lasti / 2 : (__u64)lasti;
+	} else {
+		instr = PY_FIELD(sc->frame, l->frame_instr, __u64);
+		base = code + l->code_adaptive;
+		idx = instr > base ? (instr - base) / 2 : 0;
+	}
 	if (idx > EMBERD_PY_LASTI_MAX)
 		idx = EMBERD_PY_LASTI_MAX;
 	s->ips[nr & 127] = EMBERD_PY_FRAME | idx << EMBERD_PY_FP_BITS | key.fingerprint;
@@ -447,7 +471,8 @@ push:
 	p->emitted = 1;
 	p->frames++;
 	p->frame = prev;
-	/* 3.11: the run's first frame says it is the entry. */
+	/* 3.11: the run's first frame says it is the entry; up to 3.10
+	 * every frame is its own eval-loop call (entry set above). */
 	if ((!l->entry_is_owner && entry) || !prev)
 		py_end_run(w, p, 0);
 	return;

@@ -9,9 +9,25 @@ fn is_py(frame: &str) -> bool {
     frame.ends_with(".py)") && frame.contains(" (")
 }
 
-/// Debian's python3 and pyenv's 3.12 and 3.13 (shared libpython, PIE).
+/// Debian's python3 and pyenv's 3.9, 3.10, 3.12 and 3.13 (shared
+/// libpython, PIE). Not 3.8: read by the same walker as 3.9, but three
+/// native frames a call (`call_function`, `function_code_fastcall`, the
+/// eval loop) take the workload's 31-deep recursion past the 127 frames a
+/// stack keeps.
 fn interpreters() -> Vec<(String, PathBuf)> {
     let mut out = vec![("debian-3.11".to_owned(), PathBuf::from("/usr/bin/python3"))];
+    for minor in ["3.9", "3.10", "3.12", "3.13"] {
+        out.push((format!("pyenv-{minor}"), pyenv_python(minor)));
+    }
+    assert!(
+        out[0].1.exists(),
+        "Debian's /usr/bin/python3 is needed: apt-get install python3"
+    );
+    out
+}
+
+/// pyenv's CPython `minor` (its newest micro release here).
+fn pyenv_python(minor: &str) -> PathBuf {
     let root = Command::new("pyenv")
         .arg("root")
         .output()
@@ -19,34 +35,28 @@ fn interpreters() -> Vec<(String, PathBuf)> {
         .filter(|o| o.status.success())
         .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
         .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".pyenv"));
-    for minor in ["3.12", "3.13"] {
-        let found = std::fs::read_dir(root.join("versions"))
-            .ok()
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with(&format!("{minor}.")))
-            })
-            .map(|p| p.join("bin/python3"))
-            .find(|p| p.exists());
-        let path = found.unwrap_or_else(|| {
-            panic!(
-                "pyenv's CPython {minor} is needed (looked under {}/versions): \
-                 install it with `pyenv install {minor}`",
-                root.display()
-            )
-        });
-        out.push((format!("pyenv-{minor}"), path));
-    }
-    assert!(
-        out[0].1.exists(),
-        "Debian's /usr/bin/python3 is needed: apt-get install python3"
-    );
-    out
+    let mut found: Vec<PathBuf> = std::fs::read_dir(root.join("versions"))
+        .ok()
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{minor}.")))
+        })
+        .map(|p| p.join("bin/python3"))
+        .filter(|p| p.exists())
+        .collect();
+    found.sort();
+    found.pop().unwrap_or_else(|| {
+        panic!(
+            "pyenv's CPython {minor} is needed (looked under {}/versions): \
+             install it with `pyenv install {minor}`",
+            root.display()
+        )
+    })
 }
 
 /// py-spy from the test venv `scripts/setup` makes.
@@ -195,8 +205,10 @@ fn python_frames_agree_with_py_spy_on_stock_interpreters() {
         // py-spy (reading without pausing the process) also reported
         // stacks cut short of their root on 3.11, 3.6-3.8% of samples
         // (`holdout_recurse;spin` alone): such a stack must be the leaf end
-        // of one of emberd's.
-        for (s, v) in b.iter().filter(|(_, v)| **v >= 0.03) {
+        // of one of emberd's. Only the threads holding the GIL: on 3.9 and
+        // 3.10 py-spy counts the sleeping and hashing threads as running in
+        // every sample (969 of 969 each, 25% of its profile), asleep or not.
+        for (s, v) in b.iter().filter(|(s, v)| **v >= 0.03 && gil_bound(s)) {
             let tail = format!(";{s}");
             assert!(
                 a.keys().any(|o| o == s || o.ends_with(&tail)),
@@ -214,13 +226,24 @@ fn python_frames_agree_with_py_spy_on_stock_interpreters() {
                 has_seq(&py, seq)
             })
         };
+        // Up to 3.10 a code object has no qualified name: frames show the
+        // function's own (as py-spy's do there).
+        let frame_objects = label.ends_with("-3.9") || label.ends_with("-3.10");
+        let qualified =
+            |q: &'static str, plain: &'static str| if frame_objects { plain } else { q };
         let checks: &[(&str, &[&str])] = &[
             (
-                "a class method under its caller (qualified names)",
+                "a class method under its caller (qualified names from 3.11)",
                 &[
                     "holdout_main_loop (py_mixed.py)",
-                    "Holdout.holdout_py_outer (py_mixed.py)",
-                    "Holdout.holdout_py_inner (py_mixed.py)",
+                    qualified(
+                        "Holdout.holdout_py_outer (py_mixed.py)",
+                        "holdout_py_outer (py_mixed.py)",
+                    ),
+                    qualified(
+                        "Holdout.holdout_py_inner (py_mixed.py)",
+                        "holdout_py_inner (py_mixed.py)",
+                    ),
                     "spin (py_mixed.py)",
                 ],
             ),
@@ -252,11 +275,11 @@ fn python_frames_agree_with_py_spy_on_stock_interpreters() {
             );
         }
         // The recursion holdout_recurse(30) is 31 frames deep where it
-        // calls spin.
+        // calls spin (Python frames: up to 3.10 C calls sit between them).
         let depths: std::collections::BTreeSet<usize> = p
             .sorted()
             .into_iter()
-            .map(|(s, _)| s.frames().collect::<Vec<_>>())
+            .map(|(s, _)| s.frames().filter(|f| is_py(f)).collect::<Vec<_>>())
             .filter(|f| {
                 f.windows(2)
                     .any(|w| w == ["holdout_recurse (py_mixed.py)", "spin (py_mixed.py)"])
@@ -276,9 +299,11 @@ fn python_frames_agree_with_py_spy_on_stock_interpreters() {
         // Python caller and the lambda.
         let callback = sum_where(&p, |f| {
             let s = f.iter().position(|x| *x == "holdout_sorting (py_mixed.py)");
-            let l = f
-                .iter()
-                .position(|x| *x == "holdout_sorting.<locals>.<lambda> (py_mixed.py)");
+            let lambda = qualified(
+                "holdout_sorting.<locals>.<lambda> (py_mixed.py)",
+                "<lambda> (py_mixed.py)",
+            );
+            let l = f.iter().position(|x| *x == lambda);
             matches!((s, l), (Some(s), Some(l)) if l > s + 1 && !f[s + 1..l].iter().any(|x| is_py(x)))
         });
         assert!(
@@ -382,11 +407,13 @@ fn deep_python_recursion_ends_in_truncated() {
 #[test]
 fn python_sleep_is_charged_to_the_sleeping_function() {
     require_root();
-    let w = Workload::spawn(
-        Command::new("/usr/bin/python3")
-            .arg(workload("py_mixed.py"))
-            .arg("12"),
-    );
+    for python in [PathBuf::from("/usr/bin/python3"), pyenv_python("3.10")] {
+        sleep_is_charged(&python);
+    }
+}
+
+fn sleep_is_charged(python: &std::path::Path) {
+    let w = Workload::spawn(Command::new(python).arg(workload("py_mixed.py")).arg("12"));
     wait(1500);
     let pid = w.pid().to_string();
     let seconds = 5;
@@ -396,17 +423,20 @@ fn python_sleep_is_charged_to_the_sleeping_function() {
     );
     // Off-CPU values are microseconds.
     let slept = sum_where(&p, |f| f.contains(&"holdout_sleeper (py_mixed.py)")) as f64 / 1e6;
+    // time.sleep waits in clock_nanosleep from 3.11 on, in select before.
     let in_sleep = sum_where(&p, |f| {
-        f.contains(&"holdout_sleeper (py_mixed.py)") && f.iter().any(|x| x.contains("nanosleep"))
+        f.contains(&"holdout_sleeper (py_mixed.py)")
+            && f.iter()
+                .any(|x| x.contains("nanosleep") || x.contains("select"))
     });
-    let ctx = top(&p, 8);
+    let ctx = format!("{}:\n{}", python.display(), top(&p, 8));
     assert!(
         (seconds as f64 * 0.9..=seconds as f64 * 1.05).contains(&slept),
         "the sleeping thread was off CPU {slept:.2} s under holdout_sleeper in {seconds} s:\n{ctx}"
     );
     assert!(
         in_sleep > 0,
-        "no off-CPU time in nanosleep under holdout_sleeper:\n{ctx}"
+        "no off-CPU time in nanosleep or select under holdout_sleeper:\n{ctx}"
     );
 }
 
@@ -418,11 +448,18 @@ fn python_sleep_is_charged_to_the_sleeping_function() {
 #[test]
 fn hostile_python_process_cannot_harm_the_daemon() {
     require_root();
+    // Debian's 3.11 (interpreter frames) and pyenv's 3.10 (frame objects).
+    for python in [PathBuf::from("/usr/bin/python3"), pyenv_python("3.10")] {
+        hostile_process_cannot_harm(&python);
+    }
+}
+
+fn hostile_process_cannot_harm(python: &std::path::Path) {
     let d = Daemon::start(&[], &[]);
     let bin = build_c("cpu_70_30");
     let native = Workload::spawn(Command::new(&bin).arg("14"));
     let hostile = Workload::spawn(
-        Command::new("/usr/bin/python3")
+        Command::new(python)
             .arg(workload("py_hostile.py"))
             .arg("14"),
     );
@@ -431,7 +468,12 @@ fn hostile_python_process_cannot_harm_the_daemon() {
     let c = folded(native.pid());
     let py = folded(hostile.pid());
     let metrics = d.get("/metrics").text();
-    let ctx = format!("hostile:\n{}\nnative:\n{}", top(&py, 8), top(&c, 4));
+    let ctx = format!(
+        "{}: hostile:\n{}\nnative:\n{}",
+        python.display(),
+        top(&py, 8),
+        top(&c, 4)
+    );
 
     let hot = sum_where(&c, |f| {
         has_seq(f, &["main", "hot_a"]) || has_seq(f, &["main", "hot_b"])
@@ -442,12 +484,18 @@ fn hostile_python_process_cannot_harm_the_daemon() {
         c.total()
     );
     let marked = sum_where(&py, |f| f.contains(&"[python: frame unreadable]"));
+    // 3.11 on, a run of frames follows the chain within one eval-loop
+    // call: a loop runs on to the stack's end. Up to 3.10 each frame needs
+    // an eval-loop call of its own: the loop repeats once per call, and
+    // the chain left over at the root is marked.
+    let spins = |f: &[&str]| {
+        f.iter()
+            .filter(|x| **x == "victim_spin (py_hostile.py)")
+            .count()
+    };
     let looped = sum_where(&py, |f| {
-        f.get(1) == Some(&"[truncated]")
-            && f.iter()
-                .filter(|x| **x == "victim_spin (py_hostile.py)")
-                .count()
-                > 20
+        (f.get(1) == Some(&"[truncated]") && spins(f) > 20)
+            || (f.get(1) == Some(&"[python: frame chain mismatch]") && spins(f) >= 3)
     });
     assert!(
         marked > 0,
@@ -455,7 +503,7 @@ fn hostile_python_process_cannot_harm_the_daemon() {
     );
     assert!(
         looped > 0,
-        "a frame chain looping on itself should end in [truncated]:\n{ctx}"
+        "a frame chain looping on itself should end in [truncated] (or, up to 3.10, be marked a mismatch):\n{ctx}"
     );
     for (s, _) in py.sorted() {
         for f in s.frames() {

@@ -3,13 +3,15 @@ as any local user may: emberd reads this memory, and must stay unharmed.
 
 Run: python3 py_hostile.py SECONDS. A victim thread spins in victim_spin();
 the main thread, through ctypes, in turns:
-- points the victim's interpreter frame's `previous` at itself (a loop),
+- points the victim's interpreter frame's `previous` (up to 3.10 its frame
+  object's `f_back`) at itself (a loop),
 - points it at an unmapped address,
 - gives a function a 1 MB qualified name with ';' and newlines in it,
 - gives a function a line table of random bytes,
 then puts back what it changed, so the process itself keeps running.
 """
 import ctypes
+import gc
 import os
 import sys
 import threading
@@ -18,7 +20,9 @@ import time
 DEADLINE = time.monotonic() + float(sys.argv[1] if len(sys.argv) > 1 else 10)
 MINOR = sys.version_info[:2]
 # _PyInterpreterFrame.previous; PyFrameObject.f_frame is at 24 on 3.11-3.13.
-PREVIOUS = 48 if MINOR == (3, 11) else 8
+# Up to 3.10 the frame object is the frame: f_back at 24.
+FRAME_OBJECTS = MINOR <= (3, 10)
+PREVIOUS = 24 if FRAME_OBJECTS else 48 if MINOR == (3, 11) else 8
 F_FRAME = 24
 stop_victim = False
 
@@ -48,11 +52,24 @@ def main():
     while frame.f_code.co_name != "victim_spin":
         time.sleep(0.01)
         frame = sys._current_frames()[t.ident]
-    iframe = ctypes.c_void_p.from_address(id(frame) + F_FRAME).value
+    if FRAME_OBJECTS:
+        # The collector walks frame objects' f_back: not while it is
+        # scribbled on.
+        gc.disable()
+        iframe = id(frame)
+    else:
+        iframe = ctypes.c_void_p.from_address(id(frame) + F_FRAME).value
     prev = ctypes.c_void_p.from_address(iframe + PREVIOUS)
     saved = prev.value
-    long_name = spin_named.__code__.replace(co_qualname="A" * 1_000_000 + ";\nB")
-    bad_lines = spin_named.__code__.replace(co_linetable=os.urandom(5000))
+    huge = "A" * 1_000_000 + ";\nB"
+    junk = os.urandom(5000)
+    if MINOR >= (3, 11):
+        long_name = spin_named.__code__.replace(co_qualname=huge)
+        bad_lines = spin_named.__code__.replace(co_linetable=junk)
+    else:
+        long_name = spin_named.__code__.replace(co_name=huge)
+        bad_lines = spin_named.__code__.replace(
+            **{"co_linetable" if MINOR == (3, 10) else "co_lnotab": junk})
     original = spin_named.__code__
     print("ready", flush=True)
     turn = 0

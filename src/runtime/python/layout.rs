@@ -36,6 +36,11 @@ impl PyVersion {
 impl std::fmt::Display for PyVersion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (major, minor) = self.minor();
+        if self.0 & 0xff == 0 {
+            // Found from symbols only (before 3.11): the micro release is
+            // unknown.
+            return write!(f, "{major}.{minor}");
+        }
         write!(f, "{major}.{minor}.{}", (self.0 >> 8) & 0xff)
     }
 }
@@ -80,6 +85,10 @@ pub struct PyLayout {
     pub str_compact_data: u16,
     /// Whether `frame_entry` is `owner` (the C-stack shim is 3).
     pub entry_is_owner: bool,
+    /// The minor version: 8 to 10 read frame objects, whose
+    /// `frame_instr` is the int `f_lasti` (bytes up to 3.9, code units on
+    /// 3.10), and name their line tables' encoding.
+    pub minor: u8,
     /// Offset of `autoTSSkey` (a `Py_tss_t`) in `_PyRuntime`.
     pub runtime_tss: u32,
 }
@@ -110,9 +119,45 @@ pub fn layout(version: PyVersion) -> Option<PyLayout> {
         str_ascii_data: 40,
         str_compact_data: 56,
         entry_is_owner: true,
+        minor: 12,
         runtime_tss: 1544,
     };
+    // Frame objects: PyThreadState.frame, PyFrameObject's f_back,
+    // f_code and f_lasti; co_name for the name (no co_qualname before
+    // 3.11); `wstr` in every str.
+    let frame_objects = PyLayout {
+        tstate_cframe: NONE,
+        cframe_frame: NONE,
+        tstate_frame: 24,
+        frame_code: 32,
+        frame_previous: 24,
+        frame_instr: 96,
+        frame_entry: NONE,
+        code_filename: 104,
+        code_qualname: 112,
+        code_linetable: 120,
+        code_firstlineno: 40,
+        code_adaptive: NONE,
+        str_ascii_data: 48,
+        str_compact_data: 72,
+        entry_is_owner: false,
+        minor: 10,
+        runtime_tss: 584,
+        ..common
+    };
     match version.minor() {
+        (3, 8) => Some(PyLayout {
+            frame_instr: 104,
+            minor: 8,
+            runtime_tss: 1392,
+            ..frame_objects
+        }),
+        (3, 9) => Some(PyLayout {
+            frame_instr: 104,
+            minor: 9,
+            ..frame_objects
+        }),
+        (3, 10) => Some(frame_objects),
         (3, 11) => Some(PyLayout {
             cframe_frame: 8,
             frame_code: 32,
@@ -124,6 +169,7 @@ pub fn layout(version: PyVersion) -> Option<PyLayout> {
             // 3.11's PyASCIIObject still has `wstr`.
             str_ascii_data: 48,
             str_compact_data: 72,
+            minor: 11,
             runtime_tss: 592,
             ..common
         }),
@@ -132,6 +178,7 @@ pub fn layout(version: PyVersion) -> Option<PyLayout> {
             tstate_cframe: NONE,
             tstate_frame: 72,
             code_adaptive: 200,
+            minor: 13,
             runtime_tss: 2160,
             ..common
         }),
@@ -166,6 +213,7 @@ impl PyLayout {
             out[i * 2..i * 2 + 2].copy_from_slice(&f.to_ne_bytes());
         }
         out[34] = u8::from(self.entry_is_owner);
+        out[35] = self.minor;
         out
     }
 }
@@ -223,8 +271,66 @@ pub fn inspect_file(file: &File) -> Option<FileRuntime> {
     inspect(file, &elf, &syms)
 }
 
+/// Exported from 3.10, 3.9 and 3.8 on: without `Py_Version` (3.11 on)
+/// they tell the minor version.
+const SINCE_3_10: &str = "Py_NewRef";
+const SINCE_3_9: &str = "PyFrame_GetCode";
+const SINCE_3_8: &str = "PyCode_NewWithPosOnlyArgs";
+/// Formats `Py_GetVersion()`'s text from PY_VERSION (3.8 to 3.10).
+const GET_VERSION: &str = "Py_GetVersion";
+
 /// The dynamic symbols [`inspect`] looks for.
-pub const SYMBOLS: [&str; 5] = [EVAL, RUNTIME, VERSION, GETSPECIFIC[0], GETSPECIFIC[1]];
+pub const SYMBOLS: [&str; 9] = [
+    EVAL,
+    RUNTIME,
+    VERSION,
+    GETSPECIFIC[0],
+    GETSPECIFIC[1],
+    SINCE_3_10,
+    SINCE_3_9,
+    SINCE_3_8,
+    GET_VERSION,
+];
+
+/// The version of an interpreter without `Py_Version` (3.8 to 3.10): the
+/// minor one from the functions it exports, the micro one from the
+/// PY_VERSION text `Py_GetVersion` formats (its first `lea` into %rcx,
+/// the fourth argument of its PyOS_snprintf), when that reads as the same
+/// minor version; else the micro version stays unknown.
+fn version_before_3_11(
+    file: &File,
+    elf: &Headers,
+    get: impl Fn(&str) -> Option<(u64, u64)>,
+) -> Option<PyVersion> {
+    let minor: u32 = if get(SINCE_3_10).is_some() {
+        10
+    } else if get(SINCE_3_9).is_some() {
+        9
+    } else if get(SINCE_3_8).is_some() {
+        8
+    } else {
+        return None;
+    };
+    let micro = (|| {
+        let (at, _) = get(GET_VERSION)?;
+        let code = elf.read_vaddr(file, at, 64)?;
+        let i = code.windows(3).position(|w| w == [0x48, 0x8d, 0x0d])?;
+        let rel = i32::from_le_bytes(code.get(i + 3..i + 7)?.try_into().ok()?);
+        let text_at = (at + i as u64 + 7).checked_add_signed(i64::from(rel))?;
+        let text = elf.read_vaddr(file, text_at, 16)?;
+        let end = text.iter().position(|&b| b == 0)?;
+        let text = std::str::from_utf8(&text[..end]).ok()?;
+        let rest = text.strip_prefix(&format!("3.{minor}."))?;
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        digits.parse::<u32>().ok().filter(|&m| m < 256)
+    })();
+    // 0xf0: a final release, as Py_Version encodes it; a low byte of 0
+    // says the micro version is unknown.
+    Some(PyVersion(match micro {
+        Some(m) => 0x0300_0000 | minor << 16 | m << 8 | 0xf0,
+        None => 0x0300_0000 | minor << 16,
+    }))
+}
 
 /// What `file` (its headers `elf`, its defined dynamic symbols among
 /// [`SYMBOLS`] `syms`: name, value, size) contributes to interpreter
@@ -232,13 +338,16 @@ pub const SYMBOLS: [&str; 5] = [EVAL, RUNTIME, VERSION, GETSPECIFIC[0], GETSPECI
 pub fn inspect(file: &File, elf: &Headers, syms: &[(String, u64, u64)]) -> Option<FileRuntime> {
     let get = |name: &str| syms.iter().find(|s| s.0 == name).map(|s| (s.1, s.2));
     if let Some((eval, eval_size)) = get(EVAL) {
-        let version = get(VERSION)
-            .and_then(|(at, _)| elf.read_vaddr(file, at, 4))
-            .map(|b| PyVersion(u32::from_le_bytes(b.try_into().expect("4 bytes"))));
+        let version = match get(VERSION) {
+            Some((at, _)) => elf
+                .read_vaddr(file, at, 4)
+                .map(|b| PyVersion(u32::from_le_bytes(b.try_into().expect("4 bytes")))),
+            None => version_before_3_11(file, elf, get),
+        };
         let Some(version) = version else {
             return Some(FileRuntime::UnsupportedPython {
                 version: None,
-                reason: "no Py_Version (CPython before 3.11)",
+                reason: "CPython before 3.8 (no PyCode_NewWithPosOnlyArgs)",
             });
         };
         let Some(layout) = layout(version) else {

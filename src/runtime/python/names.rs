@@ -95,6 +95,11 @@ struct Code {
     firstlineno: u32,
     /// The line table, as far as copied.
     linetable: Box<[u8]>,
+    /// Whether `linetable` is all of the code's table.
+    whole_table: bool,
+    /// Its encoding: the minor version (co_lnotab up to 9, 3.10's
+    /// co_linetable, 3.11's locations from 11 on).
+    minor: u8,
     /// Whose share of the caches it counts in (the walked thread's real uid).
     uid: u32,
 }
@@ -103,6 +108,7 @@ struct Code {
 /// and `uid` (at [`PY_CODE_UID_AT`]).
 const PY_CODE_BYTES: usize = 4 + 4 + 4 + 2 + 1 + 1 + 128 + 96 + 256 + 8 + 4 + 4;
 const PY_CODE_UID_AT: usize = std::mem::offset_of!(crate::bpf::types::py_code, uid);
+const PY_CODE_MINOR_AT: usize = std::mem::offset_of!(crate::bpf::types::py_code, minor);
 const _: () = assert!(std::mem::size_of::<crate::bpf::types::py_code>() == PY_CODE_BYTES);
 
 /// Code objects cached per (process, fingerprint): the bound on entries
@@ -198,7 +204,11 @@ impl PythonNames {
             return one(Frame::new("[python: code evicted]", FrameKind::Marker));
         };
         self.stats.named += 1;
-        let line = line_of(&code.linetable, code.firstlineno, index);
+        let line = match code.minor {
+            8 | 9 => line_of_lnotab(&code.linetable, code.firstlineno, index, code.whole_table),
+            10 => line_of_linetable_310(&code.linetable, code.firstlineno, index),
+            _ => line_of(&code.linetable, code.firstlineno, index),
+        };
         let f = one(Frame {
             name: code.name.clone(),
             kind: FrameKind::Python,
@@ -288,6 +298,8 @@ fn parse_record(v: &[u8]) -> Option<Code> {
         file: Arc::from(filename.as_str()),
         firstlineno,
         linetable,
+        whole_table: linetable_len <= 256,
+        minor: v[PY_CODE_MINOR_AT],
         uid,
     })
 }
@@ -324,6 +336,51 @@ fn decode(buf: &[u8], len: usize, kind: u8, tail: bool) -> Option<String> {
         (true, false) => format!("{text}…"),
         (true, true) => format!("…{text}"),
     })
+}
+
+/// The source line of code unit `index` by a 3.9 `co_lnotab`: pairs of
+/// (bytes, signed lines) added in turn while the bytes stay at or before
+/// the instruction's (CPython's `PyCode_Addr2Line`). `whole`: `table` is
+/// all of it (else a head, and an instruction past it has no line here).
+pub fn line_of_lnotab(table: &[u8], firstlineno: u32, index: u32, whole: bool) -> Option<u32> {
+    let at = u64::from(index) * 2;
+    let mut addr = 0u64;
+    let mut line = i64::from(firstlineno);
+    for pair in table.chunks_exact(2) {
+        addr += u64::from(pair[0]);
+        if addr > at {
+            return u32::try_from(line).ok().filter(|&l| l > 0);
+        }
+        line += i64::from(pair[1] as i8);
+    }
+    whole
+        .then(|| u32::try_from(line).ok().filter(|&l| l > 0))
+        .flatten()
+}
+
+/// The source line of code unit `index` by a 3.10 `co_linetable`
+/// (PEP 626): each pair (bytes, signed lines) is the next range of
+/// instructions and its line, -128 for none (CPython's
+/// `PyLineTable_NextAddressRange`).
+pub fn line_of_linetable_310(table: &[u8], firstlineno: u32, index: u32) -> Option<u32> {
+    let at = u64::from(index) * 2;
+    let mut end = 0u64;
+    let mut line = i64::from(firstlineno);
+    for pair in table.chunks_exact(2) {
+        let start = end;
+        end += u64::from(pair[0]);
+        let delta = pair[1] as i8;
+        let this = if delta == -128 {
+            None
+        } else {
+            line += i64::from(delta);
+            Some(line)
+        };
+        if (start..end).contains(&at) {
+            return this.and_then(|l| u32::try_from(l).ok()).filter(|&l| l > 0);
+        }
+    }
+    None
 }
 
 /// The source line of code unit `index` by a 3.11+ location table
@@ -435,6 +492,40 @@ mod tests {
         assert_eq!(line_of(&t, 10, 5), Some(10));
         assert_eq!(line_of(&t, 10, 6), None, "past the table");
         assert_eq!(line_of(&[0x01, 0x02], 10, 0), None, "not a table");
+    }
+
+    /// The tables of one function (`def f(n):` at line 2, a loop over
+    /// lines 4-7, a blank line 6), as pyenv's 3.9.18 and 3.10.13 compile
+    /// it, against the lines each interpreter gives its instructions
+    /// (`dis.findlinestarts`, `co_lines()`).
+    #[test]
+    fn lnotab_and_310_line_tables_are_decoded() {
+        let want = [
+            3, 3, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 8, 8,
+        ];
+        let lnotab = [0, 1, 4, 1, 12, 1, 12, 2, 10, 1];
+        let linetable = [4, 1, 12, 1, 12, 1, 10, 2, 4, 1];
+        for (i, &line) in want.iter().enumerate() {
+            assert_eq!(
+                line_of_linetable_310(&linetable, 2, i as u32),
+                Some(line),
+                "3.10 at {i}"
+            );
+            assert_eq!(
+                line_of_lnotab(&lnotab, 2, i as u32, true),
+                Some(line),
+                "3.9 at {i}"
+            );
+        }
+        // The last pair's line holds to the end of the code, which the
+        // table does not say: past its last pair, a copied head cannot
+        // answer.
+        assert_eq!(line_of_lnotab(&lnotab, 2, 19, false), None);
+        assert_eq!(line_of_lnotab(&lnotab, 2, 18, false), Some(7));
+        assert_eq!(line_of_linetable_310(&linetable, 2, 21), None);
+        // A line-less range (-128) gives none.
+        assert_eq!(line_of_linetable_310(&[4, 0x80, 4, 1], 2, 1), None);
+        assert_eq!(line_of_linetable_310(&[4, 0x80, 4, 1], 2, 2), Some(3));
     }
 
     #[test]
