@@ -388,6 +388,9 @@ static __always_inline void py_emit_one(struct walk *w, struct py_walk *p,
 		return;
 	}
 	code = PY_FIELD(sc->frame, l->frame_code, __u64);
+	/* 3.14 on: a _PyStackRef, its low bits a tag. */
+	if (l->minor >= 14)
+		code &= ~7ULL;
 	wslot = (code >> 4) & (PY_WALK_SLOTS - 1);
 	if (p->walk_code_gen[wslot] == w->gen && p->walk_code[wslot] == code) {
 		/* Met earlier in this walk: the same live object (the frames on

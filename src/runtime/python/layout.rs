@@ -182,6 +182,17 @@ pub fn layout(version: PyVersion) -> Option<PyLayout> {
             runtime_tss: 2160,
             ..common
         }),
+        // f_executable is a tagged _PyStackRef (the walker clears its low
+        // bits from 3.14 on); `owner` moved past `stackpointer`.
+        (3, 14) => Some(PyLayout {
+            tstate_cframe: NONE,
+            tstate_frame: 72,
+            frame_entry: 74,
+            code_adaptive: 208,
+            minor: 14,
+            runtime_tss: 2336,
+            ..common
+        }),
         _ => None,
     }
 }
@@ -374,6 +385,17 @@ pub fn inspect(file: &File, elf: &Headers, syms: &[(String, u64, u64)]) -> Optio
                 reason,
             });
         }
+        // 3.14 built with clang's tail calls (Debian's): the
+        // eval loop is a chain of per-instruction functions that
+        // _PyEval_EvalFrameDefault (a few hundred bytes) jumps into, so no
+        // native frame is in its range (measured: 3.14.10's is 1,184
+        // bytes, 3.13's loop tens of KiB).
+        if eval_size < TAIL_CALL_EVAL_BYTES {
+            return Some(FileRuntime::UnsupportedPython {
+                version: Some(version),
+                reason: "a tail-calling interpreter (its eval loop is not one function): not read yet",
+            });
+        }
         return Some(FileRuntime::Python(PyInterpreter {
             version,
             eval: (eval, eval + eval_size),
@@ -507,6 +529,9 @@ fn check_debug_offsets(
     if u64_at(8) as u32 != version.0 {
         return Some("_Py_DebugOffsets names another version");
     }
+    if u64_at(16) != 0 {
+        return Some("a free-threaded build (not read yet)");
+    }
     let offsets = debug_offsets_at(version)?;
     let want = [
         (offsets.tstate_frame, layout.tstate_frame),
@@ -529,8 +554,12 @@ fn check_debug_offsets(
     None
 }
 
+/// A `_PyEval_EvalFrameDefault` smaller than this is the entry of a
+/// tail-calling interpreter, not the loop.
+const TAIL_CALL_EVAL_BYTES: u64 = 8192;
+
 /// Bytes of `_PyRuntime` read for [`check_debug_offsets`].
-const DEBUG_OFFSETS_READ: usize = 584;
+const DEBUG_OFFSETS_READ: usize = 656;
 
 /// Where, in `_Py_DebugOffsets`, the offsets emberd uses are stated.
 struct DebugOffsetsAt {
@@ -566,6 +595,22 @@ fn debug_offsets_at(version: PyVersion) -> Option<DebugOffsetsAt> {
             code_firstlineno: 312,
             code_adaptive: 344,
             str_ascii_size: 560,
+        }),
+        // 3.14.10: interpreter_state has 16 fields, interpreter_frame 8
+        // (stackpointer, tlbc_index), code_object 11 (co_tlbc); sets, ints
+        // and bytes before unicode_object.
+        (3, 14) => Some(DebugOffsetsAt {
+            tstate_frame: 208,
+            frame_previous: 256,
+            frame_code: 264,
+            frame_instr: 272,
+            frame_owner: 288,
+            code_filename: 320,
+            code_qualname: 336,
+            code_linetable: 344,
+            code_firstlineno: 352,
+            code_adaptive: 384,
+            str_ascii_size: 640,
         }),
         _ => None,
     }
