@@ -267,7 +267,11 @@ struct py_layout {
 				  * eval-loop call, frame_instr the int f_lasti (in
 				  * bytes up to 9, code units on 10); 11 on:
 				  * interpreter frames, frame_instr a pointer */
-	__u8 _pad[4];
+	__s32 tstate_tls;        /* 3.15 on: the thread state is at fsbase + this (a
+				  * static TLS variable); 0: through the pthread key */
+	__u16 tstate_base_frame; /* 3.15 on: PyThreadState.base_frame, the shim
+				  * frame at the bottom of every thread's chain */
+	__u8 _pad[6];
 };
 
 /* One Python process: where its interpreter is and how to read it. */

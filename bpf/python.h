@@ -69,6 +69,7 @@ struct py_walk {
 	__u8 failed;  /* a read failed: later eval-loop frames stay native */
 	__u8 _pad[5];
 	__u64 frame;  /* the next Python frame to push; 0: none */
+	__u64 base_frame; /* 3.15 on: the thread's base frame, left at the root */
 	__u32 frames; /* Python frames pushed by this walk */
 	__u32 _pad2;
 	struct py_proc proc; /* the process's interpreter, when state != 0 */
@@ -312,6 +313,13 @@ __attribute__((noinline)) __u64 py_thread_frame(void)
 	if (!w || !p)
 		return 0;
 	l = &p->proc.layout;
+	if (l->tstate_tls) {
+		/* 3.15: a static TLS variable of the executable. */
+		if (bpf_probe_read_user(&tstate, sizeof(tstate),
+					(void *)(w->fsbase + (__s64)l->tstate_tls)))
+			return py_mark(PY_MARK_NO_THREAD);
+		goto have_tstate;
+	}
 	if (bpf_probe_read_user(tss, sizeof(tss), (void *)p->proc.tss_addr))
 		return py_mark(PY_MARK_NO_THREAD);
 	/* Py_tss_t: _is_initialized, then the pthread key. */
@@ -320,8 +328,14 @@ __attribute__((noinline)) __u64 py_thread_frame(void)
 	if (bpf_probe_read_user(&tstate, sizeof(tstate),
 				(void *)(w->fsbase + p->proc.tls_specific + 16 * (__u64)tss[1] + 8)))
 		return py_mark(PY_MARK_NO_THREAD);
+have_tstate:
 	if (!tstate)
 		return 0;
+	p->base_frame = 0;
+	if (l->tstate_base_frame != 0xffff &&
+	    bpf_probe_read_user(&p->base_frame, sizeof(p->base_frame),
+				(void *)(tstate + l->tstate_base_frame)))
+		p->base_frame = 0;
 	if (l->tstate_cframe != 0xffff) {
 		if (bpf_probe_read_user(&cframe, sizeof(cframe), (void *)(tstate + l->tstate_cframe)))
 			return py_mark(PY_MARK_NO_THREAD);
@@ -604,8 +618,8 @@ static __always_inline void py_finish(struct walk *w, struct stored_stack *s, __
 
 	if (!p || !p->state)
 		return;
-	if (p->state == 2 && !p->failed && p->frame && end == STACK_END_ROOT &&
-	    s->nr < EMBERD_MAX_STACK_DEPTH) {
+	if (p->state == 2 && !p->failed && p->frame && p->frame != p->base_frame &&
+	    end == STACK_END_ROOT && s->nr < EMBERD_MAX_STACK_DEPTH) {
 		s->ips[s->nr & 127] = py_mark(PY_MARK_LOOP);
 		s->nr++;
 	}

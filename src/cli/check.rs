@@ -410,7 +410,7 @@ fn python_item() -> Item {
             Status::Degraded
         },
         detail: format!(
-            "CPython 3.8-3.13 frames are read in BPF (no CAP_SYS_PTRACE needed); {} Python processes running, {readable} readable{}{}",
+            "CPython 3.8-3.15 frames are read in BPF (no CAP_SYS_PTRACE needed); {} Python processes running, {readable} readable{}{}",
             found.len(),
             if list.is_empty() { "" } else { ": " },
             list.join("; ") + if found.len() > 20 { "; ..." } else { "" },

@@ -569,7 +569,7 @@ pub struct RecordArgs {
     /// to compare).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub unwind_tables: bool,
-    /// Show CPython 3.8-3.13 frames in place of the interpreter's eval loop
+    /// Show CPython 3.8-3.15 frames in place of the interpreter's eval loop
     /// (false: interpreters' stacks stay native).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub python: bool,

@@ -244,7 +244,7 @@ settings! {
     // About 5 KiB of kernel memory each; when full, a user holding the most
     // gives up a place to a user holding fewer.
     unwind_processes: u32 = crate::unwind::defaults::MAX_PROCESSES, range 16..=1_048_576;
-    /// Show CPython 3.8-3.13 frames in place of the eval loop.
+    /// Show CPython 3.8-3.15 frames in place of the eval loop.
     python: bool = true;
     /// Show Java methods of HotSpot JVMs (JDK 17, 25), read from the JVM's
     /// own structure tables, in place of their code cache's addresses.

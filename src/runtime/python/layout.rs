@@ -91,6 +91,13 @@ pub struct PyLayout {
     pub minor: u8,
     /// Offset of `autoTSSkey` (a `Py_tss_t`) in `_PyRuntime`.
     pub runtime_tss: u32,
+    /// 3.15 on: the thread state is a static TLS variable of the
+    /// executable at fsbase + this, read from the file's
+    /// `PyGILState_GetThisThreadState`; 0: found through the pthread key.
+    pub tstate_tls: i32,
+    /// `PyThreadState.base_frame` (3.15 on): the shim frame at the bottom
+    /// of each thread's chain, which no eval-loop call pushed.
+    pub tstate_base_frame: u16,
 }
 
 /// A field a version does not have.
@@ -121,6 +128,8 @@ pub fn layout(version: PyVersion) -> Option<PyLayout> {
         entry_is_owner: true,
         minor: 12,
         runtime_tss: 1544,
+        tstate_tls: 0,
+        tstate_base_frame: NONE,
     };
     // Frame objects: PyThreadState.frame, PyFrameObject's f_back,
     // f_code and f_lasti; co_name for the name (no co_qualname before
@@ -193,6 +202,18 @@ pub fn layout(version: PyVersion) -> Option<PyLayout> {
             runtime_tss: 2336,
             ..common
         }),
+        // 3.14's frames and code objects; the thread state in a TLS
+        // variable (`tstate_tls`, set from the file by `inspect`).
+        (3, 15) => Some(PyLayout {
+            tstate_cframe: NONE,
+            tstate_frame: 72,
+            frame_entry: 74,
+            code_adaptive: 208,
+            minor: 15,
+            runtime_tss: 0,
+            tstate_base_frame: 80,
+            ..common
+        }),
         _ => None,
     }
 }
@@ -225,12 +246,14 @@ impl PyLayout {
         }
         out[34] = u8::from(self.entry_is_owner);
         out[35] = self.minor;
+        out[36..40].copy_from_slice(&self.tstate_tls.to_ne_bytes());
+        out[40..42].copy_from_slice(&self.tstate_base_frame.to_ne_bytes());
         out
     }
 }
 
 /// sizeof(struct py_layout).
-pub const PY_LAYOUT_BYTES: usize = 40;
+pub const PY_LAYOUT_BYTES: usize = 48;
 /// sizeof(struct py_proc).
 pub const PY_PROC_BYTES: usize = 32 + PY_LAYOUT_BYTES;
 const _: () = assert!(std::mem::size_of::<crate::bpf::types::py_layout>() == PY_LAYOUT_BYTES);
@@ -289,9 +312,11 @@ const SINCE_3_9: &str = "PyFrame_GetCode";
 const SINCE_3_8: &str = "PyCode_NewWithPosOnlyArgs";
 /// Formats `Py_GetVersion()`'s text from PY_VERSION (3.8 to 3.10).
 const GET_VERSION: &str = "Py_GetVersion";
+/// Returns the thread's state: from 3.15 a read of a TLS variable.
+const THIS_THREAD_STATE: &str = "PyGILState_GetThisThreadState";
 
 /// The dynamic symbols [`inspect`] looks for.
-pub const SYMBOLS: [&str; 9] = [
+pub const SYMBOLS: [&str; 10] = [
     EVAL,
     RUNTIME,
     VERSION,
@@ -301,7 +326,20 @@ pub const SYMBOLS: [&str; 9] = [
     SINCE_3_9,
     SINCE_3_8,
     GET_VERSION,
+    THIS_THREAD_STATE,
 ];
+
+/// Where `PyGILState_GetThisThreadState` (its first bytes, `code`) reads
+/// the thread's state, when that is `mov %fs:DISP32,%rax` (after an
+/// `endbr64`): a static TLS variable of the executable (3.15 built into
+/// it, as Debian does); None for anything else (a shared libpython's TLS
+/// is not at a fixed place).
+pub fn tstate_tls_of(code: &[u8]) -> Option<i32> {
+    let code = code.strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa]).unwrap_or(code);
+    let rest = code.strip_prefix(&[0x64, 0x48, 0x8b, 0x04, 0x25])?;
+    let disp = i32::from_le_bytes(rest.get(0..4)?.try_into().ok()?);
+    (disp != 0).then_some(disp)
+}
 
 /// The version of an interpreter without `Py_Version` (3.8 to 3.10): the
 /// minor one from the functions it exports, the micro one from the
@@ -361,7 +399,7 @@ pub fn inspect(file: &File, elf: &Headers, syms: &[(String, u64, u64)]) -> Optio
                 reason: "CPython before 3.8 (no PyCode_NewWithPosOnlyArgs)",
             });
         };
-        let Some(layout) = layout(version) else {
+        let Some(mut layout) = layout(version) else {
             return Some(FileRuntime::UnsupportedPython {
                 version: Some(version),
                 reason: "version without a layout",
@@ -385,20 +423,41 @@ pub fn inspect(file: &File, elf: &Headers, syms: &[(String, u64, u64)]) -> Optio
                 reason,
             });
         }
-        // 3.14 built with clang's tail calls (Debian's): the
-        // eval loop is a chain of per-instruction functions that
-        // _PyEval_EvalFrameDefault (a few hundred bytes) jumps into, so no
-        // native frame is in its range (measured: 3.14.10's is 1,184
-        // bytes, 3.13's loop tens of KiB).
-        if eval_size < TAIL_CALL_EVAL_BYTES {
-            return Some(FileRuntime::UnsupportedPython {
-                version: Some(version),
-                reason: "a tail-calling interpreter (its eval loop is not one function): not read yet",
-            });
+        if version.minor() >= (3, 15) {
+            let tls = get(THIS_THREAD_STATE)
+                .and_then(|(at, _)| elf.read_vaddr(file, at, 16))
+                .and_then(|code| tstate_tls_of(&code));
+            let Some(tls) = tls else {
+                return Some(FileRuntime::UnsupportedPython {
+                    version: Some(version),
+                    reason: "the thread state is not in a static TLS variable of the executable",
+                });
+            };
+            layout.tstate_tls = tls;
         }
+        // A split eval loop (Debian's 3.14.10, GCC 16): the symbol is
+        // 1,184 bytes of entry and exit that jump into an 84 KiB part of
+        // its own (a `.cold` function, its own FDE), where the loop runs
+        // and from which it calls out: that part is the range claimed.
+        // The entry's own frames (its recursion check, its exit's
+        // clean-up calls) stay native, and a run shifted by them is
+        // marked at the stack's root.
+        let eval_range = if eval_size < SPLIT_EVAL_BYTES {
+            match split_loop(file, elf, eval, eval_size) {
+                Some(range) => range,
+                None => {
+                    return Some(FileRuntime::UnsupportedPython {
+                        version: Some(version),
+                        reason: "_PyEval_EvalFrameDefault is too small to be the eval loop, and no part it jumps to was found",
+                    });
+                }
+            }
+        } else {
+            (eval, eval + eval_size)
+        };
         return Some(FileRuntime::Python(PyInterpreter {
             version,
-            eval: (eval, eval + eval_size),
+            eval: eval_range,
             runtime,
             layout,
         }));
@@ -554,12 +613,70 @@ fn check_debug_offsets(
     None
 }
 
-/// A `_PyEval_EvalFrameDefault` smaller than this is the entry of a
-/// tail-calling interpreter, not the loop.
-const TAIL_CALL_EVAL_BYTES: u64 = 8192;
+/// A `_PyEval_EvalFrameDefault` smaller than this is the entry of a split
+/// eval loop, not the loop.
+const SPLIT_EVAL_BYTES: u64 = 8192;
+/// Jumps into one part the entry must make for that part to be taken as
+/// the loop (a byte scan may read a jump where there is none: those land
+/// anywhere, the entry's real ones all in its loop).
+const SPLIT_MIN_JUMPS: usize = 3;
+/// Bytes of a file read whole to find the loop's part in its `.eh_frame`.
+const SPLIT_MAX_FILE_BYTES: u64 = 256 << 20;
+
+/// The part of a split eval loop that runs it: the code range (its FDE
+/// in `.eh_frame`) that most jumps out of the `eval_size` bytes at `eval`
+/// lead into, when at least [`SPLIT_MIN_JUMPS`] do, it starts at one of
+/// their targets and it is at least [`SPLIT_EVAL_BYTES`] long.
+fn split_loop(file: &File, elf: &Headers, eval: u64, eval_size: u64) -> Option<(u64, u64)> {
+    let code = elf.read_vaddr(file, eval, usize::try_from(eval_size).ok()?)?;
+    // jcc rel32 (0f 80-8f) and jmp rel32 (e9) leaving the symbol.
+    let mut targets = Vec::new();
+    for i in 0..code.len() {
+        let (len, rel_at) = match (code[i], code.get(i + 1)) {
+            (0x0f, Some(0x80..=0x8f)) => (6, i + 2),
+            (0xe9, _) => (5, i + 1),
+            _ => continue,
+        };
+        let Some(rel) = code.get(rel_at..rel_at + 4) else {
+            continue;
+        };
+        let rel = i64::from(i32::from_le_bytes(rel.try_into().ok()?));
+        let Some(target) = (eval + (i + len) as u64).checked_add_signed(rel) else {
+            continue;
+        };
+        if !(eval..eval + eval_size).contains(&target) {
+            targets.push(target);
+        }
+    }
+    if targets.len() < SPLIT_MIN_JUMPS || elf.len > SPLIT_MAX_FILE_BYTES {
+        return None;
+    }
+    let mut data = vec![0u8; usize::try_from(elf.len).ok()?];
+    std::os::unix::fs::FileExt::read_exact_at(file, &mut data, 0).ok()?;
+    let obj = object::File::parse(&*data).ok()?;
+    use gimli::UnwindSection;
+    use object::{Object, ObjectSection};
+    let section = obj.section_by_name(".eh_frame")?;
+    let mut eh = gimli::EhFrame::new(section.data().ok()?, gimli::LittleEndian);
+    eh.set_address_size(8);
+    let mut bases = gimli::BaseAddresses::default().set_eh_frame(section.address());
+    if let Some(text) = obj.section_by_name(".text") {
+        bases = bases.set_text(text.address());
+    }
+    let mut parts: std::collections::HashMap<(u64, u64), usize> = Default::default();
+    for &t in &targets {
+        if let Ok(fde) = eh.fde_for_address(&bases, t, gimli::EhFrame::cie_from_offset) {
+            let start = fde.initial_address();
+            *parts.entry((start, start + fde.len())).or_default() += 1;
+        }
+    }
+    let (&(start, end), &jumps) = parts.iter().max_by_key(|(range, n)| (**n, range.0))?;
+    (jumps >= SPLIT_MIN_JUMPS && end - start >= SPLIT_EVAL_BYTES && targets.contains(&start))
+        .then_some((start, end))
+}
 
 /// Bytes of `_PyRuntime` read for [`check_debug_offsets`].
-const DEBUG_OFFSETS_READ: usize = 656;
+const DEBUG_OFFSETS_READ: usize = 768;
 
 /// Where, in `_Py_DebugOffsets`, the offsets emberd uses are stated.
 struct DebugOffsetsAt {
@@ -596,6 +713,21 @@ fn debug_offsets_at(version: PyVersion) -> Option<DebugOffsetsAt> {
             code_adaptive: 344,
             str_ascii_size: 560,
         }),
+        // 3.15.2: thread_state grew to 16 fields, interpreter_frame 8,
+        // code_object 11.
+        (3, 15) => Some(DebugOffsetsAt {
+            tstate_frame: 208,
+            frame_previous: 320,
+            frame_code: 328,
+            frame_instr: 336,
+            frame_owner: 352,
+            code_filename: 384,
+            code_qualname: 400,
+            code_linetable: 408,
+            code_firstlineno: 416,
+            code_adaptive: 448,
+            str_ascii_size: 736,
+        }),
         // 3.14.10: interpreter_state has 16 fields, interpreter_frame 8
         // (stackpointer, tlbc_index), code_object 11 (co_tlbc); sets, ints
         // and bytes before unicode_object.
@@ -619,6 +751,20 @@ fn debug_offsets_at(version: PyVersion) -> Option<DebugOffsetsAt> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Debian sid's 3.15.2: `endbr64; mov %fs:-0x28,%rax; ret`. A shared
+    /// libpython's initial-exec form (a GOT load first) is not taken.
+    #[test]
+    fn a_static_tls_thread_state_is_read_from_its_code() {
+        let code = [
+            0xf3, 0x0f, 0x1e, 0xfa, 0x64, 0x48, 0x8b, 0x04, 0x25, 0xd8, 0xff, 0xff, 0xff, 0xc3,
+        ];
+        assert_eq!(tstate_tls_of(&code), Some(-0x28));
+        let got = [
+            0x48, 0x8b, 0x05, 0x10, 0x20, 0x30, 0x00, 0x64, 0x48, 0x8b, 0x00, 0xc3,
+        ];
+        assert_eq!(tstate_tls_of(&got), None);
+    }
 
     #[test]
     fn glibc_thread_specific_offset_is_read_from_its_code() {
