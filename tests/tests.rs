@@ -26,6 +26,9 @@ mod forms;
 /// The HTTP side under attack: posted bodies that claim huge trees, pages of
 /// other sites, requests that time out mid-render.
 mod guard;
+/// History on disk: restarts, kills, bad files, permissions, offline
+/// reading, a week replayed.
+mod history;
 /// Hostile input: files other users control, faults, time.
 mod hostile;
 /// Java frames of HotSpot JVMs unwound in BPF, against JDK Flight Recorder.

@@ -339,20 +339,19 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
         .collect();
     let offcpu = events.get(&EventKind::OffCpu).unwrap_or(&empty);
     let heap = RwLock::new(heap);
+    let mem = crate::store::tiered::EventStore::memory_only;
     let sources = Sources {
         heap: Some(&heap),
-        malloc_bytes: Some(events.get(&EventKind::Malloc).unwrap_or(&empty)),
-        objects: Some(events.get(&EventKind::MallocObjects).unwrap_or(&empty)),
+        malloc_bytes: Some(mem(events.get(&EventKind::Malloc).unwrap_or(&empty))),
+        objects: Some(mem(events.get(&EventKind::MallocObjects).unwrap_or(&empty))),
         malloc_sample_bytes: options.event_knobs.malloc_sample_bytes,
-        cpu: Some(&cpu),
-        event: Some(
-            options
-                .event
-                .kind()
-                .and_then(|k| events.get(&k))
-                .unwrap_or(&empty),
-        ),
-        offcpu: Some(offcpu),
+        cpu: Some(mem(&cpu)),
+        event: Some(mem(options
+            .event
+            .kind()
+            .and_then(|k| events.get(&k))
+            .unwrap_or(&empty))),
+        offcpu: Some(mem(offcpu)),
         cpu_period_ns: 1_000_000_000 / options.sampler.frequency_hz.max(1),
     };
     let profile = view::fold(&query, sources)

@@ -212,6 +212,23 @@ settings! {
     /// Memory budget of the sample stores, all together, MiB.
     memory_budget_mib: u64 = (crate::store::defaults::MEMORY_BUDGET >> 20) as u64,
         range 4..=65536;
+    /// History on disk (the flight recorder): its directory, or "" for
+    /// none. Default: the unit's state directory ($STATE_DIRECTORY, made
+    /// by StateDirectory=emberd), else none.
+    history_dir: PathBuf,
+        shown Some("$STATE_DIRECTORY if set, else none".to_owned());
+    /// Disk space the history on disk may take, MiB; the oldest files go
+    /// first.
+    history_disk_mib: u64 = crate::store::disk::defaults::DISK_MIB,
+        range 16..=16 << 20;
+    /// Days of history kept on disk.
+    history_days: u64 = crate::store::disk::defaults::DAYS,
+        range 1..=366;
+    /// Serve the history directory without sampling (a directory copied
+    /// from another host, read only).
+    // A switch on the command line (`--no-sample`), a boolean in the file.
+    #[arg(num_args = 0, default_missing_value = "true")]
+    no_sample: bool = false, shown None;
     /// Entries of each BPF stack map.
     // No one default: the CPU sampler's and the events' differ (`Config::from_raw`).
     stack_map_entries: u32,
@@ -416,6 +433,10 @@ pub struct Config {
     pub events: crate::collect::events::EventOptions,
     /// Pushes to Pyroscope and OTLP, if any destination is configured.
     pub push: Option<crate::export::PushOptions>,
+    /// History on disk, if kept.
+    pub history: Option<crate::store::disk::DiskOptions>,
+    /// Serve the history on disk without sampling.
+    pub no_sample: bool,
 }
 
 /// Task-state letters (as in `ps`) to prev_state bits; "all" is 0 (every state).
@@ -520,8 +541,46 @@ impl Config {
             node: raw.node(),
             node_processes: raw.node_processes()?,
             symbolizer: symbolizer_of(&raw)?,
+            history: history_of(&raw)?,
+            no_sample: raw.no_sample(),
         })
     }
+}
+
+/// The history on disk: `history_dir`, else the unit's state directory;
+/// "" turns it off. `no_sample` needs a directory and reads it only.
+fn history_of(raw: &RawConfig) -> anyhow::Result<Option<crate::store::disk::DiskOptions>> {
+    let dir = match raw.history_dir() {
+        Some(d) if d.as_os_str().is_empty() => None,
+        Some(d) => Some(d),
+        // systemd gives the StateDirectory= path(s), colon separated.
+        None => std::env::var_os("STATE_DIRECTORY")
+            .and_then(|v| {
+                v.to_str()
+                    .and_then(|s| s.split(':').next())
+                    .map(PathBuf::from)
+            })
+            .filter(|p| !p.as_os_str().is_empty()),
+    };
+    let no_sample = raw.no_sample();
+    let Some(dir) = dir else {
+        if no_sample {
+            bail!(
+                "no_sample serves a history directory: give one with history_dir = or --history-dir"
+            );
+        }
+        return Ok(None);
+    };
+    if !dir.is_absolute() {
+        bail!("history_dir = {}: use an absolute path", dir.display());
+    }
+    Ok(Some(crate::store::disk::DiskOptions {
+        dir,
+        budget_bytes: raw.history_disk_mib()? << 20,
+        max_age: raw.history_days()? * 86400,
+        read_only: no_sample,
+        query_bytes: crate::store::disk::defaults::QUERY_BYTES,
+    }))
 }
 
 /// `listen`, refused off loopback unless `allow_remote` says so.

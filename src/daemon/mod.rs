@@ -53,7 +53,9 @@ pub fn sd_notify(state: &str) {
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn run(config: Config) -> anyhow::Result<()> {
-    crate::collect::privileges::require_sampling_privileges()?;
+    if !config.no_sample {
+        crate::collect::privileges::require_sampling_privileges()?;
+    }
     // glibc gives each thread that allocates its own arena; with a thread pool
     // that renders SVGs, a table builder and an ELF worker that multiplies
     // resident memory for nothing (each arena keeps its own peak; one arena
@@ -135,8 +137,25 @@ struct Shared {
 }
 
 impl Shared {
-    fn new(config: &Config) -> Self {
+    fn new(config: &Config) -> anyhow::Result<Self> {
+        let disk = match &config.history {
+            None => None,
+            Some(o) => {
+                let archive = crate::store::disk::Archive::open(o.clone())?;
+                let (bytes, files) = archive.size();
+                tracing::info!(
+                    "history on disk: {} ({files} files, {} MiB of {} MiB; {} days kept){}",
+                    o.dir.display(),
+                    bytes >> 20,
+                    o.budget_bytes >> 20,
+                    o.max_age / 86400,
+                    if o.read_only { ", read only" } else { "" }
+                );
+                Some((Arc::new(archive), crate::shared::clock::started()))
+            }
+        };
         let history = History::new(&HistoryOptions {
+            disk,
             retention: config.retention,
             memory_budget: config.memory_budget,
             events: EventKind::ALL
@@ -149,20 +168,26 @@ impl Shared {
                 .any()
                 .then_some(config.events.malloc_live_entries as usize),
         });
-        Self {
+        Ok(Self {
             history: Arc::new(history),
             metrics: Arc::new(Metrics::new(config.memory_budget)),
             liveness: Arc::new(serve::Liveness::default()),
             cache: Default::default(),
             stop: Arc::new(AtomicBool::new(false)),
-        }
+        })
     }
 }
 
 async fn run_async(config: Config) -> anyhow::Result<()> {
     let listener = bind(&config).await?;
-    let shared = Shared::new(&config);
-    let collector = start_collector(&config, shared.clone())?;
+    let shared = Shared::new(&config)?;
+    let collector = if config.no_sample {
+        tracing::info!("not sampling (no_sample): serving the history on disk only");
+        shared.liveness.offline.store(true, Ordering::SeqCst);
+        None
+    } else {
+        Some(start_collector(&config, shared.clone())?)
+    };
     shared.liveness.drained();
     shared.liveness.attached.store(true, Ordering::SeqCst);
     sd_notify("READY=1\nSTATUS=sampling");
@@ -195,6 +220,9 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
     // Shutdown takes at most SHUTDOWN_GRACE for requests in flight, and as
     // long again for the collector, whatever either is doing.
     shared.stop.store(true, Ordering::SeqCst);
+    let Some(collector) = collector else {
+        return Ok(());
+    };
     match tokio::time::timeout(
         SHUTDOWN_GRACE,
         tokio::task::spawn_blocking(move || collector.join()),
@@ -202,6 +230,14 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
     .await
     {
         Ok(joined) => {
+            // The seconds not yet on disk are written before exiting, so a
+            // restart (an upgrade) loses none of them.
+            let history = shared.history.clone();
+            let _ = tokio::time::timeout(
+                SHUTDOWN_GRACE,
+                tokio::task::spawn_blocking(move || history.finish(crate::shared::clock::now())),
+            )
+            .await;
             joined.ok().and_then(Result::ok).transpose()?;
         }
         Err(_) => {
@@ -330,7 +366,12 @@ fn app_state(config: &Config, shared: &Shared) -> AppState {
             logins: Default::default(),
         }),
         frequency_hz: config.frequency_hz,
-        retention_secs: config.retention.as_secs(),
+        // Windows reach as far back as the history on disk.
+        retention_secs: config
+            .history
+            .as_ref()
+            .map_or(0, |h| h.max_age)
+            .max(config.retention.as_secs()),
         host: nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "localhost".into()),

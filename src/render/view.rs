@@ -8,7 +8,8 @@ use crate::query::{Event, Query};
 use crate::render::flamegraph::SvgOptions;
 use crate::render::pprof;
 use crate::store::heap::LiveHeap;
-use crate::store::{QueryResult, Selection, Store};
+use crate::store::tiered::EventStore;
+use crate::store::{QueryResult, Selection};
 use std::sync::RwLock;
 
 /// Suffix of off-CPU frames in hot/cold graphs, drawn in blue.
@@ -19,17 +20,17 @@ pub const COLD_SUFFIX: &str = "_[o]";
 #[derive(Debug, Clone, Copy)]
 pub struct Sources<'a> {
     /// CPU samples.
-    pub cpu: Option<&'a RwLock<Store>>,
+    pub cpu: Option<EventStore<'a>>,
     /// The store of the queried event (off-CPU, wakeup, off-wake, page faults).
-    pub event: Option<&'a RwLock<Store>>,
+    pub event: Option<EventStore<'a>>,
     /// Off-CPU time, for hot/cold.
-    pub offcpu: Option<&'a RwLock<Store>>,
+    pub offcpu: Option<EventStore<'a>>,
     /// Sampled allocations, for the in-use views.
     pub heap: Option<&'a RwLock<LiveHeap>>,
     /// Allocated bytes and objects, for the heap profile.
-    pub malloc_bytes: Option<&'a RwLock<Store>>,
+    pub malloc_bytes: Option<EventStore<'a>>,
     /// Allocated objects, for the heap profile.
-    pub objects: Option<&'a RwLock<Store>>,
+    pub objects: Option<EventStore<'a>>,
     /// Mean bytes between malloc samples (the heap profile's period).
     pub malloc_sample_bytes: u64,
     /// Nanoseconds per CPU sample (1e9 / frequency).
@@ -50,13 +51,16 @@ impl<'a> Sources<'a> {
             // The heap profile of every malloc view reads allocated bytes
             // and objects beside the live heap.
             heap: h.heap.as_ref(),
-            malloc_bytes: h.events.get(&EventKind::Malloc),
-            objects: h.events.get(&EventKind::MallocObjects),
+            malloc_bytes: h.event_store(EventKind::Malloc),
+            objects: h.event_store(EventKind::MallocObjects),
             malloc_sample_bytes,
-            cpu: Some(&h.cpu),
-            event: event.kind().and_then(|k| h.events.get(&k)),
+            cpu: Some(h.cpu_store()),
+            event: event
+                .kind()
+                .filter(|k| *k != EventKind::Cpu)
+                .and_then(|k| h.event_store(k)),
             offcpu: (event == Event::HotCold)
-                .then(|| h.events.get(&EventKind::OffCpu))
+                .then(|| h.event_store(EventKind::OffCpu))
                 .flatten(),
             cpu_period_ns: 1_000_000_000 / frequency_hz.max(1),
         }
@@ -73,12 +77,10 @@ pub fn select_in_use(heap: &RwLock<LiveHeap>, sel: &Selection) -> (QueryResult, 
     crate::store::heap::in_use(&records, sel)
 }
 
-/// The rows of `sel` in `store`, copied out under a short read lock.
-pub fn select(store: &RwLock<Store>, sel: &Selection) -> QueryResult {
-    // A poisoned lock means the collector panicked, which ends the process
-    // (see serve::Liveness); the data itself is still consistent per insert.
-    let store = store.read().unwrap_or_else(|e| e.into_inner());
-    store.query(sel)
+/// The rows of `sel` in `store`: memory's copied out under a short read
+/// lock, older seconds read from disk (see [`EventStore::select`]).
+pub fn select(store: EventStore<'_>, sel: &Selection) -> QueryResult {
+    store.select(sel)
 }
 
 fn ns_to_us(v: u64) -> u64 {
@@ -159,7 +161,7 @@ pub fn call_tree(q: &Query, src: Sources<'_>) -> Result<CallTree, Event> {
 /// here), or emberd's start before its first drain.
 pub fn history_start(src: Sources<'_>) -> u64 {
     src.cpu
-        .and_then(|c| c.read().unwrap_or_else(|e| e.into_inner()).oldest())
+        .and_then(|c| c.oldest())
         .unwrap_or_else(crate::shared::clock::started)
 }
 
@@ -216,7 +218,7 @@ pub fn why_empty(q: &Query, src: Sources<'_>, now: u64) -> String {
         String::new()
     };
     if let Some(who) = filters(sel) {
-        let read = |st: &RwLock<Store>| st.read().unwrap_or_else(|e| e.into_inner()).seen(sel);
+        let read = |st: EventStore<'_>| st.seen(sel);
         let store = match q.event {
             Event::Cpu | Event::HotCold => src.cpu,
             Event::MallocInUse | Event::MallocInUseObjects => src.malloc_bytes,
@@ -354,7 +356,6 @@ pub fn timeline(q: &Query, src: Sources<'_>) -> Result<Timeline, Event> {
         _ => src.event,
     }
     .ok_or(q.event)?;
-    let store = store.read().unwrap_or_else(|e| e.into_inner());
     Ok(Timeline {
         slots: store.timeline(&q.selection),
         oldest: store.oldest(),
@@ -378,7 +379,7 @@ mod tests {
     use crate::render::flamegraph;
     use crate::shared::{Frame, FrameKind};
     use crate::shared::{Pid, Tid};
-    use crate::store::StoreOptions;
+    use crate::store::{Store, StoreOptions};
     use crate::symbolize::SymbolizedSample;
 
     const T0: u64 = 1_000_000;
@@ -466,9 +467,9 @@ mod tests {
             sample(8, 8, "s", &[("main", User, 1)]),
         ]);
         let src = Sources {
-            cpu: Some(&cpu),
-            event: Some(&off),
-            offcpu: Some(&off),
+            cpu: Some(EventStore::memory_only(&cpu)),
+            event: Some(EventStore::memory_only(&off)),
+            offcpu: Some(EventStore::memory_only(&off)),
             heap: None,
             malloc_bytes: None,
             objects: None,

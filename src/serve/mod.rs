@@ -448,6 +448,9 @@ pub struct Liveness {
     last_drain_ms: std::sync::atomic::AtomicU64,
     /// Drains completed: the stores' generation, for the response cache.
     drains: std::sync::atomic::AtomicU64,
+    /// Serving the history on disk without sampling (`no_sample`): ready
+    /// with no drain.
+    pub offline: AtomicBool,
 }
 
 /// `/readyz` fails when no drain completed for this long (drains run every
@@ -461,6 +464,7 @@ impl Default for Liveness {
             origin: std::time::Instant::now(),
             last_drain_ms: Default::default(),
             drains: Default::default(),
+            offline: AtomicBool::new(false),
         }
     }
 }
@@ -680,7 +684,64 @@ async fn answer(
     let q = parse_query(&raw, &st)?;
     let (st2, q2) = (st.clone(), q.clone());
     let span = (q.selection.from, q.selection.to);
-    cached(&st, route, &raw, span, move || render(&st2, &q2)).await
+    cached(&st, route, &raw, span, move || {
+        render(&st2, &q2).map(|mut r| {
+            r.headers.extend(history_headers(&st2, &q2));
+            r
+        })
+    })
+    .await
+}
+
+/// `X-Emberd-Resolution`: where the window's data was read from (memory
+/// or disk) at which slot length; and an `X-Emberd-Note` for each stretch
+/// of it with no history (emberd was not recording: stopped, restarting).
+fn history_headers(st: &AppState, q: &Query) -> Vec<(header::HeaderName, HeaderValue)> {
+    use crate::query::format_rfc3339;
+    use crate::shared::clock::to_wall;
+    let h = &st.history;
+    let store = match q.event {
+        Event::Cpu | Event::HotCold => Some(h.cpu_store()),
+        Event::MallocInUse | Event::MallocInUseObjects => None,
+        e => e.kind().and_then(|k| h.event_store(k)),
+    };
+    let Some(store) = store else {
+        return Vec::new();
+    };
+    let iso = |t: u64| format_rfc3339(to_wall(t));
+    let layout = store.layout(
+        q.selection.from,
+        q.selection.to,
+        crate::shared::clock::now(),
+    );
+    let mut out = Vec::new();
+    let parts: Vec<String> = layout
+        .parts
+        .iter()
+        .map(|p| {
+            format!(
+                "{} s slots from {} {}..{}",
+                p.resolution,
+                if p.disk { "disk" } else { "memory" },
+                iso(p.from),
+                iso(p.to)
+            )
+        })
+        .collect();
+    if !parts.is_empty()
+        && let Ok(v) = HeaderValue::from_str(&parts.join("; "))
+    {
+        out.push((header::HeaderName::from_static("x-emberd-resolution"), v));
+    }
+    for (a, b) in layout.gaps.iter().take(8) {
+        out.push(note_header(&format!(
+            "no history from {} to {} ({} s): emberd was not recording then",
+            iso(*a),
+            iso(*b),
+            b - a
+        )));
+    }
+    out
 }
 
 async fn folded(State(st): State<AppState>, RawQuery(raw): RawQuery) -> Result<Response, AppError> {
@@ -803,6 +864,9 @@ async fn pprof_event(
 async fn metrics(State(st): State<AppState>) -> Response {
     // Gauges over every store, read now.
     st.metrics.store.observe_gauges(&st.history.totals());
+    if let Some(disk) = &st.history.disk {
+        st.metrics.store.observe_disk(disk);
+    }
     if let Some(p) = &st.pusher {
         st.metrics.observe_push(p);
     }
@@ -818,6 +882,13 @@ async fn metrics(State(st): State<AppState>) -> Response {
 
 async fn readyz(State(st): State<AppState>) -> Response {
     let l = &st.liveness;
+    if l.offline.load(Ordering::SeqCst) {
+        return (
+            StatusCode::OK,
+            "ready (serving the history on disk, not sampling)\n",
+        )
+            .into_response();
+    }
     if !l.attached.load(Ordering::SeqCst) {
         return (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -6,7 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
+use super::disk::Archive;
+use super::disk::writer::Recorder;
 use super::heap::{Change, HeapStats, LiveHeap};
+use super::tiered::EventStore;
 use super::{LivePids, Store, StoreOptions, StoreStats};
 use crate::collect::events::EventKind;
 use crate::symbolize::SymbolizedSample;
@@ -25,6 +28,8 @@ pub struct HistoryOptions {
     pub events: Vec<EventKind>,
     /// Sampled allocations tracked live, when malloc is traced.
     pub heap_entries: Option<usize>,
+    /// History on disk, when kept; written from the store time given.
+    pub disk: Option<(Arc<Archive>, u64)>,
 }
 
 /// Every store of the daemon.
@@ -36,6 +41,10 @@ pub struct History {
     pub events: HashMap<EventKind, RwLock<Store>>,
     /// Sampled allocations not yet freed, when malloc is traced.
     pub heap: Option<RwLock<LiveHeap>>,
+    /// History on disk, when kept.
+    pub disk: Option<Arc<Archive>>,
+    /// Writes the stores' minutes to `disk`.
+    recorder: Option<Recorder>,
 }
 
 /// What one drain's insertion did, for metrics.
@@ -86,6 +95,52 @@ impl History {
             heap: options
                 .heap_entries
                 .map(|n| RwLock::new(LiveHeap::new(n, options.retention))),
+            disk: options.disk.as_ref().map(|(a, _)| a.clone()),
+            recorder: options.disk.as_ref().and_then(|(a, start)| {
+                Recorder::start(a.clone(), *start)
+                    .map_err(|e| tracing::error!("history: starting the writer thread: {e}"))
+                    .ok()
+            }),
+        }
+    }
+
+    /// Every store with the name its event's files take on disk.
+    fn named(&self) -> impl Iterator<Item = (&'static str, &RwLock<Store>)> + Clone {
+        std::iter::once((EventKind::Cpu.name(), &self.cpu))
+            .chain(self.events.iter().map(|(k, st)| (k.name(), st)))
+    }
+
+    /// The CPU samples' history, memory and disk.
+    pub fn cpu_store(&self) -> EventStore<'_> {
+        EventStore {
+            memory: &self.cpu,
+            disk: self.disk.as_deref().map(|a| (a, EventKind::Cpu.name())),
+        }
+    }
+
+    /// An event's history, memory and disk, if it is recorded.
+    pub fn event_store(&self, kind: EventKind) -> Option<EventStore<'_>> {
+        if kind == EventKind::Cpu {
+            return Some(self.cpu_store());
+        }
+        Some(EventStore {
+            memory: self.events.get(&kind)?,
+            disk: self.disk.as_deref().map(|a| (a, kind.name())),
+        })
+    }
+
+    /// Waits for the disk writer's queue (see [`Recorder::sync`]).
+    pub fn sync_disk(&self) {
+        if let Some(r) = &self.recorder {
+            r.sync();
+        }
+    }
+
+    /// At a stop: writes the seconds not yet on disk (up to `now`) and
+    /// waits for the writer.
+    pub fn finish(&self, now: u64) {
+        if let Some(r) = &self.recorder {
+            r.finish(now, self.named());
         }
     }
 
@@ -124,6 +179,9 @@ impl History {
             let samples = by_kind.remove(kind).unwrap_or_default();
             add(&mut write(st), &samples);
             used.extend(samples);
+        }
+        if let Some(r) = &self.recorder {
+            r.after_insert(now_unix, self.named());
         }
         (done, used)
     }

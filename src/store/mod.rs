@@ -19,10 +19,13 @@
 //! store alone, which no budget of a few MiB can hold. Processes that still
 //! run keep their pids, so `?pid=` over the hour sees all of a service.
 
+pub mod disk;
 pub mod heap;
 pub mod history;
 mod intern;
+pub mod merge;
 pub mod metrics;
+pub mod tiered;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -101,7 +104,7 @@ impl Default for StoreOptions {
         Self {
             retention: defaults::RETENTION,
             memory_budget: defaults::MEMORY_BUDGET,
-            fine_for: Duration::from_secs(300),
+            fine_for: Duration::from_secs(FINE_FOR_SECS),
             medium_for: Duration::from_secs(1800),
         }
     }
@@ -120,7 +123,11 @@ const SEALED_ENTRY_BYTES: usize = std::mem::size_of::<(EntryKey, u64)>();
 
 /// Seconds after its end at which a slot is sealed: samples are filed by
 /// their tick, and a drain may bring a second's last ticks a little late.
-const SEAL_AFTER: u64 = 5;
+pub(crate) const SEAL_AFTER: u64 = 5;
+
+/// Seconds for which 1 s slots keep their per-tick samples (the default
+/// [`StoreOptions::fine_for`]); the disk answers only for older seconds.
+pub const FINE_FOR_SECS: u64 = 300;
 
 /// Sub-second resolution of the 1 s slots: the BPF sampler's tick.
 pub const TICK_MS: u64 = crate::shared::clock::TICK_MS;
@@ -285,6 +292,42 @@ pub struct Selection {
     pub service: Option<String>,
     /// Keep the idle task (pid 0).
     pub idle: bool,
+}
+
+impl Selection {
+    /// Whether a thread passes the row filters: `names` gives its unit,
+    /// container and process name when a filter needs them, `comm` whether
+    /// the `comm` regex matches its process or thread name (callers cache
+    /// it per pair of names).
+    pub fn passes<'n>(
+        &self,
+        pid: u32,
+        tid: u32,
+        names: impl FnOnce() -> [&'n str; 3],
+        comm: impl FnOnce(&regex::Regex) -> bool,
+    ) -> bool {
+        if (pid == 0 && !self.idle)
+            || self.pid.is_some_and(|p| p != pid)
+            || self.tid.is_some_and(|t| t != tid)
+        {
+            return false;
+        }
+        if self.unit.is_some() || self.container.is_some() || self.service.is_some() {
+            let [unit, container, process] = names();
+            if self.unit.as_deref().is_some_and(|u| u != unit)
+                || self
+                    .container
+                    .as_deref()
+                    .is_some_and(|c| container.is_empty() || !container.starts_with(c))
+                || self.service.as_deref().is_some_and(|s| {
+                    !crate::shared::Workload::is_service(unit, container, process, s)
+                })
+            {
+                return false;
+            }
+        }
+        self.comm.as_ref().is_none_or(comm)
+    }
 }
 
 /// Rows of a query, with copies of the stacks and frames they name.
@@ -750,6 +793,72 @@ impl Store {
         }
     }
 
+    /// Copies the slots starting in `[from, to)` into a segment builder:
+    /// their entries, per-second totals (the idle task left out, as the
+    /// heat map does) and the seconds they cover.
+    pub fn export_into(&self, from: u64, to: u64, b: &mut disk::segment::Builder) {
+        let mut threads: FastMap<ThreadId, u32> = FastMap::default();
+        let mut stacks: FastMap<StackId, u32> = FastMap::default();
+        let mut frames: FastMap<FrameId, u32> = FastMap::default();
+        let mut ids = Vec::new();
+        for slot in self
+            .slots
+            .iter()
+            .filter(|s| s.start >= from && s.start < to)
+        {
+            b.cover(slot.start, slot.start + slot.len);
+            for (k, &v) in slot.iter() {
+                let t = self.interner.get_thread(k.thread);
+                let thread = *threads.entry(k.thread).or_insert_with(|| {
+                    let mut name = |id| b.string(self.interner.get_name(id));
+                    let rec = disk::segment::ThreadRec {
+                        pid: t.pid,
+                        tid: t.tid,
+                        comm: name(t.thread_comm),
+                        process: name(t.process_comm),
+                        unit: name(t.unit),
+                        container: name(t.container),
+                        exe: name(t.exe),
+                    };
+                    b.thread(rec)
+                });
+                let stack = match stacks.get(&k.stack) {
+                    Some(&s) => s,
+                    None => {
+                        ids.clear();
+                        for &f in self.interner.get_stack_arc(k.stack).iter() {
+                            let id = match frames.get(&f) {
+                                Some(&id) => id,
+                                None => {
+                                    let id = b.frame(&self.interner.get_frame(f));
+                                    frames.insert(f, id);
+                                    id
+                                }
+                            };
+                            ids.push(id);
+                        }
+                        let s = b.stack(&ids);
+                        stacks.insert(k.stack, s);
+                        s
+                    }
+                };
+                b.add(slot.start, slot.len, thread, stack, v);
+                if t.pid != 0 {
+                    b.add_total(slot.start, v);
+                }
+            }
+        }
+    }
+
+    /// Slots (start, length) overlapping `[from, to)`.
+    pub fn spans(&self, from: u64, to: u64) -> Vec<(u64, u64)> {
+        self.slots
+            .iter()
+            .filter(|s| s.start + s.len > from && s.start < to)
+            .map(|s| (s.start, s.len))
+            .collect()
+    }
+
     /// Per-slot totals of `[sel.from, sel.to)` that pass the filters (the
     /// web page's heat map): one entry per slot, its start, length and sum,
     /// a partly covered coarse slot counted whole (its length says so),
@@ -803,36 +912,19 @@ impl Store {
         comm_ok: &mut FastMap<(NameId, NameId), bool>,
     ) -> bool {
         let k = self.interner.get_thread(k.thread);
-        if (k.pid == 0 && !sel.idle)
-            || sel.pid.is_some_and(|p| p != k.pid)
-            || sel.tid.is_some_and(|t| t != k.tid)
-        {
-            return false;
-        }
-        if sel.unit.is_some() || sel.container.is_some() || sel.service.is_some() {
-            let name = |id| self.interner.get_name(id).as_ref();
-            let (unit, container) = (name(k.unit), name(k.container));
-            if sel.unit.as_deref().is_some_and(|u| u != unit)
-                || sel
-                    .container
-                    .as_deref()
-                    .is_some_and(|c| container.is_empty() || !container.starts_with(c))
-                || sel.service.as_deref().is_some_and(|s| {
-                    !crate::shared::Workload::is_service(unit, container, name(k.process_comm), s)
-                })
-            {
-                return false;
-            }
-        }
-        match &sel.comm {
-            None => true,
-            Some(re) => *comm_ok
-                .entry((k.process_comm, k.thread_comm))
-                .or_insert_with(|| {
-                    re.is_match(self.interner.get_name(k.process_comm))
-                        || re.is_match(self.interner.get_name(k.thread_comm))
-                }),
-        }
+        let name = |id| self.interner.get_name(id).as_ref();
+        sel.passes(
+            k.pid,
+            k.tid,
+            || [name(k.unit), name(k.container), name(k.process_comm)],
+            |re| {
+                *comm_ok
+                    .entry((k.process_comm, k.thread_comm))
+                    .or_insert_with(|| {
+                        re.is_match(name(k.process_comm)) || re.is_match(name(k.thread_comm))
+                    })
+            },
+        )
     }
 
     /// The rows of slots overlapping `[sel.from, sel.to)` (or `sel.ms`)
@@ -884,15 +976,24 @@ impl Store {
         }
         agg.retain(|_, v| *v > 0);
         let covered = covered.map(|(a, b)| (a / 1000, b.div_ceil(1000)));
+        result_of(&self.interner, agg, covered)
+    }
+}
+
+/// The rows of `agg`, with copies of the stacks and frames they name.
+fn result_of(
+    interner: &Interner,
+    agg: FastMap<EntryKey, u64>,
+    covered: Option<(u64, u64)>,
+) -> QueryResult {
+    {
         let mut stacks: FastMap<StackId, Arc<[FrameId]>> = FastMap::default();
         let mut frames: FastMap<FrameId, Frame> = FastMap::default();
         for k in agg.keys() {
             stacks.entry(k.stack).or_insert_with(|| {
-                let ids = self.interner.get_stack_arc(k.stack);
+                let ids = interner.get_stack_arc(k.stack);
                 for &f in ids.iter() {
-                    frames
-                        .entry(f)
-                        .or_insert_with(|| self.interner.get_frame(f));
+                    frames.entry(f).or_insert_with(|| interner.get_frame(f));
                 }
                 ids
             });
@@ -900,16 +1001,16 @@ impl Store {
         let rows = agg
             .into_iter()
             .map(|(k, value)| {
-                let t = self.interner.get_thread(k.thread);
+                let t = interner.get_thread(k.thread);
                 Row {
                     pid: Pid(t.pid),
                     tid: Tid(t.tid),
-                    thread_comm: self.interner.get_name(t.thread_comm).clone(),
-                    process_comm: self.interner.get_name(t.process_comm).clone(),
+                    thread_comm: interner.get_name(t.thread_comm).clone(),
+                    process_comm: interner.get_name(t.process_comm).clone(),
                     workload: crate::shared::Workload {
-                        unit: self.interner.get_name(t.unit).clone(),
-                        container: self.interner.get_name(t.container).clone(),
-                        exe: self.interner.get_name(t.exe).clone(),
+                        unit: interner.get_name(t.unit).clone(),
+                        container: interner.get_name(t.container).clone(),
+                        exe: interner.get_name(t.exe).clone(),
                     },
                     stack: k.stack,
                     value,

@@ -633,3 +633,40 @@ impl Drop for Compile {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// The wall clock, unix seconds.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// Multi-column folded text: stack -> values.
+pub fn columns(text: &str) -> std::collections::BTreeMap<String, Vec<u64>> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        let mut parts: Vec<&str> = line.split(' ').collect();
+        let mut values = Vec::new();
+        while let Some(v) = parts.last().and_then(|p| p.parse::<u64>().ok()) {
+            values.insert(0, v);
+            parts.pop();
+        }
+        out.insert(parts.join(" "), values);
+    }
+    out
+}
+
+/// Column sums of the stacks whose frames contain `frame`.
+pub fn sums(cols: &std::collections::BTreeMap<String, Vec<u64>>, frame: &str) -> Vec<u64> {
+    let k = cols.values().next().map_or(0, Vec::len);
+    let mut s = vec![0u64; k];
+    for (stack, v) in cols {
+        if frame.is_empty() || stack.split(';').any(|f| f == frame) {
+            for (a, b) in s.iter_mut().zip(v) {
+                *a += b;
+            }
+        }
+    }
+    s
+}

@@ -1,48 +1,12 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::process::Command;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use inferno::collapse::Collapse;
 
 use crate::common::browser::Browser;
 use crate::common::*;
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-/// Multi-column folded text: stack -> values.
-fn columns(text: &str) -> BTreeMap<String, Vec<u64>> {
-    let mut out = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.is_empty()) {
-        let mut parts: Vec<&str> = line.split(' ').collect();
-        let mut values = Vec::new();
-        while let Some(v) = parts.last().and_then(|p| p.parse::<u64>().ok()) {
-            values.insert(0, v);
-            parts.pop();
-        }
-        out.insert(parts.join(" "), values);
-    }
-    out
-}
-
-/// Column sums of the stacks whose frames contain `frame`.
-fn sums(cols: &BTreeMap<String, Vec<u64>>, frame: &str) -> Vec<u64> {
-    let k = cols.values().next().map_or(0, Vec::len);
-    let mut s = vec![0u64; k];
-    for (stack, v) in cols {
-        if frame.is_empty() || stack.split(';').any(|f| f == frame) {
-            for (a, b) in s.iter_mut().zip(v) {
-                *a += b;
-            }
-        }
-    }
-    s
-}
 
 /// A frame drawn in a differential SVG: name, class, fill.
 type SvgFrame = (String, String, (u8, u8, u8));

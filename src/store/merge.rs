@@ -1,0 +1,212 @@
+//! Merging: the rows of a window read from several places (the memory
+//! store's parts and the disk's segment files) summed into one
+//! [`QueryResult`] over one set of interned ids.
+
+use std::sync::Arc;
+
+use super::disk::segment::Segment;
+use super::{EntryKey, FrameId, Interner, QueryResult, Selection, StackId, ThreadId, ThreadKey};
+use crate::shared::{FastMap, Frame, FrameKind};
+
+/// The frame that stands for stacks a query could not keep apart within
+/// its memory bound.
+pub const BOUND_MARKER: &str = "[stacks merged: query memory bound]";
+
+/// Sums rows from memory and disk.
+#[derive(Debug)]
+pub struct Merger {
+    interner: Interner,
+    agg: FastMap<EntryKey, u64>,
+    covered: Option<(u64, u64)>,
+    /// Bytes the interner and sums may reach; past it, new stacks are
+    /// counted under [`BOUND_MARKER`] (the totals stay right).
+    max_bytes: usize,
+    bound: Option<StackId>,
+    /// Value counted under the marker.
+    pub merged_for_bound: u64,
+}
+
+impl Merger {
+    /// An empty merger bounded to `max_bytes`.
+    pub fn new(max_bytes: usize) -> Merger {
+        Merger {
+            interner: Interner::default(),
+            agg: FastMap::default(),
+            covered: None,
+            max_bytes,
+            bound: None,
+            merged_for_bound: 0,
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.interner.bytes() + self.agg.capacity() * 24 > self.max_bytes
+    }
+
+    fn add(&mut self, thread: ThreadId, stack: StackId, value: u64) {
+        let key = EntryKey { thread, stack };
+        if let Some(v) = self.agg.get_mut(&key) {
+            *v += value;
+            return;
+        }
+        self.agg.insert(key, value);
+    }
+
+    /// The stack to count under when `full`: the marker alone.
+    fn bound_stack(&mut self) -> StackId {
+        if let Some(s) = self.bound {
+            return s;
+        }
+        let f = self
+            .interner
+            .frame(&Frame::new(BOUND_MARKER, FrameKind::Marker));
+        let s = self.interner.stack(&[f]);
+        self.bound = Some(s);
+        s
+    }
+
+    fn cover(&mut self, span: Option<(u64, u64)>) {
+        if let Some((a, b)) = span {
+            self.covered = Some(match self.covered {
+                None => (a, b),
+                Some((x, y)) => (x.min(a), y.max(b)),
+            });
+        }
+    }
+
+    /// Adds a memory query's rows.
+    pub fn add_result(&mut self, r: &QueryResult) {
+        self.cover(r.covered);
+        let mut frames: FastMap<FrameId, FrameId> = FastMap::default();
+        let mut stacks: FastMap<StackId, StackId> = FastMap::default();
+        let mut ids = Vec::new();
+        for row in &r.rows {
+            let t = ThreadKey {
+                pid: row.pid.0,
+                tid: row.tid.0,
+                thread_comm: self.interner.name(&row.thread_comm),
+                process_comm: self.interner.name(&row.process_comm),
+                unit: self.interner.name(&row.workload.unit),
+                container: self.interner.name(&row.workload.container),
+                exe: self.interner.name(&row.workload.exe),
+            };
+            let thread = self.interner.thread(t);
+            let stack = match stacks.get(&row.stack) {
+                Some(&s) => s,
+                None if self.full() => self.bound_stack(),
+                None => {
+                    ids.clear();
+                    for &f in r.frame_ids(row.stack) {
+                        let id = match frames.get(&f) {
+                            Some(&id) => id,
+                            None => {
+                                let id =
+                                    r.frame(f).map(|fr| self.interner.frame(fr)).unwrap_or_else(
+                                        || self.interner.frame(&Frame::new("?", FrameKind::Marker)),
+                                    );
+                                frames.insert(f, id);
+                                id
+                            }
+                        };
+                        ids.push(id);
+                    }
+                    let s = self.interner.stack(&ids);
+                    stacks.insert(row.stack, s);
+                    s
+                }
+            };
+            if Some(stack) == self.bound {
+                self.merged_for_bound += row.value;
+            }
+            self.add(thread, stack, row.value);
+        }
+    }
+
+    /// Adds the rows of `seg` within `[from_ms, to_ms)` that pass `sel`'s
+    /// filters: a slot the window covers partly counts pro rata, as the
+    /// memory store's coarse slots do.
+    pub fn add_segment(&mut self, seg: &Segment, sel: &Selection, from_ms: u64, to_ms: u64) {
+        let b = &seg.body;
+        let mut names: Vec<Option<Arc<str>>> = vec![None; b.strings.len()];
+        let mut name = |interner: &mut Interner, i: u32| {
+            let slot = &mut names[i as usize];
+            let s = slot.get_or_insert_with(|| Arc::from(b.strings[i as usize].as_str()));
+            interner.name(s)
+        };
+        // Per thread: `None` not judged yet; `Some(None)` filtered out.
+        let mut threads: Vec<Option<Option<ThreadId>>> = vec![None; b.thread_pid.len()];
+        let mut frames: Vec<Option<FrameId>> = vec![None; b.frame_name.len()];
+        let mut stacks: Vec<Option<StackId>> = vec![None; b.stack_len.len()];
+        let mut ids = Vec::new();
+        let mut string_arcs: Vec<Option<Arc<str>>> = vec![None; b.strings.len()];
+        for (start, len, range) in seg.slots() {
+            let (slot_from, slot_to) = (start * 1000, (start + len) * 1000);
+            if slot_to <= from_ms || slot_from >= to_ms {
+                continue;
+            }
+            let (a, z) = (slot_from.max(from_ms), slot_to.min(to_ms));
+            let (part, whole) = (z - a, slot_to - slot_from);
+            for e in range {
+                let t = b.entry_thread[e] as usize;
+                let thread = *threads[t].get_or_insert_with(|| {
+                    let ok = seg.thread_passes(t, sel);
+                    ok.then(|| {
+                        let key = ThreadKey {
+                            pid: b.thread_pid[t],
+                            tid: b.thread_tid[t],
+                            thread_comm: name(&mut self.interner, b.thread_comm[t]),
+                            process_comm: name(&mut self.interner, b.thread_process[t]),
+                            unit: name(&mut self.interner, b.thread_unit[t]),
+                            container: name(&mut self.interner, b.thread_container[t]),
+                            exe: name(&mut self.interner, b.thread_exe[t]),
+                        };
+                        self.interner.thread(key)
+                    })
+                });
+                let Some(thread) = thread else { continue };
+                let v = b.entry_value[e];
+                let v = if part >= whole {
+                    v
+                } else {
+                    ((v as u128 * part as u128 + whole as u128 / 2) / whole as u128) as u64
+                };
+                if v == 0 {
+                    continue;
+                }
+                let s = b.entry_stack[e] as usize;
+                let stack = match stacks[s] {
+                    Some(st) => st,
+                    None if self.full() => self.bound_stack(),
+                    None => {
+                        ids.clear();
+                        for &f in seg.stack(s as u32) {
+                            let id = *frames[f as usize].get_or_insert_with(|| {
+                                let fr = seg.frame(f, &mut |i| {
+                                    string_arcs[i as usize]
+                                        .get_or_insert_with(|| Arc::from(seg.string(i)))
+                                        .clone()
+                                });
+                                self.interner.frame(&fr)
+                            });
+                            ids.push(id);
+                        }
+                        let st = self.interner.stack(&ids);
+                        stacks[s] = Some(st);
+                        st
+                    }
+                };
+                if Some(stack) == self.bound {
+                    self.merged_for_bound += v;
+                }
+                self.add(thread, stack, v);
+            }
+            self.cover(Some((a / 1000, z.div_ceil(1000))));
+        }
+    }
+
+    /// The merged rows.
+    pub fn finish(mut self) -> QueryResult {
+        self.agg.retain(|_, v| *v > 0);
+        super::result_of(&self.interner, self.agg, self.covered)
+    }
+}

@@ -1,0 +1,573 @@
+//! History on disk: a restart, a kill, torn and planted files, a local user
+//! at the directory, offline reading, and a week replayed at accelerated
+//! time through the real writer.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common::*;
+
+/// A history directory under /tmp (as /var/lib is: every user may reach
+/// it, so what keeps a local user out is the directory's own mode).
+fn history_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(format!("/tmp/emberd-test-history-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn enc(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// Folded lines of `text` summed by whether they hold `frame`.
+fn samples_with(text: &str, frame: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(stack, _)| stack.split(';').any(|f| f == frame))
+        .filter_map(|(_, v)| v.parse::<u64>().ok())
+        .sum()
+}
+
+fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The first second a segment file holds, from its name
+/// (`EVENT.tTIER.START.LEN.NONCE.seg`).
+fn file_start(p: &Path) -> u64 {
+    let name = p.file_name().unwrap().to_str().unwrap();
+    name.split('.').nth(2).unwrap().parse().unwrap()
+}
+
+/// Runs `args` as user nobody; whether it succeeded.
+fn as_nobody(args: &[&str]) -> bool {
+    Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("running setpriv (util-linux)")
+        .success()
+}
+
+/// A program in two phases (phase_one, then phase_two) runs across a
+/// daemon restart made at the switch: after it, the daemon serves both
+/// windows, the one before the restart read from disk, and their
+/// differential has phase_one only before and phase_two only after; the
+/// stretch the restart took is a gap with a note, not an error. The
+/// directory, copied elsewhere, is served by `--no-sample` with the same
+/// answer.
+#[test]
+fn a_restart_keeps_the_history_and_the_diff_shows_the_change() {
+    require_root();
+    let dir = history_dir("restart");
+    let dir_s = dir.to_str().unwrap();
+    let bin = build_c_debian("phases");
+    let a = Daemon::start(&["--history-dir", dir_s], &[]);
+    let t0 = unix_now();
+    let _w = Workload::spawn(Command::new(&bin).args(["40", "40"]));
+    wait(40_000);
+    a.terminate();
+    let mut a = a;
+    let status = a.child.wait().unwrap();
+    assert!(status.success(), "emberd exited with {status}");
+    // An upgrade's pause: the stretch without a daemon is a gap.
+    wait(3_000);
+    let restart = unix_now();
+    let files = segment_files(&dir);
+    assert!(
+        !files.is_empty(),
+        "no history file in {dir_s} after a graceful stop"
+    );
+    let b = Daemon::start(&["--history-dir", dir_s], &[]);
+    wait(40_000);
+    let comm = enc("^phases$");
+    let windows = format!(
+        "before={},{}&after={},{}",
+        t0 + 5,
+        t0 + 35,
+        restart + 8,
+        restart + 35
+    );
+    let r = b.get(&format!("/diff.folded?{windows}&comm={comm}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let cols = columns(&r.text());
+    let (one, two) = (sums(&cols, "phase_one"), sums(&cols, "phase_two"));
+    assert_eq!((one.len(), two.len()), (2, 2), "{}", r.text());
+    assert!(
+        one[0] > 1000 && one[1] * 20 < one[0],
+        "phase_one should be only before the restart: {one:?}\n{}",
+        r.text()
+    );
+    assert!(
+        two[1] > 1000 && two[0] * 20 < two[1],
+        "phase_two should be only after the restart: {two:?}\n{}",
+        r.text()
+    );
+    // The window across the restart: both phases, the restart a gap.
+    let across = b.get(&format!(
+        "/folded?from={}&to={}&comm={comm}",
+        restart - 10,
+        restart + 15
+    ));
+    assert_eq!(across.status, 200, "{}", across.text());
+    let text = across.text();
+    assert!(
+        samples_with(&text, "phase_one") > 300 && samples_with(&text, "phase_two") > 300,
+        "both phases around the restart:\n{text}"
+    );
+    let notes: Vec<&str> = across
+        .headers
+        .iter()
+        .filter(|(k, _)| k == "x-emberd-note")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.contains("no history from")),
+        "the restart should be a gap with a note: {:?}",
+        across.headers
+    );
+    let res = across.header("x-emberd-resolution").unwrap_or_default();
+    assert!(
+        res.contains("disk") && res.contains("memory"),
+        "the resolution header names both sources: {res:?}"
+    );
+    let before_path = format!("/folded?from={}&to={}&comm={comm}", t0 + 5, t0 + 35);
+    let before = samples_with(&b.get(&before_path).text(), "phase_one");
+    assert!(
+        before > 1000,
+        "{before} phase_one samples before the restart"
+    );
+    drop(b);
+
+    // Offline: the directory copied elsewhere, served without sampling.
+    let copy = history_dir("restart-copy");
+    let out = Command::new("cp")
+        .args(["-a", dir_s, copy.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(out.success());
+    let c = Daemon::start(
+        &["--history-dir", copy.to_str().unwrap(), "--no-sample"],
+        &[],
+    );
+    let r = c.get(&before_path);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        samples_with(&r.text(), "phase_one"),
+        before,
+        "the copy serves the same window as the daemon that wrote it"
+    );
+    let svg = c.get(&format!(
+        "/flamegraph.svg?from={}&to={}&comm={comm}",
+        t0 + 5,
+        t0 + 35
+    ));
+    assert_eq!(svg.status, 200);
+    assert!(
+        svg.text().contains("phase_one"),
+        "offline SVG names phase_one"
+    );
+    drop(c);
+    let _ = std::fs::remove_dir_all(&copy);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `kill -9` while writing: after a restart the history up to a minute
+/// before the kill is served. Files torn, corrupted, of another version or
+/// planted are skipped and counted, and the rest is still served. The
+/// directory and its files keep a local user out: nobody can list, read,
+/// add or replace a file.
+#[test]
+fn a_kill_loses_at_most_a_minute_and_bad_files_are_skipped_and_counted() {
+    require_root();
+    let dir = history_dir("kill");
+    let dir_s = dir.to_str().unwrap();
+    let bin = build_c_debian("phases");
+    let mut a = Daemon::start(&["--history-dir", dir_s], &[]);
+    let _w = Workload::spawn(Command::new(&bin).args(["300", "0"]));
+    let t0 = unix_now();
+    wait(100_000);
+    let killed = unix_now();
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    // Who may touch the directory.
+    let md = std::fs::metadata(&dir).unwrap();
+    assert_eq!(md.mode() & 0o7777, 0o750, "the directory's mode");
+    assert_eq!(md.uid(), 0, "the directory belongs to emberd's user");
+    let files = segment_files(&dir);
+    assert!(files.len() >= 4, "history files after 100 s: {files:?}");
+    let emberd_gid = nix::unistd::Group::from_name("emberd")
+        .ok()
+        .flatten()
+        .map(|g| g.gid.as_raw());
+    for f in &files {
+        let m = std::fs::symlink_metadata(f).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o640, "{}", f.display());
+        assert_eq!(m.uid(), 0, "{}", f.display());
+        if let Some(g) = emberd_gid {
+            assert_eq!(m.gid(), g, "{} belongs to group emberd", f.display());
+        }
+    }
+    let victim = files[0].to_str().unwrap();
+    assert!(!as_nobody(&["ls", dir_s]), "nobody listed the directory");
+    assert!(!as_nobody(&["cat", victim]), "nobody read a history file");
+    assert!(
+        !as_nobody(&["touch", &format!("{dir_s}/cpu.t0.1.30.1.seg")]),
+        "nobody added a file"
+    );
+    assert!(
+        !as_nobody(&["cp", "/etc/hostname", victim]),
+        "nobody replaced a file"
+    );
+    assert!(
+        !as_nobody(&["mv", victim, "/tmp/emberd-test-stolen"]),
+        "nobody moved a file out"
+    );
+
+    // After the kill: up to a minute before it is served.
+    let b = Daemon::start(&["--history-dir", dir_s], &[]);
+    let comm = enc("^phases$");
+    let last = b.get(&format!(
+        "/folded?from={}&to={}&comm={comm}",
+        killed - 70,
+        killed - 60
+    ));
+    assert_eq!(last.status, 200, "{}", last.text());
+    let n = samples_with(&last.text(), "phase_one");
+    // 10 s of a busy thread at 99 Hz: 990 samples, of which phase_one
+    // takes most; a busy host may take some.
+    assert!(
+        n > 500,
+        "the 10 s ending a minute before the kill hold {n} phase_one samples:\n{}",
+        last.text()
+    );
+    let whole = b.get(&format!("/folded?from={}&to={}&comm={comm}", t0, killed));
+    assert!(
+        samples_with(&whole.text(), "phase_one") > 4000,
+        "the run before the kill is served: {}",
+        whole.text()
+    );
+
+    // Torn, corrupted, other-version and planted files.
+    let files = segment_files(&dir);
+    let cpu: Vec<&PathBuf> = files
+        .iter()
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("cpu.t0.")
+        })
+        .collect();
+    assert!(cpu.len() >= 3, "cpu files: {cpu:?}");
+    // The seconds of the third file on, whole, before any damage.
+    let third = file_start(cpu[2]);
+    let first = file_start(cpu[0]);
+    let rest = |d: &Daemon| {
+        let r = d.get(&format!("/folded?from={third}&to={killed}&comm={comm}"));
+        assert_eq!(r.status, 200, "{}", r.text());
+        samples_with(&r.text(), "phase_one")
+    };
+    let intact = rest(&b);
+    assert!(intact > 1000, "{intact} phase_one samples from {third}");
+    drop(b);
+    let torn = cpu[0];
+    let len = std::fs::metadata(torn).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(torn)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let corrupt = cpu[1];
+    let mut bytes = std::fs::read(corrupt).unwrap();
+    let n = bytes.len();
+    for b in &mut bytes[n - 40..n - 20] {
+        *b ^= 0xa5;
+    }
+    std::fs::write(corrupt, &bytes).unwrap();
+    let mut other = std::fs::read(cpu[2]).unwrap();
+    other[7] = 9;
+    std::fs::write(dir.join("cpu.t0.100.30.abc.seg"), &other).unwrap();
+    std::fs::write(
+        dir.join("offcpu.t1.200.3600.abd.seg"),
+        b"not a segment at all",
+    )
+    .unwrap();
+    std::fs::write(dir.join("notes.txt"), b"someone's file").unwrap();
+    std::fs::write(dir.join(".tmp-cpu.t0.300.30.1.seg"), b"half").unwrap();
+    let c = Daemon::start(&["--history-dir", dir_s], &[]);
+    assert_eq!(rest(&c), intact, "the good files are served as before");
+    let damaged = c.get(&format!("/folded?from={first}&to={third}&comm={comm}"));
+    assert_eq!(damaged.status, 200, "{}", damaged.text());
+    assert_eq!(
+        samples_with(&damaged.text(), "phase_one"),
+        0,
+        "the torn and corrupted files are not served: {}",
+        damaged.text()
+    );
+    let m = c.get("/metrics").text();
+    let skipped = |reason: &str| {
+        metric(
+            &m,
+            &format!("emberd_history_files_skipped_total{{reason=\"{reason}\"}}"),
+        )
+    };
+    assert_eq!(skipped("truncated"), 1.0, "{m}");
+    assert_eq!(skipped("format"), 2.0, "{m}");
+    assert_eq!(skipped("corrupt"), 1.0, "{m}");
+    assert_eq!(skipped("foreign"), 1.0, "{m}");
+    assert_eq!(skipped("temp"), 1.0, "{m}");
+    drop(c);
+    assert!(
+        dir.join("notes.txt").exists(),
+        "a file not emberd's is left alone"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A directory another user could write into is refused with a message
+/// that says why and what to do; a full or read-only directory stops the
+/// writing only (sampling and serving go on) and says so in a metric.
+#[test]
+fn an_unsafe_directory_is_refused_and_a_failing_one_only_stops_writing() {
+    require_root();
+    let dir = history_dir("unsafe");
+    std::fs::create_dir_all(&dir).unwrap();
+    nix::unistd::chown(&dir, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+    let out = emberd()
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--history-dir",
+            dir.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "emberd started on {}", dir.display());
+    assert!(
+        err.contains("belongs to uid 65534") && err.contains("plant"),
+        "the refusal says why: {err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // A directory that turns read-only under the daemon (a full disk
+    // fails the same way): writes fail, the daemon samples and serves.
+    let dir = history_dir("ro");
+    let d = Daemon::start(&["--history-dir", dir.to_str().unwrap()], &[]);
+    let mount = Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=64k",
+            "tmpfs",
+            dir.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(
+        mount.success(),
+        "mounting a 64 KiB tmpfs over the directory"
+    );
+    // Filled: every write fails for want of space.
+    let _ = std::fs::write(dir.join("filler"), vec![0u8; 64 << 10]);
+    wait(45_000);
+    let m = d.get("/metrics").text();
+    let umount = Command::new("umount").arg(&dir).status();
+    assert!(
+        metric(&m, "emberd_history_write_errors_total") >= 1.0,
+        "writes failed and were counted: {m}"
+    );
+    assert_eq!(metric(&m, "emberd_history_writing"), 0.0, "{m}");
+    let r = d.get("/folded?seconds=10");
+    assert_eq!(r.status, 200);
+    assert!(!r.text().is_empty(), "sampling goes on");
+    drop(d);
+    assert!(umount.is_ok_and(|s| s.success()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A week and a half of drains (synthetic: 24 processes of 5 threads, a
+/// new set of pids every hour, stacks 8 to 40 frames deep, every second's
+/// total known) replayed through the real store and writer at accelerated
+/// time: the files stay within the age limit, tiers are rolled up as
+/// stated (1 s for the last one to two hours, 10 s for a day to a day and
+/// six hours, 60 s beyond), every second's total is served over the whole week, a query
+/// over the week sums exactly what was drained, and a smaller budget
+/// keeps the newest files and drops the oldest first.
+#[test]
+fn a_week_replayed_keeps_the_newest_within_age_and_budget() {
+    use emberd::shared::{Frame, FrameKind, Pid, Tid};
+    use emberd::store::disk::{Archive, DiskOptions};
+    use emberd::store::{History, HistoryOptions, Selection};
+    use emberd::symbolize::SymbolizedSample;
+    use std::sync::Arc;
+
+    const DAY: u64 = 86400;
+    let dir = history_dir("replay");
+    let options = |budget: u64| DiskOptions {
+        dir: dir.clone(),
+        budget_bytes: budget,
+        max_age: 7 * DAY,
+        read_only: false,
+        query_bytes: 64 << 20,
+    };
+    // Ends a few minutes before now: the disk answers for all but memory's
+    // last five minutes, as in a daemon.
+    let now = emberd::shared::clock::now();
+    let end = now - now % 3600 - 600;
+    let start = end - 7 * DAY - 12 * 3600;
+    let archive = Arc::new(Archive::open(options(1 << 40)).expect("opening the directory"));
+    let history = History::new(&HistoryOptions {
+        retention: std::time::Duration::from_secs(3600),
+        memory_budget: 12 << 20,
+        events: Vec::new(),
+        heap_entries: None,
+        disk: Some((archive.clone(), start)),
+    });
+    let names: Vec<Arc<str>> = (0..400)
+        .map(|i| Arc::from(format!("module{}::function_{i}", i % 13).as_str()))
+        .collect();
+    let comms: Vec<Arc<str>> = (0..24)
+        .map(|i| Arc::from(format!("service{i}").as_str()))
+        .collect();
+    let mut expected: std::collections::HashMap<u64, u64> = Default::default();
+    let mut recycled = Vec::new();
+    for t in start..end {
+        let epoch = (t - start) / 3600;
+        let mut drain = Vec::with_capacity(16);
+        let mut total = 0;
+        for i in 0..16u64 {
+            let p = (t * 7 + i * 13) % 24;
+            let depth = 8 + ((t + i * 5) % 33) as usize;
+            let frames = (0..depth)
+                .map(|d| {
+                    Frame::new(
+                        names[(p as usize * 17 + d * 3 + (i as usize % 4)) % 400].clone(),
+                        FrameKind::User,
+                    )
+                })
+                .collect();
+            let count = 1 + (t + i) % 7;
+            total += count;
+            let pid = (10_000 + epoch * 100 + p) as u32;
+            drain.push(SymbolizedSample {
+                pid: Pid(pid),
+                tid: Tid(pid + (i % 5) as u32),
+                thread_comm: comms[p as usize].clone(),
+                process_comm: comms[p as usize].clone(),
+                frames,
+                workload: Default::default(),
+                count,
+                at_ms: None,
+            });
+        }
+        expected.insert(t, total);
+        let (_, used) = history.insert(t, None, drain, Vec::new());
+        recycled = used;
+        if t % 300 == 0 {
+            history.sync_disk();
+        }
+    }
+    drop(recycled);
+    history.sync_disk();
+    archive.maintain(end);
+
+    // Age: nothing ends more than 7 days back; tiers where stated.
+    let files = archive.files("cpu", 0, u64::MAX);
+    assert!(!files.is_empty());
+    let oldest = files.iter().map(|f| f.start).min().unwrap();
+    assert!(
+        oldest + 7 * DAY + 6 * 3600 >= end && oldest + 7 * DAY <= end + 6 * 3600,
+        "oldest file starts {} s before the end",
+        end - oldest
+    );
+    for f in &files {
+        let age = end - f.end();
+        match f.tier {
+            0 => assert!(age <= 2 * 3600 + 60, "a 1 s file {age} s old"),
+            1 => assert!(
+                // A six-hour group rolls up once its last hour is a day old.
+                (3600..=DAY + 6 * 3600).contains(&age),
+                "a 10 s file {age} s old"
+            ),
+            2 => assert!(age >= DAY, "a 60 s file {age} s old"),
+            t => panic!("tier {t}"),
+        }
+        assert_eq!(f.resolution, [1, 10, 60][f.tier as usize]);
+    }
+    let tiers = archive.size_by_tier();
+    assert!(
+        tiers.iter().all(|(_, n)| *n > 0),
+        "every tier holds files: {tiers:?}"
+    );
+    let c = &archive.counters;
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(c.dropped_queue.load(Relaxed), 0);
+    assert_eq!(c.write_errors.load(Relaxed), 0);
+    assert!(c.dropped_age.load(Relaxed) > 0);
+
+    // Every second's total, an hour at a time, in each tier.
+    let store = history.cpu_store();
+    for back in [6 * DAY, 3 * DAY, 12 * 3600, 5400] {
+        let from = end - back;
+        let sel = Selection {
+            from,
+            to: from + 3600,
+            ..Default::default()
+        };
+        let line = store.timeline(&sel);
+        assert_eq!(line.len(), 3600, "{back} s back: one slot a second");
+        for s in &line {
+            assert_eq!(s.len, 1);
+            assert_eq!(Some(&s.value), expected.get(&s.start), "second {}", s.start);
+        }
+    }
+    // The week's sum, exactly (windows on slot bounds).
+    let from = oldest.div_ceil(6 * 3600) * 6 * 3600;
+    let to = end - 7200;
+    let sel = Selection {
+        from,
+        to,
+        ..Default::default()
+    };
+    let rows = store.select(&sel);
+    let got: u64 = rows.rows.iter().map(|r| r.value).sum();
+    let want: u64 = (from..to).map(|t| expected[&t]).sum();
+    assert_eq!(got, want, "the week's samples from {from} to {to}");
+    assert!(rows.rows.iter().any(|r| rows.frames(r.stack).count() >= 8));
+
+    // A budget of half the bytes: the oldest go, the newest stay.
+    let (bytes, _) = archive.size();
+    let newest = archive.newest().unwrap();
+    drop(history);
+    drop(archive);
+    let smaller = Archive::open(options(bytes / 2)).unwrap();
+    smaller.maintain(end);
+    let (after, _) = smaller.size();
+    assert!(after <= bytes / 2, "{after} bytes > budget {}", bytes / 2);
+    assert_eq!(smaller.newest(), Some(newest), "the newest file stays");
+    assert!(
+        smaller.oldest("cpu").unwrap() > oldest,
+        "the oldest went first"
+    );
+    assert!(smaller.counters.dropped_budget.load(Relaxed) > 0);
+    eprintln!(
+        "replay: {} s drained; {bytes} bytes on disk ({tiers:?} by tier), {after} after halving the budget",
+        end - start
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
