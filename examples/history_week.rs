@@ -4,7 +4,12 @@
 //! would over that week, and prints the bytes per tier, the roll-up's CPU
 //! and the bytes written.
 //!
-//! Usage: history_week SRC DST [BUDGET_MIB]
+//! Usage: history_week SRC DST [BUDGET_MIB [--redb]]
+//!
+//! With `--redb`, the same segments also go into a redb database (one
+//! durable commit each, as the writer syncs each file), the roll-ups and
+//! removals are applied to it, and its size and read time are printed
+//! beside the files': the measurement behind files of our own.
 
 use std::time::Instant;
 
@@ -67,6 +72,11 @@ fn main() -> anyhow::Result<()> {
     std::fs::set_permissions(dst, std::os::unix::fs::PermissionsExt::from_mode(0o750))?;
     let mut written = 0u64;
     let mut files = 0u64;
+    let mut write_time = 0.0;
+    let mut db = match args.get(4).map(String::as_str) {
+        Some("--redb") => Some(Redb::create(&dst.with_extension("redb"))?),
+        _ => None,
+    };
     let mut k = 0u64;
     let started = Instant::now();
     loop {
@@ -93,16 +103,29 @@ fn main() -> anyhow::Result<()> {
             }
             let bytes = segment::encode(&mut h, &body)?;
             let name = file_name(&h.event, 0, h.start, h.len, files);
-            std::fs::write(dst.join(name), &bytes)?;
+            let w = Instant::now();
+            // As the writer does: written, synced, renamed into place.
+            let tmp = dst.join(format!(".tmp-{name}"));
+            let mut f = std::fs::File::create(&tmp)?;
+            std::io::Write::write_all(&mut f, &bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, dst.join(&name))?;
+            std::fs::File::open(dst)?.sync_all()?;
+            write_time += w.elapsed().as_secs_f64();
+            if let Some(db) = &mut db {
+                db.put(&name, &bytes)?;
+            }
             written += bytes.len() as u64;
             files += 1;
         }
         k += 1;
     }
     println!(
-        "tiled: {files} tier-0 files, {:.1} MiB over a week (in {:.1} s)",
+        "tiled: {files} tier-0 files, {:.1} MiB over a week (in {:.1} s, {:.1} s of it writing and syncing: {:.2} ms a file)",
         written as f64 / 1048576.0,
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        write_time,
+        write_time * 1000.0 / files.max(1) as f64
     );
     let archive = Archive::open(DiskOptions {
         dir: dst.to_owned(),
@@ -167,6 +190,120 @@ fn main() -> anyhow::Result<()> {
         "write amplification: {:.2} (tier-0 bytes plus roll-ups written, over tier-0 bytes)",
         (written + rolled) as f64 / written as f64
     );
+    if let Some(db) = &mut db {
+        // The roll-ups and removals the archive did, done in the database:
+        // every tier-0 value that is no longer a file goes, every file of a
+        // coarser tier comes in.
+        let kept: std::collections::HashSet<String> =
+            ["cpu", "offcpu", "wakeup", "offwake", "pagefault", "blockio"]
+                .iter()
+                .flat_map(|e| archive.files(e, 0, u64::MAX))
+                .map(|f| f.name)
+                .collect();
+        let t = Instant::now();
+        let gone: Vec<String> = db
+            .keys()?
+            .into_iter()
+            .filter(|k| !kept.contains(k))
+            .collect();
+        db.remove(&gone)?;
+        for name in &kept {
+            if !name.contains(".t0.") {
+                db.put(name, &std::fs::read(dst.join(name))?)?;
+            }
+        }
+        println!(
+            "redb, the same segments as values (one durable commit each): writes {:.1} s ({:.2} ms each); roll-ups and removals {:.1} s",
+            db.put_time,
+            db.put_time * 1000.0 / files.max(1) as f64,
+            t.elapsed().as_secs_f64()
+        );
+        let size = std::fs::metadata(&db.path)?.len();
+        println!(
+            "redb file: {:.1} MiB for {:.1} MiB of values kept (files: {:.1} MiB)",
+            size as f64 / 1048576.0,
+            total as f64 / 1048576.0,
+            total as f64 / 1048576.0
+        );
+        let t = Instant::now();
+        let n = db.read_all()?;
+        let rt = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let mut m = 0u64;
+        for name in &kept {
+            m += std::fs::read(dst.join(name))?.len() as u64;
+        }
+        println!(
+            "reading every value back (warm): redb {:.0} ms for {:.1} MiB, files {:.0} ms for {:.1} MiB",
+            rt * 1000.0,
+            n as f64 / 1048576.0,
+            t.elapsed().as_secs_f64() * 1000.0,
+            m as f64 / 1048576.0
+        );
+    }
     println!("end {end}");
     Ok(())
+}
+
+/// The comparison's embedded database: redb, a key per segment file.
+struct Redb {
+    db: redb::Database,
+    path: std::path::PathBuf,
+    put_time: f64,
+}
+
+const TABLE: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("segments");
+
+impl Redb {
+    fn create(path: &std::path::Path) -> anyhow::Result<Redb> {
+        let _ = std::fs::remove_file(path);
+        Ok(Redb {
+            db: redb::Database::create(path)?,
+            path: path.to_owned(),
+            put_time: 0.0,
+        })
+    }
+
+    fn put(&mut self, key: &str, value: &[u8]) -> anyhow::Result<()> {
+        let t = Instant::now();
+        let tx = self.db.begin_write()?;
+        tx.open_table(TABLE)?.insert(key, value)?;
+        tx.commit()?;
+        self.put_time += t.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    fn keys(&self) -> anyhow::Result<Vec<String>> {
+        use redb::ReadableTable;
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(TABLE)?;
+        let mut out = Vec::new();
+        for kv in table.iter()? {
+            out.push(kv?.0.value().to_owned());
+        }
+        Ok(out)
+    }
+
+    fn remove(&mut self, keys: &[String]) -> anyhow::Result<()> {
+        let tx = self.db.begin_write()?;
+        {
+            let mut table = tx.open_table(TABLE)?;
+            for k in keys {
+                table.remove(k.as_str())?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn read_all(&self) -> anyhow::Result<u64> {
+        use redb::ReadableTable;
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(TABLE)?;
+        let mut n = 0;
+        for kv in table.iter()? {
+            n += kv?.1.value().len() as u64;
+        }
+        Ok(n)
+    }
 }

@@ -215,6 +215,8 @@ settings! {
     /// History on disk (the flight recorder): its directory, or "" for
     /// none. Default: the unit's state directory ($STATE_DIRECTORY, made
     /// by StateDirectory=emberd), else none.
+    // `--history-dir ""` is allowed: off, as in the file.
+    #[arg(value_parser = path_or_empty)]
     history_dir: PathBuf,
         shown Some("$STATE_DIRECTORY if set, else none".to_owned());
     /// Disk space the history on disk may take, MiB; the oldest files go
@@ -545,6 +547,11 @@ impl Config {
             no_sample: raw.no_sample(),
         })
     }
+}
+
+/// A path flag that may be empty (clap's own parser refuses "").
+fn path_or_empty(s: &str) -> Result<PathBuf, std::convert::Infallible> {
+    Ok(PathBuf::from(s))
 }
 
 /// The history on disk: `history_dir`, else the unit's state directory;

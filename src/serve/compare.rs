@@ -254,7 +254,17 @@ fn render_diff(
         // its headers say the ones a script needs to know.
         r.headers.extend(empty.iter().map(|n| note_header(n)));
     }
+    r.headers.extend(windows_headers(st, cq));
     Ok(r)
+}
+
+/// Each window's `X-Emberd-Resolution` and gap notes (see
+/// [`super::history_headers`]).
+fn windows_headers(st: &AppState, cq: &CompareQuery) -> Vec<(header::HeaderName, HeaderValue)> {
+    cq.windows
+        .iter()
+        .flat_map(|&w| super::history_headers(st, &window_query(&cq.base, w)))
+        .collect()
 }
 
 fn render_animation(st: &AppState, cq: &CompareQuery, fmt: Format) -> Result<Rendered, AppError> {
@@ -324,7 +334,9 @@ fn render_animation(st: &AppState, cq: &CompareQuery, fmt: Format) -> Result<Ren
         tree,
         ..Cuts::default()
     };
-    Ok(body_of(fmt, out, &notes, cuts))
+    let mut r = body_of(fmt, out, &notes, cuts);
+    r.headers.extend(windows_headers(st, cq));
+    Ok(r)
 }
 
 async fn diff(

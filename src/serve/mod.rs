@@ -696,7 +696,7 @@ async fn answer(
 /// `X-Emberd-Resolution`: where the window's data was read from (memory
 /// or disk) at which slot length; and an `X-Emberd-Note` for each stretch
 /// of it with no history (emberd was not recording: stopped, restarting).
-fn history_headers(st: &AppState, q: &Query) -> Vec<(header::HeaderName, HeaderValue)> {
+pub(crate) fn history_headers(st: &AppState, q: &Query) -> Vec<(header::HeaderName, HeaderValue)> {
     use crate::query::format_rfc3339;
     use crate::shared::clock::to_wall;
     let h = &st.history;

@@ -406,10 +406,12 @@ fn an_unsafe_directory_is_refused_and_a_failing_one_only_stops_writing() {
 /// time: the files stay within the age limit, tiers are rolled up as
 /// stated (1 s for the last one to two hours, 10 s for a day to a day and
 /// six hours, 60 s beyond), every second's total is served over the whole week, a query
-/// over the week sums exactly what was drained, and a smaller budget
-/// keeps the newest files and drops the oldest first.
+/// over the week sums exactly what was drained, the web page's history
+/// strip spans the week and a selection of four hours on it opens that
+/// window, and a smaller budget keeps the newest files and drops the
+/// oldest first.
 #[test]
-fn a_week_replayed_keeps_the_newest_within_age_and_budget() {
+fn a_week_replayed_keeps_the_newest_within_age_and_budget_and_the_page_spans_it() {
     use emberd::shared::{Frame, FrameKind, Pid, Tid};
     use emberd::store::disk::{Archive, DiskOptions};
     use emberd::store::{History, HistoryOptions, Selection};
@@ -441,6 +443,11 @@ fn a_week_replayed_keeps_the_newest_within_age_and_budget() {
     let names: Vec<Arc<str>> = (0..400)
         .map(|i| Arc::from(format!("module{}::function_{i}", i % 13).as_str()))
         .collect();
+    // Each day's stacks end in a function of that day's: a window shows
+    // which days it read.
+    let days: Vec<Arc<str>> = (0..9)
+        .map(|d| Arc::from(format!("day{d}_work").as_str()))
+        .collect();
     let comms: Vec<Arc<str>> = (0..24)
         .map(|i| Arc::from(format!("service{i}").as_str()))
         .collect();
@@ -460,6 +467,10 @@ fn a_week_replayed_keeps_the_newest_within_age_and_budget() {
                         FrameKind::User,
                     )
                 })
+                .chain(std::iter::once(Frame::new(
+                    days[((t - start) / DAY) as usize].clone(),
+                    FrameKind::User,
+                )))
                 .collect();
             let count = 1 + (t + i) % 7;
             total += count;
@@ -549,6 +560,52 @@ fn a_week_replayed_keeps_the_newest_within_age_and_budget() {
     let want: u64 = (from..to).map(|t| expected[&t]).sum();
     assert_eq!(got, want, "the week's samples from {from} to {to}");
     assert!(rows.rows.iter().any(|r| rows.frames(r.stack).count() >= 8));
+
+    // The web page's strip spans the week, and a selection on it opens
+    // that window: a daemon serving the directory (read only), in chromium.
+    let d = Daemon::start(
+        &["--history-dir", dir.to_str().unwrap(), "--no-sample"],
+        &[],
+    );
+    let b = crate::common::browser::Browser::start();
+    let origin = format!("http://127.0.0.1:{}", d.port);
+    b.goto(&format!("{origin}/#event=cpu&range=604800"));
+    let shots = fresh_scratch("history-week-page");
+    crate::web::page_loaded(&b, &origin, &shots.join("1-week.png"));
+    let heat = b.eval(
+        "var h = window.emberd.heat; return {from: h.from, to: h.to, history_from: h.history_from,
+         slots: h.slots.length, first: h.slots.length ? h.slots[0][0] : 0};",
+    );
+    let get = |k: &str| heat[k].as_f64().unwrap_or(0.0);
+    assert!(
+        (get("to") - get("from") - 604800.0).abs() < 2.0,
+        "the strip spans 7 days: {heat}"
+    );
+    assert!(
+        get("first") < get("from") + 12.0 * 3600.0 && get("slots") > 5000.0,
+        "the strip holds the week's slots from its start: {heat}"
+    );
+    // Day 3 of the replay, 02:00 to 06:00 into it.
+    let day3 = start + 3 * DAY;
+    let (a, z) = (day3 + 2 * 3600, day3 + 6 * 3600);
+    let loads = b.eval("return window.emberd.loads;").as_u64().unwrap();
+    crate::web::drag(&b, a as f64, z as f64);
+    crate::web::wait_loads(&b, loads + 1);
+    b.screenshot(&shots.join("2-day3.png"));
+    let totals = b.eval("return window.emberd.frameTotals();");
+    let t = |n: &str| totals[n].as_f64().unwrap_or(0.0);
+    let want: u64 = (a..z).map(|s| expected[&s]).sum();
+    assert!(
+        (t("day3_work") - want as f64).abs() < want as f64 * 0.02,
+        "the selection shows day 3's {want} samples: {totals}"
+    );
+    assert_eq!(
+        t("day2_work") + t("day4_work"),
+        0.0,
+        "and no other day's: {totals}"
+    );
+    drop(b);
+    drop(d);
 
     // A budget of half the bytes: the oldest go, the newest stay.
     let (bytes, _) = archive.size();

@@ -45,7 +45,7 @@ pub(crate) fn page_loaded(b: &Browser, origin: &str, shot: &std::path::Path) {
 }
 
 /// Drags over the history strip from unix second `a` to `b`, as a mouse does.
-fn drag(b: &Browser, a: f64, z: f64) {
+pub(crate) fn drag(b: &Browser, a: f64, z: f64) {
     b.eval(&format!(
         "var c = document.getElementById('heatmap'), r = c.getBoundingClientRect();
          function at(t) {{ return r.left + window.emberd.timeToX(t); }}

@@ -234,8 +234,15 @@
     ctx.fillStyle = '#555';
     ctx.font = '11px sans-serif';
     const step = Math.max(1, Math.ceil((heat.to - heat.from) / 8));
+    // Beyond a day a time alone is ambiguous: the date goes with it.
+    const days = heat.to - heat.from > 86400;
     for (let t = heat.from; t < heat.to; t += step) {
-      ctx.fillText(new Date(t * 1000).toLocaleTimeString(), timeToX(t) + 2, h - 3);
+      const d = new Date(t * 1000);
+      const label = days
+        ? d.toLocaleDateString(undefined, { month: 'short', day: 'numeric' }) + ' ' +
+          d.toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' })
+        : d.toLocaleTimeString();
+      ctx.fillText(label, timeToX(t) + 2, h - 3);
     }
     drawHistoryStart(ctx, h - 14);
     const sel = drag ? [Math.min(drag.t0, drag.t1), Math.max(drag.t0, drag.t1)] : [state.from, state.to];
@@ -267,7 +274,8 @@
       note.textContent = '';
       return;
     }
-    const clock = new Date(t0 * 1000).toLocaleTimeString();
+    const d0 = new Date(t0 * 1000);
+    const clock = heat.to - heat.from > 86400 ? d0.toLocaleString() : d0.toLocaleTimeString();
     if (t0 <= heat.from) {
       note.textContent = `history since ${clock}`;
       return;
