@@ -50,8 +50,8 @@ fn main() -> anyhow::Result<()> {
     let (a, b) = (a.div_ceil(30) * 30, b / 30 * 30);
     let tile = b - a;
     anyhow::ensure!(
-        tile >= 300,
-        "the run covers {tile} s: record at least 5 minutes"
+        tile >= 120,
+        "the run covers {tile} s: record at least 3 minutes"
     );
     let t0_bytes: u64 = segs
         .iter()
