@@ -127,18 +127,18 @@ impl Merger {
     /// memory store's coarse slots do.
     pub fn add_segment(&mut self, seg: &Segment, sel: &Selection, from_ms: u64, to_ms: u64) {
         let b = &seg.body;
-        let mut names: Vec<Option<Arc<str>>> = vec![None; b.strings.len()];
-        let mut name = |interner: &mut Interner, i: u32| {
-            let slot = &mut names[i as usize];
-            let s = slot.get_or_insert_with(|| Arc::from(b.strings[i as usize].as_str()));
-            interner.name(s)
+        // Each string made an `Arc` once, for names and frames alike.
+        let mut arcs: Vec<Option<Arc<str>>> = vec![None; b.strings.len()];
+        let mut arc = |i: u32| -> Arc<str> {
+            arcs[i as usize]
+                .get_or_insert_with(|| Arc::from(seg.string(i)))
+                .clone()
         };
         // Per thread: `None` not judged yet; `Some(None)` filtered out.
         let mut threads: Vec<Option<Option<ThreadId>>> = vec![None; b.thread_pid.len()];
         let mut frames: Vec<Option<FrameId>> = vec![None; b.frame_name.len()];
         let mut stacks: Vec<Option<StackId>> = vec![None; b.stack_len.len()];
         let mut ids = Vec::new();
-        let mut string_arcs: Vec<Option<Arc<str>>> = vec![None; b.strings.len()];
         for (start, len, range) in seg.slots() {
             let (slot_from, slot_to) = (start * 1000, (start + len) * 1000);
             if slot_to <= from_ms || slot_from >= to_ms {
@@ -154,22 +154,18 @@ impl Merger {
                         let key = ThreadKey {
                             pid: b.thread_pid[t],
                             tid: b.thread_tid[t],
-                            thread_comm: name(&mut self.interner, b.thread_comm[t]),
-                            process_comm: name(&mut self.interner, b.thread_process[t]),
-                            unit: name(&mut self.interner, b.thread_unit[t]),
-                            container: name(&mut self.interner, b.thread_container[t]),
-                            exe: name(&mut self.interner, b.thread_exe[t]),
+                            thread_comm: self.interner.name(&arc(b.thread_comm[t])),
+                            process_comm: self.interner.name(&arc(b.thread_process[t])),
+                            unit: self.interner.name(&arc(b.thread_unit[t])),
+                            container: self.interner.name(&arc(b.thread_container[t])),
+                            exe: self.interner.name(&arc(b.thread_exe[t])),
                         };
                         self.interner.thread(key)
                     })
                 });
                 let Some(thread) = thread else { continue };
                 let v = b.entry_value[e];
-                let v = if part >= whole {
-                    v
-                } else {
-                    ((v as u128 * part as u128 + whole as u128 / 2) / whole as u128) as u64
-                };
+                let v = super::pro_rata(v, part, whole);
                 if v == 0 {
                     continue;
                 }
@@ -181,11 +177,7 @@ impl Merger {
                         ids.clear();
                         for &f in seg.stack(s as u32) {
                             let id = *frames[f as usize].get_or_insert_with(|| {
-                                let fr = seg.frame(f, &mut |i| {
-                                    string_arcs[i as usize]
-                                        .get_or_insert_with(|| Arc::from(seg.string(i)))
-                                        .clone()
-                                });
+                                let fr = seg.frame(f, &mut arc);
                                 self.interner.frame(&fr)
                             });
                             ids.push(id);

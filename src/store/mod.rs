@@ -964,11 +964,7 @@ impl Store {
                 if !self.passes(k, sel, &mut comm_ok) {
                     continue;
                 }
-                let v = if part >= len {
-                    v
-                } else {
-                    ((v as u128 * part as u128 + len as u128 / 2) / len as u128) as u64
-                };
+                let v = pro_rata(v, part, len);
                 if v > 0 {
                     *agg.entry(*k).or_insert(0) += v;
                 }
@@ -980,49 +976,57 @@ impl Store {
     }
 }
 
+/// `v` of a slot `whole` long, for the `part` of it a window covers
+/// (rounded): a coarse slot read for part of its span.
+fn pro_rata(v: u64, part: u64, whole: u64) -> u64 {
+    if part >= whole {
+        v
+    } else {
+        ((v as u128 * part as u128 + whole as u128 / 2) / whole as u128) as u64
+    }
+}
+
 /// The rows of `agg`, with copies of the stacks and frames they name.
 fn result_of(
     interner: &Interner,
     agg: FastMap<EntryKey, u64>,
     covered: Option<(u64, u64)>,
 ) -> QueryResult {
-    {
-        let mut stacks: FastMap<StackId, Arc<[FrameId]>> = FastMap::default();
-        let mut frames: FastMap<FrameId, Frame> = FastMap::default();
-        for k in agg.keys() {
-            stacks.entry(k.stack).or_insert_with(|| {
-                let ids = interner.get_stack_arc(k.stack);
-                for &f in ids.iter() {
-                    frames.entry(f).or_insert_with(|| interner.get_frame(f));
-                }
-                ids
-            });
-        }
-        let rows = agg
-            .into_iter()
-            .map(|(k, value)| {
-                let t = interner.get_thread(k.thread);
-                Row {
-                    pid: Pid(t.pid),
-                    tid: Tid(t.tid),
-                    thread_comm: interner.get_name(t.thread_comm).clone(),
-                    process_comm: interner.get_name(t.process_comm).clone(),
-                    workload: crate::shared::Workload {
-                        unit: interner.get_name(t.unit).clone(),
-                        container: interner.get_name(t.container).clone(),
-                        exe: interner.get_name(t.exe).clone(),
-                    },
-                    stack: k.stack,
-                    value,
-                }
-            })
-            .collect();
-        QueryResult {
-            rows,
-            covered,
-            stacks,
-            frames,
-        }
+    let mut stacks: FastMap<StackId, Arc<[FrameId]>> = FastMap::default();
+    let mut frames: FastMap<FrameId, Frame> = FastMap::default();
+    for k in agg.keys() {
+        stacks.entry(k.stack).or_insert_with(|| {
+            let ids = interner.get_stack_arc(k.stack);
+            for &f in ids.iter() {
+                frames.entry(f).or_insert_with(|| interner.get_frame(f));
+            }
+            ids
+        });
+    }
+    let rows = agg
+        .into_iter()
+        .map(|(k, value)| {
+            let t = interner.get_thread(k.thread);
+            Row {
+                pid: Pid(t.pid),
+                tid: Tid(t.tid),
+                thread_comm: interner.get_name(t.thread_comm).clone(),
+                process_comm: interner.get_name(t.process_comm).clone(),
+                workload: crate::shared::Workload {
+                    unit: interner.get_name(t.unit).clone(),
+                    container: interner.get_name(t.container).clone(),
+                    exe: interner.get_name(t.exe).clone(),
+                },
+                stack: k.stack,
+                value,
+            }
+        })
+        .collect();
+    QueryResult {
+        rows,
+        covered,
+        stacks,
+        frames,
     }
 }
 
