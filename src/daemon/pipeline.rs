@@ -80,6 +80,31 @@ pub struct Pipeline {
     last_drain: Instant,
 }
 
+/// What a new process needs from the unwinder and the events programs
+/// (its mappings read for unwind tables; malloc's uprobes if it is named).
+fn note_for_unwinding(
+    pid: crate::shared::Pid,
+    tables: bool,
+    unwinder: &mut Unwinder,
+    events: &mut Option<EventSampler>,
+) {
+    if let Some(e) = events {
+        e.watch_process(pid);
+    }
+    if tables {
+        unwinder.note_process(pid);
+    }
+}
+
+/// Attaches the timer uprobes the unwinder found (Node processes).
+fn attach_timer_hooks(unwinder: &mut Unwinder, events: &mut Option<EventSampler>) {
+    for hook in unwinder.take_timer_hooks() {
+        if let Some(e) = events {
+            e.attach_node_timer(&hook);
+        }
+    }
+}
+
 impl Pipeline {
     /// Loads and attaches the CPU sampler, and the events programs if any
     /// event is switched on, for a one-shot profile (`record`): each
@@ -201,21 +226,13 @@ impl Pipeline {
                 self.last_refresh = woke;
                 self.symbolizer.refresh_new_processes();
             }
+            let tables = self.sampler.options().unwind_tables;
             for pid in pids {
-                if let Some(e) = &mut self.events {
-                    e.watch_process(pid);
-                }
                 self.symbolizer.note_process(pid);
-                if self.sampler.options().unwind_tables {
-                    self.unwinder.note_process(pid);
-                }
+                note_for_unwinding(pid, tables, &mut self.unwinder, &mut self.events);
             }
             self.unwinder.poll(UNWIND_TABLE_WAIT);
-            for hook in self.unwinder.take_timer_hooks() {
-                if let Some(e) = &mut self.events {
-                    e.attach_node_timer(&hook);
-                }
-            }
+            attach_timer_hooks(&mut self.unwinder, &mut self.events);
             let now = Instant::now();
             if now >= until || stop.load(Ordering::SeqCst) {
                 break;
@@ -287,11 +304,40 @@ impl Pipeline {
             .note_sampled(raw_events.iter().map(|e| e.sample.pid));
         let keys = drain.samples.len();
         tracing::debug!("drained {} cpu keys, {} event keys", keys, raw_events.len());
+        // Naming can wait seconds for a large file's symbols (under
+        // emulation, or on a slow disk): meanwhile new processes are read
+        // for unwinding and finished tables published, not left waiting
+        // until the drain is named. Their names are read after it.
+        let tables = self.sampler.options().unwind_tables;
+        let mut noticed = Vec::new();
+        let (samples, events) = {
+            let Self {
+                symbolizer,
+                unwinder,
+                new_processes,
+                events,
+                ..
+            } = self;
+            let mut idle = || {
+                for pid in new_processes.take().unwrap_or_default() {
+                    note_for_unwinding(pid, tables, unwinder, events);
+                    noticed.push(pid);
+                }
+                unwinder.poll(Duration::ZERO);
+                attach_timer_hooks(unwinder, events);
+            };
+            let samples = symbolizer.symbolize_waiting(drain.samples, &mut idle);
+            let events = symbolizer.symbolize_events_waiting(raw_events, &mut idle);
+            (samples, events)
+        };
+        for pid in noticed {
+            self.symbolizer.note_process(pid);
+        }
         Ok(Batch {
-            samples: self.symbolizer.symbolize(drain.samples),
+            samples,
             missing_stacks: drain.missing_stacks,
             keys,
-            events: self.symbolizer.symbolize_events(raw_events),
+            events,
             heap: self.name_heap(drained.heap),
             started: Some(started),
             early,

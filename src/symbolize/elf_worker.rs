@@ -22,7 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
@@ -43,6 +43,13 @@ pub const FILE_DEADLINE: Duration = Duration::from_secs(1);
 /// for rather than leaving its frames unnamed in the file written; a stuck
 /// one still costs at most this, once per file.
 pub const RECORD_FILE_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How often the collector's other work is done while it waits for a
+/// file's symbols: under emulation a large file takes seconds to read, and
+/// new processes' unwind tables, built meanwhile, must not wait for it (the
+/// kernel matrix's block I/O writer had 97% of its 8 s marked `tables not
+/// ready` under TCG while `record` waited for libc's symbols).
+pub const WAIT_SLICE: Duration = Duration::from_millis(50);
 
 /// Stuck workers left behind before ELF symbolization is switched off.
 pub const MAX_ABANDONED: usize = 16;
@@ -165,8 +172,14 @@ impl ElfWorker {
     }
 
     /// Names `req.offsets` in file `id`, waiting at most its deadline
-    /// ([`FILE_DEADLINE`] unless set).
-    pub fn symbolize(&mut self, id: FileId, req: Request) -> Result<Reply, Failure> {
+    /// ([`FILE_DEADLINE`] unless set), and calling `idle` every
+    /// [`WAIT_SLICE`] meanwhile.
+    pub fn symbolize(
+        &mut self,
+        id: FileId,
+        req: Request,
+        idle: &mut dyn FnMut(),
+    ) -> Result<Reply, Failure> {
         if !self.late.is_empty() {
             self.reap_late();
         }
@@ -180,7 +193,15 @@ impl ElfWorker {
             self.worker = None;
             return Err(Failure::Timeout);
         }
-        match worker.replies.recv_timeout(deadline) {
+        let until = Instant::now() + deadline;
+        let answer = loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match worker.replies.recv_timeout(left.min(WAIT_SLICE)) {
+                Err(RecvTimeoutError::Timeout) if Instant::now() < until => idle(),
+                answer => break answer,
+            }
+        };
+        match answer {
             Ok(reply) => Ok(reply),
             Err(RecvTimeoutError::Timeout) => {
                 self.slow.insert(id);
@@ -845,6 +866,10 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
                         }
                     })
                 {
+                    tracing::info!(
+                        "test hook EMBERD_TEST_SLOW_ELF: the first read of {} takes 3 s",
+                        req.shown
+                    );
                     std::thread::sleep(Duration::from_secs(3));
                 }
                 // Even a stat can block on such a filesystem: resolve here.
@@ -1080,7 +1105,9 @@ mod tests {
         worker.evict(path.to_path_buf());
         let exe = std::env::current_exe().expect("own executable");
         let (id, req) = request(&exe, 0x100);
-        worker.symbolize(id, req).expect("naming an own address");
+        worker
+            .symbolize(id, req, &mut || {})
+            .expect("naming an own address");
     }
 
     /// The companions (debug and supplementary files) a plan has blazesym
@@ -1116,7 +1143,9 @@ mod tests {
         };
         let mut worker = ElfWorker::new(8 << 20);
         let (id, req) = request(path, ld.offset + 0x100);
-        let reply = worker.symbolize(id, req).expect("naming an ld.so address");
+        let reply = worker
+            .symbolize(id, req, &mut || {})
+            .expect("naming an ld.so address");
         assert!(reply.frames.is_ok(), "{:?}", reply.frames);
         assert!(reply.dwarf_bytes > 0, "ld.so's DWARF is counted");
         assert!(mapped(&debug), "{} read for ld.so's DWARF", debug.display());
@@ -1201,7 +1230,9 @@ mod tests {
             .expect("work_a in a loaded segment");
         let mut worker = ElfWorker::new(8 << 20);
         let (id, req) = request(&a, work - vaddr + start);
-        let reply = worker.symbolize(id, req).expect("naming work_a");
+        let reply = worker
+            .symbolize(id, req, &mut || {})
+            .expect("naming work_a");
         let frames = reply.frames.expect("a read");
         let frame = frames[0].as_ref().expect("work_a named");
         assert!(frame.iter().any(|f| &*f.name == "work_a"), "{frame:?}");

@@ -591,6 +591,16 @@ impl Symbolizer {
         &mut self,
         events: Vec<crate::collect::events::RawEvent>,
     ) -> Vec<(crate::collect::events::EventKind, SymbolizedSample)> {
+        self.symbolize_events_waiting(events, &mut || {})
+    }
+
+    /// [`Symbolizer::symbolize_events`], calling `idle` every
+    /// [`elf_worker::WAIT_SLICE`] while a file's symbols are waited for.
+    pub fn symbolize_events_waiting(
+        &mut self,
+        events: Vec<crate::collect::events::RawEvent>,
+        idle: &mut dyn FnMut(),
+    ) -> Vec<(crate::collect::events::EventKind, SymbolizedSample)> {
         let n = events.len();
         let mut raws = Vec::with_capacity(n);
         let mut wakers = Vec::new();
@@ -614,7 +624,7 @@ impl Symbolizer {
             }
         }
         // Primaries and wakers were interleaved; restore the pairing.
-        let mut named = self.symbolize(raws).into_iter();
+        let mut named = self.symbolize_waiting(raws, idle).into_iter();
         let mut out = Vec::with_capacity(n);
         let mut waker_iter = wakers.into_iter().peekable();
         // Stacks taken inside a BPF program start with the program's own
@@ -659,6 +669,17 @@ impl Symbolizer {
 
     /// Names the stacks of one drain's samples.
     pub fn symbolize(&mut self, samples: Vec<RawSample>) -> Vec<SymbolizedSample> {
+        self.symbolize_waiting(samples, &mut || {})
+    }
+
+    /// [`Symbolizer::symbolize`], calling `idle` every
+    /// [`elf_worker::WAIT_SLICE`] while a file's symbols are waited for: the
+    /// collector's other work (new processes, unwind tables) goes on.
+    pub fn symbolize_waiting(
+        &mut self,
+        samples: Vec<RawSample>,
+        idle: &mut dyn FnMut(),
+    ) -> Vec<SymbolizedSample> {
         let now = Instant::now();
         self.symbolize_kernel(&samples);
 
@@ -675,7 +696,7 @@ impl Symbolizer {
         let mut user_frames: FastMap<Pid, FastMap<u64, Arc<[Frame]>>> = FastMap::default();
         let mut process_comms: FastMap<Pid, Arc<str>> = FastMap::default();
         for (pid, addrs) in user_addrs {
-            user_frames.insert(pid, self.symbolize_process(pid, addrs, now));
+            user_frames.insert(pid, self.symbolize_process(pid, addrs, now, idle));
         }
 
         let out = samples
@@ -811,6 +832,7 @@ impl Symbolizer {
         pid: Pid,
         addrs: FastSet<u64>,
         now: Instant,
+        idle: &mut dyn FnMut(),
     ) -> FastMap<u64, Arc<[Frame]>> {
         let mut out = FastMap::with_capacity_and_hasher(addrs.len(), Default::default());
         // Interpreter frames are named from their code records, not maps.
@@ -926,7 +948,7 @@ impl Symbolizer {
             };
             // Off this thread and under a deadline: the file may be on a
             // filesystem that never answers (see elf_worker).
-            let reply = self.elf.symbolize(id, request);
+            let reply = self.elf.symbolize(id, request, idle);
             if let Ok(r) = &reply {
                 self.dwarf_bytes = r.dwarf_bytes;
                 self.symtab_bytes = r.symtab_bytes;

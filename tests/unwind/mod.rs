@@ -547,6 +547,72 @@ fn new_processes_are_unwound_from_their_first_block() {
     }
 }
 
+/// A process started while `record` waits for another file's symbols
+/// (test hook `EMBERD_TEST_SLOW_ELF`: that file's first read takes 3 s, as
+/// libc's did under TCG) gets its unwind tables meanwhile: the collector
+/// publishes tables while it waits. Before, they waited for the read: the
+/// kernel matrix's block I/O writer had 97% of its 8 s marked `tables not
+/// ready` on 6.12, and here the new process had about 3 s of its 4 marked.
+#[test]
+fn a_slow_files_symbols_do_not_hold_back_a_new_processs_tables() {
+    use std::io::BufRead;
+    require_root();
+    let slow = build_c_with("cpu_70_30", "slow-unwind", NO_FP);
+    let chain = build_c_with("deep_chain", "nofp-late", NO_FP);
+    let _slow = Workload::spawn(Command::new(&slow).arg("12"));
+    wait(300);
+    let out = scratch().join("late-chain.folded");
+    let mut rec = emberd()
+        .env("EMBERD_LOG", "info")
+        .env("EMBERD_TEST_SLOW_ELF", "/slow-unwind/")
+        .args(["record", "-s", "6", "-o"])
+        .arg(&out)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running emberd record");
+    let mut lines = std::io::BufReader::new(rec.stderr.take().unwrap()).lines();
+    let mut log = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap_or_default();
+        log.push_str(&line);
+        log.push('\n');
+        if line.contains("test hook EMBERD_TEST_SLOW_ELF") {
+            break;
+        }
+    }
+    assert!(
+        log.contains("test hook EMBERD_TEST_SLOW_ELF"),
+        "record never read the slow binary's symbols:\n{log}"
+    );
+    // Started while the collector waits for that read (3 s).
+    let late = Workload::spawn(Command::new(&chain).arg("8"));
+    let rest = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let status = rec.wait().expect("waiting for emberd record");
+    let rest = rest.join().unwrap().join("\n");
+    assert!(status.success(), "emberd record failed:\n{log}{rest}");
+    let text = std::fs::read(&out).expect("reading record's output");
+    let p = emberd::render::folded::read(&text[..]).expect("valid folded stacks");
+    let pid = late.pid();
+    drop(late);
+    let (share, n) = share_of(&p, "deep_chain", |f| {
+        has_seq(f, &["main", "level_a", "level_b", "level_c"]) && reaches_root(f)
+    });
+    let marked = sum_where(&p, |f| {
+        f[0] == "deep_chain" && f.get(1).is_some_and(|x| is_marker(x))
+    });
+    eprintln!(
+        "started during a slow read: {:.1}% of {n} samples whole, {marked} marked",
+        share * 100.0
+    );
+    assert!(
+        n >= 100 && share >= 0.9,
+        "pid {pid}: {:.1}% of {n} samples whole ({marked} marked), expected >= 90% \
+         while record waited for the slow file:\n{}\n{rest}",
+        share * 100.0,
+        top(&p, 6)
+    );
+}
+
 /// A thread spinning in anonymous executable code (a JIT's, without frame
 /// pointers: rbp cleared) cannot be walked past that frame: its stacks
 /// start with `[unwind error: no frame pointer in anonymous code]` instead
