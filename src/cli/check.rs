@@ -612,6 +612,199 @@ fn unwind_tables_item(raw: &crate::daemon::config::RawConfig) -> Item {
     }
 }
 
+/// Where the installed unit keeps the history (`StateDirectory=emberd`).
+const UNIT_STATE_DIR: &str = "/var/lib/emberd";
+
+/// Where the history on disk is kept and what it holds: the directory the
+/// daemon would use (or, outside the unit, the unit's), its files by tier
+/// and the time they span, files that do not read, the disk's free space
+/// against `history_disk_mib`, and whether a running daemon writes. Reads
+/// only: nothing is made, fixed or removed.
+fn history_item(raw: &crate::daemon::config::RawConfig) -> Item {
+    use std::os::unix::fs::MetadataExt;
+    let what = "history on disk";
+    let limited = |detail: String| Item {
+        what,
+        status: Status::Degraded,
+        detail,
+    };
+    let options = match crate::daemon::config::history_of(raw) {
+        Err(e) => return limited(format!("{e:#}: the daemon will not start")),
+        Ok(Some(o)) => o,
+        Ok(None) if raw.history_dir.is_some() => {
+            return limited(
+                "off (history_dir = \"\"): the last hour only, in memory; a restart loses it"
+                    .into(),
+            );
+        }
+        Ok(None) => {
+            // Run by hand, not by systemd: what the installed unit uses.
+            let unit = crate::daemon::config::RawConfig {
+                history_dir: Some(UNIT_STATE_DIR.into()),
+                ..raw.clone()
+            };
+            match crate::daemon::config::history_of(&unit) {
+                Ok(Some(o)) if o.dir.is_dir() => o,
+                _ => {
+                    return limited(format!(
+                        "not here (no history_dir, no $STATE_DIRECTORY): the last hour only, in memory; \
+                         the installed unit keeps days in {UNIT_STATE_DIR} (StateDirectory=emberd)"
+                    ));
+                }
+            }
+        }
+    };
+    let dir = options.dir.clone();
+    let budget = options.budget_bytes;
+    let days = options.max_age / 86400;
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let free = nix::sys::statvfs::statvfs(dir.parent().unwrap_or(&dir))
+        .ok()
+        .map(|v| v.blocks_available() * v.fragment_size());
+    let free_text = |free: Option<u64>| match free {
+        Some(f) if f < budget => format!(
+            "; the disk has {:.0} MiB free, less than history_disk_mib ({} MiB): files will fail to write before the budget drops any",
+            mib(f),
+            budget >> 20
+        ),
+        Some(f) => format!("; {:.0} MiB free on its disk", mib(f)),
+        None => String::new(),
+    };
+    let md = match std::fs::symlink_metadata(&dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Item {
+                what,
+                status: Status::Ok,
+                detail: format!(
+                    "{}: made at start (mode 0750); {} MiB, {days} days (history_disk_mib, history_days){}",
+                    dir.display(),
+                    budget >> 20,
+                    free_text(free)
+                ),
+            };
+        }
+        Err(e) => return limited(format!("{}: {e}", dir.display())),
+        Ok(md) => md,
+    };
+    if !md.is_dir() {
+        return limited(format!(
+            "{}: not a directory (a symbolic link is not followed): the daemon will refuse it",
+            dir.display()
+        ));
+    }
+    let owner = nix::unistd::User::from_uid(md.uid().into())
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("uid {}", md.uid()), |u| u.name);
+    // Read only: check must not remove what a start would. Quiet: the
+    // files that do not read are counted in the line, not logged.
+    let opened =
+        tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
+            crate::store::disk::Archive::open(crate::store::disk::DiskOptions {
+                read_only: true,
+                ..options
+            })
+        });
+    let archive = match opened {
+        Ok(a) => a,
+        Err(e) => return limited(e.to_string()),
+    };
+    let tiers = archive
+        .size_by_tier()
+        .iter()
+        .enumerate()
+        .map(|(i, (bytes, n))| format!("tier {i}: {} {:.1} MiB", count(*n, "file"), mib(*bytes)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (bytes, files) = archive.size();
+    let oldest = crate::shared::events::Event::ALL
+        .iter()
+        .filter_map(|e| archive.oldest(e.name()))
+        .min();
+    let span = match (oldest, archive.newest()) {
+        (Some(a), Some(z)) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            format!(
+                ", from {} to {}",
+                ago(now.saturating_sub(a)),
+                ago(now.saturating_sub(z))
+            )
+        }
+        _ => String::new(),
+    };
+    let c = &archive.counters;
+    let unread: u64 = [
+        &c.skipped_format,
+        &c.skipped_truncated,
+        &c.skipped_corrupt,
+        &c.skipped_io,
+        &c.temp_removed,
+    ]
+    .iter()
+    .map(|n| n.load(std::sync::atomic::Ordering::Relaxed))
+    .sum();
+    let mut short = free.is_some_and(|f| f < budget) || md.mode() & 0o007 != 0;
+    let mut detail = format!(
+        "{}: {owner}'s, mode {:04o}; {}, {:.1} MiB of {} MiB, {days} days at most{span} ({tiers}){}",
+        dir.display(),
+        md.mode() & 0o7777,
+        count(files, "file"),
+        mib(bytes),
+        budget >> 20,
+        free_text(free)
+    );
+    if md.mode() & 0o007 != 0 {
+        detail += "; other users may read it: the daemon sets 0750 at start";
+    }
+    if unread > 0 {
+        detail += &format!(
+            "; {} not read (torn, corrupt, of another version, or temporary): a start removes them",
+            count(unread as usize, "file")
+        );
+    }
+    if let Some(m) = daemon_metrics(raw) {
+        let writing = metric_value(&m, "emberd_history_writing");
+        let errors = metric_value(&m, "emberd_history_write_errors_total");
+        if m.contains("emberd_history_writing") {
+            if writing == 0.0 {
+                short = true;
+                detail += &format!(
+                    "; the running daemon cannot write there ({errors} write errors: its log says why)"
+                );
+            } else {
+                detail += &format!("; the running daemon writes there ({errors} write errors)");
+            }
+        }
+    }
+    Item {
+        what,
+        status: if short { Status::Degraded } else { Status::Ok },
+        detail,
+    }
+}
+
+/// "1 file", "2 files".
+fn count(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+/// `secs` ago, in its two largest units: "6 d 23 h ago", "12 s ago".
+fn ago(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{s} s ago"),
+        (0, 0, _) => format!("{m} min {s} s ago"),
+        (0, _, _) => format!("{h} h {m} min ago"),
+        _ => format!("{d} d {h} h ago"),
+    }
+}
+
 /// The value of the sample `name` (with its labels) in a `/metrics` text; 0
 /// when absent.
 fn metric_value(text: &str, name: &str) -> f64 {
@@ -799,6 +992,7 @@ pub fn command(config: Option<&std::path::Path>) -> anyhow::Result<std::process:
             items.push(access(&raw));
             items.extend(destinations(&raw));
             items.push(unwind_tables_item(&raw));
+            items.push(history_item(&raw));
         }
         Err(e) => items.push(Item {
             what: "who reads profiles",

@@ -556,7 +556,7 @@ fn path_or_empty(s: &str) -> Result<PathBuf, std::convert::Infallible> {
 
 /// The history on disk: `history_dir`, else the unit's state directory;
 /// "" turns it off. `no_sample` needs a directory and reads it only.
-fn history_of(raw: &RawConfig) -> anyhow::Result<Option<crate::store::disk::DiskOptions>> {
+pub fn history_of(raw: &RawConfig) -> anyhow::Result<Option<crate::store::disk::DiskOptions>> {
     let dir = match raw.history_dir() {
         Some(d) if d.as_os_str().is_empty() => None,
         Some(d) => Some(d),

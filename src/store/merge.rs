@@ -202,3 +202,71 @@ impl Merger {
         super::result_of(&self.interner, self.agg, self.covered)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::disk::segment::{Builder, ThreadRec, read_body, read_header};
+
+    /// One second of `n` distinct stacks (`main;f{i}`, value i + 1) of one
+    /// thread, as a file would hold it.
+    fn segment(n: u32) -> Segment {
+        let mut b = Builder::new(1);
+        let name = b.string("w");
+        let t = b.thread(ThreadRec::plain(5, 5, name));
+        let main = b.frame(&Frame::new("main", FrameKind::User));
+        for i in 0..n {
+            let f = b.frame(&Frame::new(format!("f{i}"), FrameKind::User));
+            let s = b.stack(&[main, f]);
+            b.add(100, 1, t, s, u64::from(i) + 1);
+        }
+        b.add_total(100, (1..=u64::from(n)).sum());
+        b.cover(100, 101);
+        let bytes = b.encode("cpu", 0).expect("a segment of one second");
+        let mut r = &bytes[..];
+        let h = read_header(&mut r, bytes.len() as u64).expect("its header");
+        let body = read_body(&mut r, &h).expect("its body");
+        Segment::new(h, body)
+    }
+
+    fn merged(seg: &Segment, max_bytes: usize) -> (QueryResult, u64) {
+        let sel = Selection {
+            from: 100,
+            to: 101,
+            ..Default::default()
+        };
+        let mut m = Merger::new(max_bytes);
+        m.add_segment(seg, &sel, 100_000, 101_000);
+        let bounded = m.merged_for_bound;
+        (m.finish(), bounded)
+    }
+
+    /// Past its bound a query keeps the stacks it has, counts every new one
+    /// under the marker, and keeps the total.
+    #[test]
+    fn past_its_bound_new_stacks_are_counted_under_the_marker() {
+        let n = 20_000u32;
+        let seg = segment(n);
+        let total: u64 = (1..=u64::from(n)).sum();
+        let (all, none) = merged(&seg, usize::MAX);
+        assert_eq!((all.rows.len(), none), (n as usize, 0));
+        let (r, bounded) = merged(&seg, 256 << 10);
+        let sum: u64 = r.rows.iter().map(|row| row.value).sum();
+        let under_marker: u64 = r
+            .rows
+            .iter()
+            .filter(|row| r.frames(row.stack).any(|f| &*f.name == BOUND_MARKER))
+            .map(|row| row.value)
+            .sum();
+        assert_eq!(sum, total, "the total is kept");
+        assert!(
+            bounded > 0 && under_marker == bounded,
+            "{bounded} counted under the marker, {under_marker} in its row"
+        );
+        assert!(
+            r.rows.len() < n as usize / 2,
+            "{} of {n} stacks kept within 256 KiB",
+            r.rows.len()
+        );
+    }
+}

@@ -628,3 +628,79 @@ fn a_week_replayed_keeps_the_newest_within_age_and_budget_and_the_page_spans_it(
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `emberd check` says where the history is kept, what it holds and which
+/// files do not read, and changes nothing there (a start would remove the
+/// unreadable file and reset the mode); `history_dir = ""` is reported off.
+#[test]
+fn check_reports_the_history_directory_and_changes_nothing() {
+    use emberd::shared::{Frame, FrameKind};
+    use emberd::store::disk::segment::{Builder, ThreadRec};
+    use emberd::store::disk::{Archive, DiskOptions, file_name};
+    use std::os::unix::fs::PermissionsExt;
+    require_root();
+    let dir = history_dir("check");
+    let archive = Archive::open(DiskOptions {
+        dir: dir.clone(),
+        budget_bytes: 64 << 20,
+        max_age: 7 * 86400,
+        read_only: false,
+        query_bytes: 64 << 20,
+    })
+    .expect("making the directory");
+    let now = emberd::shared::clock::now();
+    let start = now - now % 30 - 3600;
+    let mut b = Builder::new(1);
+    let name = b.string("worker");
+    let t = b.thread(ThreadRec::plain(42, 42, name));
+    let f = b.frame(&Frame::new("work", FrameKind::User));
+    let s = b.stack(&[f]);
+    for sec in start..start + 30 {
+        b.add(sec, 1, t, s, 99);
+        b.add_total(sec, 99);
+    }
+    b.cover(start, start + 30);
+    archive
+        .write("cpu", 0, b)
+        .expect("writing a file")
+        .expect("a file written");
+    let garbage = dir.join(file_name("cpu", 0, start + 30, 30, 7));
+    std::fs::write(&garbage, b"not a segment").unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let check = |config: &str| {
+        let path = scratch().join("check-history.toml");
+        std::fs::write(&path, config).unwrap();
+        let out = emberd()
+            .args(["check", "--config"])
+            .arg(&path)
+            .output()
+            .expect("running emberd check");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .find(|l| l.contains("] history on disk"))
+            .unwrap_or_else(|| panic!("no history line in:\n{text}"))
+            .to_owned()
+    };
+    // Nothing listens on port 9: no daemon's metrics are read.
+    let line = check(&format!(
+        "listen = \"127.0.0.1:9\"\nhistory_dir = \"{}\"\n",
+        dir.display()
+    ));
+    for want in [
+        &format!("{}: root's, mode 0700; 1 file,", dir.display()),
+        "of 1024 MiB, 7 days at most, from 1 h ",
+        "(tier 0: 1 file ",
+        "1 file not read",
+    ] {
+        assert!(line.contains(want), "{want:?} not in {line}");
+    }
+    assert!(line.starts_with("[ok"), "{line}");
+    assert!(garbage.exists(), "check removed the unreadable file");
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o700, "check changed the directory's mode");
+    let off = check("listen = \"127.0.0.1:9\"\nhistory_dir = \"\"\n");
+    assert!(
+        off.starts_with("[limited]") && off.contains("off (history_dir = \"\")"),
+        "{off}"
+    );
+}

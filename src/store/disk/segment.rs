@@ -501,6 +501,22 @@ pub struct ThreadRec {
     pub exe: u32,
 }
 
+impl ThreadRec {
+    /// A thread named as its process (string `name`), outside any unit or
+    /// container, of no known executable (string 0, the empty one).
+    pub fn plain(pid: u32, tid: u32, name: u32) -> ThreadRec {
+        ThreadRec {
+            pid,
+            tid,
+            comm: name,
+            process: name,
+            unit: 0,
+            container: 0,
+            exe: 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct FrameRec {
     name: u32,
@@ -848,15 +864,7 @@ mod tests {
         let (f0, f1) = (b.frame(&main), b.frame(&work));
         let s = b.stack(&[f0, f1]);
         let name = b.string("w");
-        let t = b.thread(ThreadRec {
-            pid: 5,
-            tid: 6,
-            comm: name,
-            process: name,
-            unit: 0,
-            container: 0,
-            exe: 0,
-        });
+        let t = b.thread(ThreadRec::plain(5, 6, name));
         b.add(100, 1, t, s, 3);
         b.add(101, 1, t, s, 4);
         b.add_total(100, 3);
