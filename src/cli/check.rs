@@ -723,9 +723,8 @@ fn history_item(raw: &crate::daemon::config::RawConfig) -> Item {
         .min();
     let span = match (oldest, archive.newest()) {
         (Some(a), Some(z)) => {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
+            // The files' own clock (wall time at start, then monotonic).
+            let now = crate::shared::clock::now();
             format!(
                 ", from {} to {}",
                 ago(now.saturating_sub(a)),
