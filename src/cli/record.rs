@@ -261,6 +261,14 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
     if let Some(gate) = &options.gate {
         gate.open();
     }
+    // What a script (or a test) that starts its workload once the recorder
+    // is attached waits for, with EMBERD_LOG=info: loading the programs
+    // takes seconds on a busy host, and a fixed delay guesses.
+    tracing::info!(
+        "recording: attached, {} for up to {} s",
+        options.event.name(),
+        options.duration.as_secs()
+    );
     catch_interrupt();
     let store_options = StoreOptions {
         retention: options.duration + Duration::from_secs(3600),

@@ -223,6 +223,54 @@ pub fn record_folded_env(out: &str, args: &[&str], env: &[(&str, &str)]) -> Prof
     emberd::render::folded::read(&text[..]).expect("emberd wrote valid folded stacks")
 }
 
+/// Starts `workload` (a C workload that waits in `wait_delay_arg`, see
+/// tests/workloads/delay.h), records it with `emberd record ARGS -p PID -o
+/// scratch()/out`, and lets it begin its work only once the recorder says
+/// it is attached: whatever loading the programs takes on a busy host,
+/// the workload's work is recorded whole. Returns the profile and the
+/// workload's pid.
+pub fn record_attached(out: &str, workload: &mut Command, args: &[&str]) -> (Profile, u32) {
+    use std::io::BufRead;
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let go = scratch().join(format!(".go-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_file(&go);
+    let w = Workload::spawn(workload.env("EMBERD_TEST_GO", &go));
+    let pid = w.pid();
+    let path = scratch().join(out);
+    let mut rec = emberd()
+        .env("EMBERD_LOG", "info")
+        .arg("record")
+        .args(args)
+        .args(["-p", &pid.to_string(), "-o"])
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running emberd record");
+    let mut said = String::new();
+    for line in std::io::BufReader::new(rec.stderr.take().unwrap()).lines() {
+        let line = line.unwrap_or_default();
+        if line.contains("recording: attached") {
+            std::fs::write(&go, b"").expect("creating the workload's go file");
+        }
+        said.push_str(&line);
+        said.push('\n');
+    }
+    let status = rec.wait().expect("waiting for emberd record");
+    let _ = std::fs::remove_file(&go);
+    drop(w);
+    assert!(status.success(), "emberd record failed ({status}): {said}");
+    assert!(
+        said.contains("recording: attached"),
+        "emberd record never said it was attached: {said}"
+    );
+    let text = std::fs::read(&path).expect("reading emberd's output");
+    let profile =
+        emberd::render::folded::read(&text[..]).expect("emberd wrote valid folded stacks");
+    (profile, pid)
+}
+
 /// Runs `emberd record ARGS -o PATH` and returns its output.
 pub fn run_record(path: &Path, args: &[&str]) -> Output {
     emberd()

@@ -244,10 +244,19 @@ pub fn read_header(r: &mut impl Read, file_len: u64) -> Result<Header, SegmentEr
 pub fn read_body(r: &mut impl Read, header: &Header) -> Result<Body, SegmentError> {
     let mut gz = flate2::read::GzDecoder::new(r.take(header.body_len)).take(MAX_BODY_BYTES + 1);
     let mut buf = Vec::new();
-    gz.read_to_end(&mut buf).map_err(|e| match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => SegmentError::Truncated("inside the body".into()),
-        _ => SegmentError::Corrupt(format!("body: {e}")),
-    })?;
+    if let Err(e) = gz.read_to_end(&mut buf) {
+        // An early end of the stream is a cut file only if the file ended
+        // before the body did. With the whole body read, it is damage
+        // inside the deflate stream (which bytes were flipped decides
+        // whether inflate sees a bad code or a stream that wants more).
+        let body_unread = gz.get_ref().get_ref().limit();
+        return Err(match e.kind() {
+            std::io::ErrorKind::UnexpectedEof if body_unread > 0 => {
+                SegmentError::Truncated("inside the body".into())
+            }
+            _ => SegmentError::Corrupt(format!("body: {e}")),
+        });
+    }
     if buf.len() as u64 > MAX_BODY_BYTES {
         return Err(SegmentError::Corrupt(format!(
             "the body inflates past {MAX_BODY_BYTES} bytes"
@@ -917,6 +926,23 @@ mod tests {
         let n = bad.len();
         bad[n - 12] ^= 0x55;
         assert!(read(&bad).is_err());
+        // Damage inside a body of the length the header says is corrupt,
+        // never truncated, whichever bytes it hits (issue 60: a history
+        // test flipping 20 bytes near the end saw "truncated" when the
+        // damaged stream asked for more than the body held).
+        let body_start = n - read_header(&mut &good[..], n as u64).unwrap().body_len as usize;
+        for at in body_start..n {
+            for mask in [0x01, 0x55, 0xa5, 0xff] {
+                let mut bad = good.clone();
+                bad[at] ^= mask;
+                if let Err(e) = read(&bad) {
+                    assert!(
+                        matches!(e, SegmentError::Corrupt(_)),
+                        "byte {at} of {n} xor {mask:#x}: {e}"
+                    );
+                }
+            }
+        }
         let mut other = good.clone();
         other[7] = 2;
         assert!(matches!(read(&other), Err(SegmentError::Format(_))));
