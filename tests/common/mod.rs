@@ -227,9 +227,20 @@ pub fn record_folded_env(out: &str, args: &[&str], env: &[(&str, &str)]) -> Prof
 /// tests/workloads/delay.h), records it with `emberd record ARGS -p PID -o
 /// scratch()/out`, and lets it begin its work only once the recorder says
 /// it is attached: whatever loading the programs takes on a busy host,
-/// the workload's work is recorded whole. Returns the profile and the
-/// workload's pid.
+/// the workload's work is recorded whole. Returns the folded profile and
+/// the workload's pid.
 pub fn record_attached(out: &str, workload: &mut Command, args: &[&str]) -> (Profile, u32) {
+    let path = scratch().join(out);
+    let pid = record_attached_to(&path, workload, args);
+    let text = std::fs::read(&path).expect("reading emberd's output");
+    let profile =
+        emberd::render::folded::read(&text[..]).expect("emberd wrote valid folded stacks");
+    (profile, pid)
+}
+
+/// [`record_attached`] writing `path` in any of record's formats (pprof,
+/// SVG): returns the workload's pid once record has succeeded.
+pub fn record_attached_to(path: &Path, workload: &mut Command, args: &[&str]) -> u32 {
     use std::io::BufRead;
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -237,13 +248,12 @@ pub fn record_attached(out: &str, workload: &mut Command, args: &[&str]) -> (Pro
     let _ = std::fs::remove_file(&go);
     let w = Workload::spawn(workload.env("EMBERD_TEST_GO", &go));
     let pid = w.pid();
-    let path = scratch().join(out);
     let mut rec = emberd()
         .env("EMBERD_LOG", "info")
         .arg("record")
         .args(args)
         .args(["-p", &pid.to_string(), "-o"])
-        .arg(&path)
+        .arg(path)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -265,10 +275,7 @@ pub fn record_attached(out: &str, workload: &mut Command, args: &[&str]) -> (Pro
         said.contains("recording: attached"),
         "emberd record never said it was attached: {said}"
     );
-    let text = std::fs::read(&path).expect("reading emberd's output");
-    let profile =
-        emberd::render::folded::read(&text[..]).expect("emberd wrote valid folded stacks");
-    (profile, pid)
+    pid
 }
 
 /// Runs `emberd record ARGS -o PATH` and returns its output.

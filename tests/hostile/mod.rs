@@ -384,7 +384,10 @@ fn full_counts_map_drops_are_counted_and_stacks_do_not_fill() {
     let bin = build_c_debian("many_threads");
     // 12 threads: with 32 or more spinning threads this VM's cpu-clock
     // sampling (perf's too) stops seeing them.
-    let w = Workload::spawn(Command::new(&bin).args(["8", "12"]));
+    // Spinning 12 s: the record's 5 s start once it is attached, which
+    // beside 12 spinning threads took long enough that 8 s of spinning
+    // ended before the record did (28 of the 32 named in one run).
+    let w = Workload::spawn(Command::new(&bin).args(["12", "12"]));
     wait(500);
     let out_path = scratch().join("counts_full.folded");
     let out = run_record(
@@ -638,22 +641,17 @@ fn hidden_kernel_addresses_stay_hidden() {
 #[test]
 fn long_block_keeps_its_stack() {
     require_root();
-    // Debian's python3 runs a moment (its tables get built), then sleeps 6 s.
-    let w = Workload::spawn(Command::new("/usr/bin/python3").args([
-        "-c",
-        "import time\nend = time.time() + 1.5\nwhile time.time() < end: pass\ntime.sleep(6)",
-    ]));
-    let path = scratch().join("long_block.folded");
-    let out = run_record(
-        &path,
-        &["-e", "offcpu", "-s", "9", "-p", &w.pid().to_string()],
+    // Debian's python3, once the recorder is attached (a fixed 1.5 s was
+    // shorter than attaching took once: 0 us seen), runs a moment (its
+    // tables get built), then sleeps 6 s.
+    let (p, _) = record_attached(
+        "long_block.folded",
+        Command::new("/usr/bin/python3").args([
+            "-c",
+            "import os, time\ngo = os.environ['EMBERD_TEST_GO']\nwhile not os.path.exists(go): time.sleep(0.01)\nend = time.time() + 1.5\nwhile time.time() < end: pass\ntime.sleep(6)",
+        ]),
+        &["-e", "offcpu", "-s", "9"],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let p = parse_folded(&std::fs::read_to_string(&path).unwrap());
     let lost = sum_where(&p, |f| f.contains(&"[lost]"));
     let named = sum_where(&p, |f| {
         f.iter().any(|x| x.contains("nanosleep")) && reaches_root(f)

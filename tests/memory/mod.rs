@@ -381,14 +381,14 @@ fn malloc_allocated_and_in_use_sampled_by_bytes() {
 fn record_malloc_writes_a_heap_profile() {
     require_root();
     let bin = build_c_debian("alloc_many");
-    let w = Workload::spawn(Command::new(&bin).args(["1.5", "20"]));
-    let pid = w.pid().to_string();
+    // The workload allocates once the recorder is attached: beside other
+    // tests, attaching took longer than its 1.5 s delay and the profile
+    // was empty (issue 60).
     let path = scratch().join("heap.pb.gz");
-    let out = run_record(&path, &["-e", "malloc", "-s", "4", "-p", &pid]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    record_attached_to(
+        &path,
+        Command::new(&bin).args(["1.5", "20"]),
+        &["-e", "malloc", "-s", "4"],
     );
     let file = path.to_str().unwrap();
     for index in ["alloc_space", "inuse_space"] {
@@ -397,15 +397,11 @@ fn record_malloc_writes_a_heap_profile() {
     }
     // The in-use view as pprof has its allocated bytes too (a fresh
     // process: the first one allocated before this recording).
-    drop(w);
-    let w = Workload::spawn(Command::new(&bin).args(["1.5", "20"]));
-    let pid = w.pid().to_string();
     let path = scratch().join("heap-inuse.pb.gz");
-    let out = run_record(&path, &["-e", "malloc_inuse", "-s", "4", "-p", &pid]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    record_attached_to(
+        &path,
+        Command::new(&bin).args(["1.5", "20"]),
+        &["-e", "malloc_inuse", "-s", "4"],
     );
     let text = go_pprof(&["-sample_index=alloc_space", "-top", path.to_str().unwrap()]);
     assert!(
