@@ -219,7 +219,12 @@ pub fn record_folded_env(out: &str, args: &[&str], env: &[(&str, &str)]) -> Prof
         "emberd record failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let text = std::fs::read(&path).expect("reading emberd's output");
+    read_folded(&path)
+}
+
+/// The folded stacks `emberd record` wrote to `path`.
+fn read_folded(path: &Path) -> Profile {
+    let text = std::fs::read(path).expect("reading emberd's output");
     emberd::render::folded::read(&text[..]).expect("emberd wrote valid folded stacks")
 }
 
@@ -232,20 +237,15 @@ pub fn record_folded_env(out: &str, args: &[&str], env: &[(&str, &str)]) -> Prof
 pub fn record_attached(out: &str, workload: &mut Command, args: &[&str]) -> (Profile, u32) {
     let path = scratch().join(out);
     let pid = record_attached_to(&path, workload, args);
-    let text = std::fs::read(&path).expect("reading emberd's output");
-    let profile =
-        emberd::render::folded::read(&text[..]).expect("emberd wrote valid folded stacks");
-    (profile, pid)
+    (read_folded(&path), pid)
 }
 
 /// [`record_attached`] writing `path` in any of record's formats (pprof,
 /// SVG): returns the workload's pid once record has succeeded.
 pub fn record_attached_to(path: &Path, workload: &mut Command, args: &[&str]) -> u32 {
     use std::io::BufRead;
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let go = scratch().join(format!(".go-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_file(&go);
+    // A name of this process's own, as a build's temporary file has.
+    let go = building(&scratch().join("go"));
     let w = Workload::spawn(workload.env("EMBERD_TEST_GO", &go));
     let pid = w.pid();
     let mut rec = emberd()
