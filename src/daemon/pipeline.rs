@@ -10,7 +10,8 @@ use crate::collect::events::{
 use crate::collect::new_process::NewProcessRing;
 use crate::collect::{CollectError, Counters, CpuSampler, SamplerOptions, UnwindCounters};
 use crate::runtime::{NameStats, RuntimeOptions};
-use crate::symbolize::{Misses, SymbolizedSample, Symbolizer, SymbolizerOptions};
+use crate::shared::Pid;
+use crate::symbolize::{EarlyMaps, Misses, SymbolizedSample, Symbolizer, SymbolizerOptions};
 use crate::unwind::{UnwindStats, Unwinder};
 
 /// How often the BPF maps are drained and symbolized.
@@ -26,6 +27,21 @@ pub const NEW_PROCESS_POLL: Duration = Duration::from_millis(50);
 /// wakes under process churn (hundreds a second): notices are taken in
 /// batches, not one wake each.
 const NEW_PROCESS_SETTLE: Duration = Duration::from_millis(10);
+/// A process noticed while a drain is named has its mappings read at once
+/// and again every EARLY_REREAD (its loader may still be mapping
+/// libraries) for EARLY_READ_FOR, the first EARLY_READS_MAX of a drain:
+/// the symbolizer takes them after the drain if it has gone by then.
+const EARLY_REREAD: Duration = Duration::from_millis(200);
+const EARLY_READ_FOR: Duration = Duration::from_secs(2);
+const EARLY_READS_MAX: usize = 256;
+
+/// A process noticed while a drain was being named.
+struct Noticed {
+    pid: Pid,
+    at: Instant,
+    read_at: Option<Instant>,
+    early: Option<EarlyMaps>,
+}
 
 /// Longest wait on the notice ring before the stop flag is looked at.
 const STOP_CHECK: Duration = Duration::from_millis(250);
@@ -309,7 +325,7 @@ impl Pipeline {
         // for unwinding and finished tables published, not left waiting
         // until the drain is named. Their names are read after it.
         let tables = self.sampler.options().unwind_tables;
-        let mut noticed = Vec::new();
+        let mut noticed: Vec<Noticed> = Vec::new();
         let (samples, events) = {
             let Self {
                 symbolizer,
@@ -319,9 +335,27 @@ impl Pipeline {
                 ..
             } = self;
             let mut idle = || {
+                let now = Instant::now();
                 for pid in new_processes.take().unwrap_or_default() {
                     note_for_unwinding(pid, tables, unwinder, events);
-                    noticed.push(pid);
+                    noticed.push(Noticed {
+                        pid,
+                        at: now,
+                        read_at: None,
+                        early: None,
+                    });
+                }
+                // Their mappings too, while they live (a writer of 8 s
+                // exited under TCG before a drain waiting for libc's DWARF
+                // was named: all of its stacks `[exited]`).
+                for n in noticed.iter_mut().take(EARLY_READS_MAX) {
+                    let due = n.read_at.is_none_or(|t| now - t >= EARLY_REREAD);
+                    if due && now - n.at < EARLY_READ_FOR {
+                        n.read_at = Some(now);
+                        if let Some(maps) = EarlyMaps::read(n.pid) {
+                            n.early = Some(maps);
+                        }
+                    }
                 }
                 unwinder.poll(Duration::ZERO);
                 attach_timer_hooks(unwinder, events);
@@ -330,8 +364,8 @@ impl Pipeline {
             let events = symbolizer.symbolize_events_waiting(raw_events, &mut idle);
             (samples, events)
         };
-        for pid in noticed {
-            self.symbolizer.note_process(pid);
+        for n in noticed {
+            self.symbolizer.note_process_read_early(n.pid, n.early);
         }
         Ok(Batch {
             samples,

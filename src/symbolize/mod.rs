@@ -351,7 +351,7 @@ pub struct Symbolizer {
     /// The kernel's symbols, read when a kernel address is first named
     /// (`None` before, or if kallsyms cannot be read).
     kernel_symbols: Option<KernelSymbols>,
-    kernel_loaded: bool,
+    kernel_load: KernelLoad,
     kernel_readable: bool,
     kernel_cache: GenerationalCache<u64, Arc<[Frame]>>,
     file_cache: GenerationalCache<(FileId, u64), Arc<[Frame]>>,
@@ -399,6 +399,42 @@ pub fn kallsyms_readable() -> Result<bool, std::io::Error> {
     Ok(false)
 }
 
+/// A new process's mappings and name, read while the symbolizer is busy
+/// naming a drain (which can wait seconds for a large file's DWARF under
+/// emulation): a process that exits meanwhile is still named, from this
+/// read, when it is handed over ([`Symbolizer::note_process_read_early`]).
+#[derive(Debug)]
+pub struct EarlyMaps {
+    maps: Arc<ProcessMaps>,
+    comm: Option<Arc<str>>,
+    taken: Instant,
+}
+
+impl EarlyMaps {
+    /// Reads `/proc/PID/maps` and its name; `None` if the process is gone
+    /// or has no mappings left (a zombie: what was read while it lived is
+    /// kept instead).
+    pub fn read(pid: Pid) -> Option<Self> {
+        let maps = ProcessMaps::read(pid).ok()?;
+        if maps.mappings().is_empty() {
+            return None;
+        }
+        Some(Self {
+            maps: Arc::new(maps),
+            comm: read_process_comm(pid),
+            taken: Instant::now(),
+        })
+    }
+}
+
+/// Where reading kallsyms stands.
+enum KernelLoad {
+    NotStarted,
+    /// On its own thread; the symbols and the time the read took come here.
+    Reading(std::sync::mpsc::Receiver<(Result<KernelSymbols, kallsyms::KallsymsError>, Duration)>),
+    Done,
+}
+
 impl Symbolizer {
     /// A symbolizer with empty caches. Logs a warning if kernel addresses are
     /// hidden.
@@ -427,7 +463,7 @@ impl Symbolizer {
             recent: Vec::new(),
             modules: HashMap::new(),
             kernel_symbols: None,
-            kernel_loaded: false,
+            kernel_load: KernelLoad::NotStarted,
             kernel_readable,
             kernel_cache: GenerationalCache::new(
                 options.cache_entries() / 2,
@@ -545,14 +581,29 @@ impl Symbolizer {
     }
 
     fn snapshot(&mut self, pid: Pid, now: Instant) -> Option<Arc<ProcessMaps>> {
-        let maps = ProcessMaps::read(pid).ok()?;
-        if maps.mappings().is_empty() {
-            // A zombie (exited, not yet reaped) has no mappings left: keep
-            // what was read while it lived.
-            return None;
+        let read = EarlyMaps::read(pid)?;
+        Some(self.keep_snapshot(pid, read.maps, read.comm, now))
+    }
+
+    /// [`Symbolizer::note_process`] of a process whose mappings were read
+    /// early (see [`EarlyMaps`]): read again if it still lives, what was
+    /// read early if it has gone meanwhile.
+    pub fn note_process_read_early(&mut self, pid: Pid, early: Option<EarlyMaps>) {
+        self.note_process(pid);
+        if let Some(early) = early
+            && !self.snapshots.contains_key(&pid)
+        {
+            self.keep_snapshot(pid, early.maps, early.comm, early.taken);
         }
-        let maps = Arc::new(maps);
-        let comm = read_process_comm(pid);
+    }
+
+    fn keep_snapshot(
+        &mut self,
+        pid: Pid,
+        maps: Arc<ProcessMaps>,
+        comm: Option<Arc<str>>,
+        now: Instant,
+    ) -> Arc<ProcessMaps> {
         // Key, value, map slot, and the name.
         let bytes = maps.approx_bytes() + 96 + comm.as_ref().map_or(0, |c| c.len());
         if let Some(old) = self.snapshots.remove(&pid) {
@@ -581,7 +632,7 @@ impl Symbolizer {
                 ns_pid: None,
             },
         );
-        Some(maps)
+        maps
     }
 
     /// Names the stacks of one drain's events. An off-wake chain becomes the
@@ -681,7 +732,7 @@ impl Symbolizer {
         idle: &mut dyn FnMut(),
     ) -> Vec<SymbolizedSample> {
         let now = Instant::now();
-        self.symbolize_kernel(&samples);
+        self.symbolize_kernel(&samples, idle);
 
         // Unique lookup addresses per process.
         // ahash, not SipHash: every address of every stack is hashed here
@@ -768,7 +819,58 @@ impl Symbolizer {
         out
     }
 
-    fn symbolize_kernel(&mut self, samples: &[RawSample]) {
+    /// Reads kallsyms on a thread of its own the first time, calling `idle`
+    /// every [`elf_worker::WAIT_SLICE`] until it is read: under emulation
+    /// the read takes seconds, and new processes' unwind tables waited
+    /// behind it (a process exec'd as a recording started had 64% of its
+    /// page faults marked `tables not ready` on Linux 6.12 under TCG).
+    fn wait_for_kernel_symbols(&mut self, idle: &mut dyn FnMut()) {
+        if let KernelLoad::NotStarted = self.kernel_load {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let spawned = std::thread::Builder::new()
+                .name("emberd-kallsyms".into())
+                .spawn(move || {
+                    let t = Instant::now();
+                    let read = KernelSymbols::load();
+                    // The receiver is gone only if the symbolizer is.
+                    let _ = tx.send((read, t.elapsed()));
+                });
+            self.kernel_load = match spawned {
+                Ok(_) => KernelLoad::Reading(rx),
+                Err(e) => {
+                    tracing::warn!(
+                        "kernel frames will be unnamed: no thread to read kallsyms: {e}"
+                    );
+                    KernelLoad::Done
+                }
+            };
+        }
+        let KernelLoad::Reading(rx) = &self.kernel_load else {
+            return;
+        };
+        let read = loop {
+            match rx.recv_timeout(elf_worker::WAIT_SLICE) {
+                Ok(read) => break Some(read),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => idle(),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break None,
+            }
+        };
+        self.kernel_load = KernelLoad::Done;
+        match read {
+            Some((Ok(k), took)) => {
+                tracing::debug!(
+                    "read {} kernel symbols into {} bytes in {took:?}",
+                    k.len(),
+                    k.bytes()
+                );
+                self.kernel_symbols = Some(k);
+            }
+            Some((Err(e), _)) => tracing::warn!("kernel frames will be unnamed: {e}"),
+            None => tracing::warn!("kernel frames will be unnamed: reading kallsyms stopped"),
+        }
+    }
+
+    fn symbolize_kernel(&mut self, samples: &[RawSample], idle: &mut dyn FnMut()) {
         let mut wanted: Vec<u64> = samples
             .iter()
             .filter_map(|s| match &s.kernel {
@@ -786,21 +888,8 @@ impl Symbolizer {
         if wanted.is_empty() {
             return;
         }
-        if self.kernel_readable && !self.kernel_loaded {
-            self.kernel_loaded = true;
-            let t = Instant::now();
-            match KernelSymbols::load() {
-                Ok(k) => {
-                    tracing::debug!(
-                        "read {} kernel symbols into {} bytes in {:?}",
-                        k.len(),
-                        k.bytes(),
-                        t.elapsed()
-                    );
-                    self.kernel_symbols = Some(k);
-                }
-                Err(e) => tracing::warn!("kernel frames will be unnamed: {e}"),
-            }
+        if self.kernel_readable {
+            self.wait_for_kernel_symbols(idle);
         }
         for &addr in &wanted {
             let name = self.kernel_symbols.as_mut().and_then(|k| k.name(addr));
@@ -1444,6 +1533,39 @@ mod tests {
         s.recycle((0..2 * SPARE_FRAMES_MAX).map(|_| sample(4)));
         assert_eq!(s.spare_frames.len(), SPARE_FRAMES_MAX);
         assert!(s.spare_frames.iter().all(Vec::is_empty));
+    }
+
+    #[test]
+    fn a_process_gone_before_its_handover_is_named_from_its_early_read() {
+        let mut s = Symbolizer::new(SymbolizerOptions::default());
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep runs");
+        let pid = Pid(child.id());
+        // Read once the exec is done (the fork's first moments are ours).
+        let t0 = Instant::now();
+        let early = loop {
+            let read = EarlyMaps::read(pid).expect("sleep's maps");
+            if read.comm.as_deref() == Some("sleep") {
+                break read;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(5), "sleep never exec'd");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        child.kill().expect("kill sleep");
+        child.wait().expect("reap sleep");
+        s.note_process_read_early(pid, Some(early));
+        let kept = s.snapshots.get(&pid).expect("the early read is kept");
+        assert_eq!(kept.comm.as_deref(), Some("sleep"));
+        assert!(!kept.maps.mappings().is_empty());
+        assert!(s.snapshot_bytes > 0, "its bytes are counted");
+        // A live process is read again at the handover, not taken early.
+        let me = Pid(std::process::id());
+        let stale = EarlyMaps::read(me).expect("own maps");
+        let before = stale.taken;
+        s.note_process_read_early(me, Some(stale));
+        assert!(s.snapshots[&me].taken > before, "read again while it lives");
     }
 
     #[test]
