@@ -28,18 +28,18 @@ pub const NEW_PROCESS_POLL: Duration = Duration::from_millis(50);
 /// batches, not one wake each.
 const NEW_PROCESS_SETTLE: Duration = Duration::from_millis(10);
 /// A process noticed while a drain is named has its mappings read at once
-/// and again every EARLY_REREAD (its loader may still be mapping
-/// libraries) for EARLY_READ_FOR, the first EARLY_READS_MAX of a drain:
+/// and again EARLY_READS - 1 times, EARLY_REREAD apart (its loader may
+/// still be mapping libraries), the first EARLY_PROCESSES_MAX of a drain:
 /// the symbolizer takes them after the drain if it has gone by then.
 const EARLY_REREAD: Duration = Duration::from_millis(200);
-const EARLY_READ_FOR: Duration = Duration::from_secs(2);
-const EARLY_READS_MAX: usize = 256;
+const EARLY_READS: u8 = 3;
+const EARLY_PROCESSES_MAX: usize = 256;
 
 /// A process noticed while a drain was being named.
 struct Noticed {
     pid: Pid,
-    at: Instant,
     read_at: Option<Instant>,
+    reads: u8,
     early: Option<EarlyMaps>,
 }
 
@@ -340,18 +340,19 @@ impl Pipeline {
                     note_for_unwinding(pid, tables, unwinder, events);
                     noticed.push(Noticed {
                         pid,
-                        at: now,
                         read_at: None,
+                        reads: 0,
                         early: None,
                     });
                 }
                 // Their mappings too, while they live (a writer of 8 s
                 // exited under TCG before a drain waiting for libc's DWARF
                 // was named: all of its stacks `[exited]`).
-                for n in noticed.iter_mut().take(EARLY_READS_MAX) {
+                for n in noticed.iter_mut().take(EARLY_PROCESSES_MAX) {
                     let due = n.read_at.is_none_or(|t| now - t >= EARLY_REREAD);
-                    if due && now - n.at < EARLY_READ_FOR {
+                    if due && n.reads < EARLY_READS {
                         n.read_at = Some(now);
+                        n.reads += 1;
                         if let Some(maps) = EarlyMaps::read(n.pid) {
                             n.early = Some(maps);
                         }
