@@ -35,7 +35,9 @@ const EARLY_REREAD: Duration = Duration::from_millis(200);
 const EARLY_READS: u8 = 3;
 const EARLY_PROCESSES_MAX: usize = 256;
 
-/// A process noticed while a drain was being named.
+/// A process noticed while a drain was being named. The list is as long
+/// as the drain's notices; maps are held for the first
+/// EARLY_PROCESSES_MAX only.
 struct Noticed {
     pid: Pid,
     read_at: Option<Instant>,
@@ -323,7 +325,8 @@ impl Pipeline {
         // Naming can wait seconds for a large file's symbols (under
         // emulation, or on a slow disk): meanwhile new processes are read
         // for unwinding and finished tables published, not left waiting
-        // until the drain is named. Their names are read after it.
+        // until the drain is named. Their maps are read then too (see
+        // `Noticed`); the symbolizer takes them after the drain.
         let tables = self.sampler.options().unwind_tables;
         let mut noticed: Vec<Noticed> = Vec::new();
         let (samples, events) = {
