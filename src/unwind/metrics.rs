@@ -83,7 +83,7 @@ impl UnwindMetrics {
         );
         registry.register(
             "unwind_table_events",
-            "Unwind-table work: builds, failures (corrupt or unreadable files), files refused unread (not ELF, sections over the cap), files without CFI, corrupt FDEs skipped, budget refusals (budget_refused; over_file_share: one table over a quarter of the budget), evictions (evicted: no process maps it; table_evicted_cold: its processes had not run for 30 s; table_evicted_for_share), tables built again once room was made (no_room_retried), mappings dropped",
+            "Unwind-table work: builds, failures (corrupt or unreadable files), files refused unread (not ELF, sections over the cap), files without CFI, corrupt FDEs skipped, budget refusals (budget_refused; over_file_share: one table over a quarter of the budget), evictions (evicted: no process maps it; table_evicted_cold: its processes had not run for 30 s; table_evicted_for_share), tables built again once room was made (no_room_retried), tables that took the rows of a file of the same build id and the same rows (rows_shared), files of a build id held with other rows, given their own table (build_id_rows_differ), mappings dropped",
             m.table_events.clone(),
         );
         registry.register(
@@ -204,6 +204,12 @@ impl UnwindMetrics {
             ),
             ("over_file_share", stats.over_share, p.over_share),
             ("no_room_retried", stats.no_room_retries, p.no_room_retries),
+            ("rows_shared", stats.shared, p.shared),
+            (
+                "build_id_rows_differ",
+                stats.build_id_rows_differ,
+                p.build_id_rows_differ,
+            ),
         ] {
             let label = MissLabel::new(reason);
             advance(&self.table_events.get_or_create(&label), n, prev);

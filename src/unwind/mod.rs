@@ -152,6 +152,11 @@ impl InodeKey {
     }
 }
 
+/// Tables of one build id with rows of their own that a new file of that
+/// build id is compared with (copies of one file share the first; files
+/// that only claim its build id get tables of their own).
+const BUILD_ID_OWNERS: usize = 4;
+
 /// `EMBERD_FILE_SEGS`, sizeof(struct file_table).
 const FILE_SEGS: usize = 4;
 const FILE_TABLE_BYTES: usize = 16 + FILE_SEGS * 24;
@@ -182,6 +187,9 @@ struct TableEntry {
     /// PT_LOAD segments, to turn runtime addresses into file addresses.
     loads: Vec<table::LoadSegment>,
     build_id: Option<Vec<u8>>,
+    /// Its rows are another table's (the same build id and rows): evicting
+    /// it frees no room.
+    borrowed: bool,
     /// The inodes the kernel maps the file by (device as the kernel
     /// numbers it, inode), as `/proc/PID/maps` shows them: the table's keys
     /// in `file_tables`.
@@ -302,6 +310,13 @@ pub struct UnwindStats {
     pub over_share: u64,
     /// Tables that found no room built again once room could be made.
     pub no_room_retries: u64,
+    /// Files whose table took another file's rows: the same build id and
+    /// the same rows (a container's copy of a library).
+    pub shared: u64,
+    /// Files with the build id of a table already held but other rows (a
+    /// rebuilt or edited file, or one forging the build id): given a table
+    /// of their own.
+    pub build_id_rows_differ: u64,
     /// Files mapped now whose table has no room (shown as `[unwind error:
     /// table budget full: FILE]`).
     pub no_room_files: u64,
@@ -357,7 +372,10 @@ pub struct Unwinder {
     refresh_pending: MapHandle,
     max_processes: usize,
     files: HashMap<FileKey, TableId>,
-    by_build_id: HashMap<Vec<u8>, TableId>,
+    /// The tables holding rows of their own under each build id, to share
+    /// with another file of that build id whose rows are the same (at most
+    /// [`BUILD_ID_OWNERS`] each).
+    by_build_id: HashMap<Vec<u8>, Vec<TableId>>,
     tables: HashMap<TableId, TableEntry>,
     next_id: TableId,
     processes: HashMap<Pid, ProcState>,
@@ -474,18 +492,49 @@ impl RowArray {
     }
 
     fn write(&mut self, start: u32, words: &[u32]) -> Result<(), UnwindError> {
+        let m = self.map_words(start, words.len(), libc::PROT_READ | libc::PROT_WRITE)?;
+        // SAFETY: the destination lies within the mapping (see map_words);
+        // the rows are this table's own (allocated from the free list), and
+        // BPF reads them only once a process's mappings name them, after
+        // this copy. The mapping is dropped right after.
+        unsafe {
+            std::ptr::copy_nonoverlapping(words.as_ptr().cast::<u8>(), m.at, words.len() * 4);
+        }
+        Ok(())
+    }
+
+    /// Words [start, start + len): a table's block, to compare with
+    /// another file's rows.
+    fn read(&self, start: u32, len: u32) -> Result<Vec<u32>, UnwindError> {
+        let m = self.map_words(start, len as usize, libc::PROT_READ)?;
+        let mut out = vec![0u32; len as usize];
+        // SAFETY: the source lies within the mapping (see map_words); only
+        // this thread writes the array.
+        unsafe {
+            std::ptr::copy_nonoverlapping(m.at, out.as_mut_ptr().cast::<u8>(), out.len() * 4);
+        }
+        Ok(out)
+    }
+
+    /// Maps the pages holding words [start, start + n) of the array.
+    fn map_words(
+        &self,
+        start: u32,
+        n: usize,
+        prot: libc::c_int,
+    ) -> Result<ArrayPages, UnwindError> {
         const PAGE: usize = 4096;
-        assert!(start as usize + words.len() <= self.len as usize);
+        assert!(start as usize + n <= self.len as usize);
         let first = start as usize * 4;
         let offset = first / PAGE * PAGE;
-        let bytes = (first + words.len() * 4 - offset).div_ceil(PAGE) * PAGE;
+        let bytes = (first + n * 4 - offset).div_ceil(PAGE) * PAGE;
         // SAFETY: a shared mapping of the BPF_F_MMAPABLE array's fd, at a
         // page offset and length within the array (the kernel checks both).
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
+                prot,
                 libc::MAP_SHARED,
                 self.map.as_fd().as_raw_fd(),
                 offset as libc::off_t,
@@ -497,19 +546,29 @@ impl RowArray {
                 source: std::io::Error::last_os_error(),
             });
         }
-        // SAFETY: the destination lies within the mapping (computed above);
-        // the rows are this table's own (allocated from the free list), and
-        // BPF reads them only once a process's mappings name them, after
-        // this copy. The mapping is dropped right after.
+        Ok(ArrayPages {
+            base: ptr,
+            bytes,
+            // SAFETY: within the mapping: first - offset < PAGE <= bytes.
+            at: unsafe { ptr.cast::<u8>().add(first - offset) },
+        })
+    }
+}
+
+/// Pages of the row array mapped for one copy, unmapped when dropped.
+struct ArrayPages {
+    base: *mut libc::c_void,
+    bytes: usize,
+    /// The first word asked for.
+    at: *mut u8,
+}
+
+impl Drop for ArrayPages {
+    fn drop(&mut self) {
+        // SAFETY: the mapping map_words made, unmapped once.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                words.as_ptr().cast::<u8>(),
-                ptr.cast::<u8>().add(first - offset),
-                words.len() * 4,
-            );
-            libc::munmap(ptr, bytes);
+            libc::munmap(self.base, self.bytes);
         }
-        Ok(())
     }
 }
 
@@ -762,6 +821,7 @@ impl Unwinder {
                 state: TableState::Building,
                 loads: Vec::new(),
                 build_id: None,
+                borrowed: false,
                 inodes: HashSet::new(),
                 refs: 0,
                 last_used: Instant::now(),
@@ -957,16 +1017,17 @@ impl Unwinder {
         self.stats.builds += 1;
         self.stats.bad_fdes += table.stats.bad_fdes;
         // Another file with the same build id (a container's copy of libc)
-        // already has rows: share them.
+        // already has these rows: share them. Only if they are the same
+        // rows: anyone can write a build id into a file of their own, with
+        // CFI of their choosing (issue 61: root's program unwound by a
+        // local user's forged rows, 0 of 504 samples whole).
         if let Some(bid) = &info.build_id
-            && let Some(&other) = self.by_build_id.get(bid)
-            && other != built.id
-            && let Some(o) = self.tables.get(&other)
-            && matches!(o.state, TableState::Ready { .. })
+            && let Some(state) = self.same_rows_as(bid, built.id, &table, &name)
         {
-            let state = o.state.clone();
+            self.stats.shared += 1;
             if let Some(e) = self.tables.get_mut(&built.id) {
                 e.state = state;
+                e.borrowed = true;
                 e.loads = info.loads;
                 e.build_id = info.build_id;
             }
@@ -982,7 +1043,7 @@ impl Unwinder {
         if let Some(bid) = &info.build_id
             && matches!(state, TableState::Ready { .. })
         {
-            self.by_build_id.insert(bid.clone(), built.id);
+            self.note_owner(bid, built.id);
         }
         if let Some(e) = self.tables.get_mut(&built.id) {
             e.state = state;
@@ -990,6 +1051,68 @@ impl Unwinder {
             e.build_id = info.build_id;
         }
         self.publish(built.id);
+    }
+
+    /// The state of a table of build id `bid` whose block in the row array
+    /// is what `table`'s rows pack to: the same unwinding, rule for rule.
+    /// Packed with the rules held, adding none (a row naming a rule not held
+    /// is in no block). Costs a pack and a read of each owner's block (at
+    /// most [`BUILD_ID_OWNERS`]), only for files whose build id some table
+    /// already has.
+    fn same_rows_as(
+        &mut self,
+        bid: &[u8],
+        id: TableId,
+        table: &table::UnwindTable,
+        name: &str,
+    ) -> Option<TableState> {
+        let owners: Vec<(u32, u32)> = self
+            .by_build_id
+            .get(bid)?
+            .iter()
+            .filter(|&&o| o != id)
+            .filter_map(|o| match self.tables.get(o)?.state {
+                TableState::Ready { start, len } => Some((start, len)),
+                _ => None,
+            })
+            .collect();
+        if owners.is_empty() {
+            return None;
+        }
+        let words = packed::pack_known(&table.rows, &self.rules);
+        let found = words.and_then(|w| {
+            owners.into_iter().find(|&(start, len)| {
+                w.len() == len as usize && self.rows.read(start, len).is_ok_and(|r| r == w)
+            })
+        });
+        if found.is_none() {
+            self.stats.build_id_rows_differ += 1;
+            tracing::info!(
+                "{name} has the build id of a file in the unwind tables but other CFI: given a table of its own"
+            );
+        }
+        found.map(|(start, len)| TableState::Ready { start, len })
+    }
+
+    /// Notes table `id` as holding rows of its own under build id `bid`,
+    /// for files of that build id to share (the first [`BUILD_ID_OWNERS`]:
+    /// a user making many files of someone's build id costs the others
+    /// that share, never their rows).
+    fn note_owner(&mut self, bid: &[u8], id: TableId) {
+        let owners = self.by_build_id.entry(bid.to_vec()).or_default();
+        if owners.len() < BUILD_ID_OWNERS && !owners.contains(&id) {
+            owners.push(id);
+        }
+    }
+
+    /// Forgets table `id` as an owner of build id `bid`'s rows.
+    fn forget_owner(&mut self, bid: &[u8], id: TableId) {
+        if let Some(owners) = self.by_build_id.get_mut(bid) {
+            owners.retain(|&o| o != id);
+            if owners.is_empty() {
+                self.by_build_id.remove(bid);
+            }
+        }
     }
 
     /// Packs a built table and finds it room in the row array: its state.
@@ -1105,7 +1228,7 @@ impl Unwinder {
         let mut room: u64 = self.free.values().map(|&l| u64::from(l)).sum();
         for (id, e) in &self.tables {
             if let TableState::Ready { len, .. } = e.state
-                && self.owns_rows(*id, e)
+                && Self::owns_rows(e)
                 && (e.refs == 0 || !hot(id))
             {
                 room += u64::from(len);
@@ -1175,7 +1298,7 @@ impl Unwinder {
             let victim = self
                 .tables
                 .iter()
-                .filter(|&(&id, e)| e.refs == 0 && self.owns_rows(id, e))
+                .filter(|&(_, e)| e.refs == 0 && Self::owns_rows(e))
                 .min_by_key(|(_, e)| e.last_used)
                 .map(|(id, _)| *id);
             if let Some(victim) = victim {
@@ -1208,7 +1331,7 @@ impl Unwinder {
             let cold = self
                 .tables
                 .iter()
-                .filter(|&(&id, e)| self.owns_rows(id, e))
+                .filter(|&(_, e)| Self::owns_rows(e))
                 .filter_map(|(&id, e)| {
                     let TableState::Ready { start, .. } = e.state else {
                         return None;
@@ -1272,7 +1395,7 @@ impl Unwinder {
             let TableState::Ready { start, len } = e.state else {
                 continue;
             };
-            if !self.owns_rows(id, e) {
+            if !Self::owns_rows(e) {
                 continue;
             }
             if let Some(Some(uid)) = owner.get(&start)
@@ -1326,16 +1449,19 @@ impl Unwinder {
             tracing::debug!("unwind table of {} taken back: {why}", e.name);
         }
         self.recent.note(Lately::Evicted);
+        let mut owned = Vec::new();
         for (&tid, e) in self.tables.iter_mut() {
             if matches!(e.state, TableState::Ready { start: s, .. } if s == start) {
                 e.state = TableState::NoRoom { words: len };
-                if let Some(b) = &e.build_id
-                    && self.by_build_id.get(b) == Some(&tid)
-                {
-                    self.by_build_id.remove(b);
+                e.borrowed = false;
+                if let Some(b) = &e.build_id {
+                    owned.push((b.clone(), tid));
                 }
                 self.stripped.insert(tid);
             }
+        }
+        for (b, tid) in owned {
+            self.forget_owner(&b, tid);
         }
         self.release_rows(start, len);
         self.stats.tables = self.stats.tables.saturating_sub(1);
@@ -1347,13 +1473,10 @@ impl Unwinder {
         }
     }
 
-    /// Whether table `id` holds rows of its own (rather than sharing another
+    /// Whether a table holds rows of its own (rather than sharing another
     /// table's by build id): evicting it frees room.
-    fn owns_rows(&self, id: TableId, e: &TableEntry) -> bool {
-        matches!(e.state, TableState::Ready { .. })
-            && e.build_id
-                .as_ref()
-                .is_none_or(|b| self.by_build_id.get(b) == Some(&id))
+    fn owns_rows(e: &TableEntry) -> bool {
+        matches!(e.state, TableState::Ready { .. }) && !e.borrowed
     }
 
     fn evict(&mut self, id: TableId) {
@@ -1371,18 +1494,24 @@ impl Unwinder {
                 )
                 .map(|(i, _)| *i)
                 .collect();
-            if let Some(b) = &e.build_id
-                && self.by_build_id.get(b) == Some(&id)
-            {
-                self.by_build_id.remove(b);
+            if let Some(b) = &e.build_id {
+                self.forget_owner(b, id);
             }
             if sharers.is_empty() {
                 self.release_rows(start, len);
                 self.stats.tables = self.stats.tables.saturating_sub(1);
                 self.stats.rows = self.stats.rows.saturating_sub(len as u64);
                 self.stats.bytes = self.stats.bytes.saturating_sub(u64::from(len) * 4);
-            } else if let Some(b) = &e.build_id {
-                self.by_build_id.insert(b.clone(), sharers[0]);
+            } else if !e.borrowed {
+                // Its rows stay for the files sharing them: one of those
+                // owns them now.
+                let heir = sharers[0];
+                if let Some(h) = self.tables.get_mut(&heir) {
+                    h.borrowed = false;
+                    if let Some(b) = h.build_id.clone() {
+                        self.note_owner(&b, heir);
+                    }
+                }
             }
         }
         self.stats.evicted += 1;

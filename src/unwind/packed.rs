@@ -91,6 +91,14 @@ impl Rules {
         std::mem::take(&mut self.added)
     }
 
+    /// The index of `row`'s rule if it is held, adding nothing.
+    fn known(&self, row: &UnwindRow) -> Option<u16> {
+        if row.cfa_rule() == CfaRule::None {
+            return Some(0);
+        }
+        self.index.get(&rule_bytes(row)).copied()
+    }
+
     fn index_of(&mut self, row: &UnwindRow, added: &mut usize) -> Result<u16, PackError> {
         if row.cfa_rule() == CfaRule::None {
             return Ok(0);
@@ -134,6 +142,22 @@ fn rule_bytes(row: &UnwindRow) -> RuleBytes {
 /// its offset 0 (the rule in force there), so a lookup never looks back
 /// past its page. On error, rules already added stay (harmless: unnamed).
 pub fn pack(rows: &[UnwindRow], rules: &mut Rules) -> Result<Vec<u32>, PackError> {
+    let mut added = 0;
+    pack_by(rows, |r| rules.index_of(r, &mut added))
+}
+
+/// Packs rows as [`pack`] does with the rules already held, adding none:
+/// `None` if a row names a rule not held (its block then differs from every
+/// block in the row array, whose rules are all held). To compare a file's
+/// rows with a table already packed, without adding its rules.
+pub fn pack_known(rows: &[UnwindRow], rules: &Rules) -> Option<Vec<u32>> {
+    pack_by(rows, |r| rules.known(r).ok_or(PackError::RulesFull)).ok()
+}
+
+fn pack_by(
+    rows: &[UnwindRow],
+    mut index: impl FnMut(&UnwindRow) -> Result<u16, PackError>,
+) -> Result<Vec<u32>, PackError> {
     let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
         return Err(PackError::Empty);
     };
@@ -146,7 +170,6 @@ pub fn pack(rows: &[UnwindRow], rules: &mut Rules) -> Result<Vec<u32>, PackError
     words.resize(offsets, 0);
     let mut in_force = 0u16; // before the first row: no FDE
     let mut i = 0;
-    let mut added = 0;
     for p in 0..pages {
         let page = first_page + p;
         words[HEADER_WORDS + p as usize] = words.len() as u32;
@@ -155,7 +178,7 @@ pub fn pack(rows: &[UnwindRow], rules: &mut Rules) -> Result<Vec<u32>, PackError
             words.push(u32::from(in_force));
         }
         while let Some(r) = rows.get(i).filter(|r| r.pc >> PAGE_SHIFT == page) {
-            in_force = rules.index_of(r, &mut added)?;
+            in_force = index(r)?;
             words.push(((r.pc & 0xffff) << 16) | u32::from(in_force));
             i += 1;
         }
@@ -267,6 +290,25 @@ mod tests {
         };
         assert_eq!(full, PackError::RulesFull);
         assert_eq!(rules.len(), MAX_RULES);
+    }
+
+    #[test]
+    fn packing_with_the_rules_held_adds_none_and_matches_only_equal_rows() {
+        let mut rules = Rules::default();
+        let rows = [rsp(0x10, 8), rsp(0x14, 16), none(0x20)];
+        let words = pack(&rows, &mut rules).unwrap();
+        let held = rules.len();
+        assert_eq!(pack_known(&rows, &rules), Some(words.clone()));
+        // Another offset where one was: a rule not held, so not the same
+        // block; nothing added.
+        assert_eq!(
+            pack_known(&[rsp(0x10, 8), rsp(0x14, 40), none(0x20)], &rules),
+            None
+        );
+        // Held rules at other addresses: a block, but another one.
+        let moved = pack_known(&[rsp(0x10, 16), rsp(0x14, 8), none(0x20)], &rules).unwrap();
+        assert_ne!(moved, words);
+        assert_eq!(rules.len(), held);
     }
 
     #[test]

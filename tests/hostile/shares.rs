@@ -174,6 +174,121 @@ fn one_user_cannot_fill_the_unwind_table_budget() {
     );
 }
 
+/// Rewrites every FDE's CFI instructions in `path`'s `.eh_frame` (in
+/// place, lengths unchanged) to say the CFA is rsp+40 everywhere: made-up
+/// CFI over the file's own addresses, under its own build id, as a local
+/// user can write into a copy of anyone's program. Returns how many FDEs
+/// were rewritten. gcc's x86-64 CIEs (`zR`, pointers pc-relative 4-byte)
+/// are assumed; anything else stops the test.
+fn forge_cfi(path: &Path) -> usize {
+    use object::{Object, ObjectSection};
+    let mut bytes = std::fs::read(path).unwrap();
+    let (at, len) = {
+        let file = object::File::parse(&bytes[..]).unwrap();
+        file.section_by_name(".eh_frame")
+            .and_then(|s| s.file_range())
+            .expect("the program has an .eh_frame")
+    };
+    let (at, end) = (at as usize, (at + len) as usize);
+    let u32_at = |b: &[u8], i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+    let mut i = at;
+    let mut forged = 0;
+    while i + 8 <= end {
+        let length = u32_at(&bytes, i) as usize;
+        if length == 0 {
+            break;
+        }
+        assert_ne!(length, 0xffff_ffff, "a 64-bit .eh_frame record");
+        let (body, next) = (i + 4, i + 4 + length);
+        if u32_at(&bytes, body) == 0 {
+            let aug = &bytes[body + 5..body + 8];
+            assert_eq!(aug, b"zR\0", "a CIE other than gcc's zR");
+        } else {
+            // CIE pointer, pc_begin, pc_range (4 bytes each), the
+            // augmentation data's length (a ULEB128 under 128, 0 for zR),
+            // then the instructions up to the record's end.
+            let aug_len = bytes[body + 12] as usize;
+            assert!(aug_len < 0x80, "augmentation data of {aug_len} bytes");
+            let ins = body + 13 + aug_len;
+            if next >= ins + 2 {
+                // DW_CFA_def_cfa_offset 40, then DW_CFA_nop.
+                bytes[ins] = 0x0e;
+                bytes[ins + 1] = 40;
+                bytes[ins + 2..next].fill(0);
+                forged += 1;
+            }
+        }
+        i = next;
+    }
+    std::fs::write(path, &bytes).unwrap();
+    forged
+}
+
+/// A local user's copy of root's frameless program with made-up CFI (the
+/// same build id, the same addresses: a copy with its `.eh_frame` edited),
+/// running when root's program starts, lends root's program none of its
+/// rows: root's stacks stay whole. An unedited copy of root's program (a
+/// container's copy of a library, as it were) still takes root's rows, the
+/// same build id and the same rows, counted as `rows_shared` (root's, as
+/// `build_id_rows_differ`). Before the
+/// rows were compared (issue 61), the forger's table served root's program:
+/// 0 of 504 samples whole.
+#[test]
+fn a_forged_build_id_lends_no_rows_to_another_users_program() {
+    require_root();
+    let _users = Users;
+    kill_user(HOSTILE);
+    let victim = victim_program("emberd-share-forged");
+    let dir = victim.parent().unwrap();
+    let forger = dir.join("forger");
+    std::fs::copy(&victim, &forger).unwrap();
+    let forged = forge_cfi(&forger);
+    assert!(forged >= 4, "{forged} FDEs rewritten in the forger's copy");
+    let honest = dir.join("honest_copy");
+    std::fs::copy(&victim, &honest).unwrap();
+    let d = Daemon::start(&[], &[]);
+    let f = Workload::spawn(run_as(HOSTILE, &forger).arg("30"));
+    wait(4000);
+    let w = Workload::spawn(Command::new(&victim).arg("12"));
+    wait(2000);
+    let _h = Workload::spawn(run_as(HOSTILE, &honest).arg("20"));
+    wait(6000);
+    let (share, n, ctx) = victim_complete(&d, w.pid());
+    // The forger's own stacks, unwound by its own rows: the forgery works
+    // (else this test would prove nothing).
+    let r = d.get(&format!("/folded?seconds=5&pid={}", f.pid()));
+    let p = parse_folded(&r.text());
+    let forger_all = sum_where(&p, |fr| fr[0] == "forger");
+    let forger_whole = sum_where(&p, |fr| fr[0] == "forger" && reaches_root(fr));
+    let m = d.get("/metrics").text();
+    let shared = metric(
+        &m,
+        "emberd_unwind_table_events_total{reason=\"rows_shared\"}",
+    );
+    let differ = metric(
+        &m,
+        "emberd_unwind_table_events_total{reason=\"build_id_rows_differ\"}",
+    );
+    assert!(
+        n >= 100 && share >= 0.99,
+        "{:.1}% of root's {n} samples are whole beside the forger's copy, expected >= 99%:\n{ctx}",
+        share * 100.0
+    );
+    assert!(
+        forger_all >= 100 && forger_whole * 10 < forger_all,
+        "the forger's own copy is unwound by its made-up rows: {forger_whole} of {forger_all} whole:\n{}",
+        top(&p, 6)
+    );
+    assert!(
+        differ >= 1.0,
+        "root's program, of the forger's build id with other rows, is counted: build_id_rows_differ = {differ}"
+    );
+    assert!(
+        shared >= 1.0,
+        "the unedited copy (same build id, same rows) takes root's rows: rows_shared = {shared}"
+    );
+}
+
 /// One user's threads blocking at thousands of distinct stacks
 /// (tests/workloads/many_stacks.c) cannot fill the events' stack map
 /// (`--stack-map-entries 1024` here) for everyone: they may hold half of
