@@ -152,6 +152,15 @@ impl InodeKey {
     }
 }
 
+/// What a user's share of the unwind tables is weighed in.
+#[derive(Debug, Clone, Copy)]
+enum Weigh {
+    /// Words of the row array.
+    Rows,
+    /// Rules added to the shared rule table.
+    RulesAdded,
+}
+
 /// Tables of one build id with rows of their own that a new file of that
 /// build id is compared with (copies of one file share the first; files
 /// that only claim its build id get tables of their own).
@@ -190,6 +199,9 @@ struct TableEntry {
     /// Its rows are another table's (the same build id and rows): evicting
     /// it frees no room.
     borrowed: bool,
+    /// Rules its pack added to the shared rule table: what its user is
+    /// charged with there.
+    rules_added: u32,
     /// The inodes the kernel maps the file by (device as the kernel
     /// numbers it, inode), as `/proc/PID/maps` shows them: the table's keys
     /// in `file_tables`.
@@ -822,6 +834,7 @@ impl Unwinder {
                 loads: Vec::new(),
                 build_id: None,
                 borrowed: false,
+                rules_added: 0,
                 inodes: HashSet::new(),
                 refs: 0,
                 last_used: Instant::now(),
@@ -1123,18 +1136,37 @@ impl Unwinder {
         table: &table::UnwindTable,
         elapsed: Duration,
     ) -> TableState {
-        let words = match packed::pack(&table.rows, &mut self.rules) {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::warn!("unwind table of {name} not packed: {e}");
-                self.stats.budget_refused += 1;
-                self.recent.note(Lately::Refused);
-                return TableState::NoRoom { words: 0 };
+        let words = loop {
+            match packed::pack(&table.rows, &mut self.rules) {
+                Ok(w) => break w,
+                // The rule table is full: the rules of a table of the user
+                // charged with the most are let go, if that user holds more
+                // than this table's users; else it waits (built again once
+                // room is made, as for rows).
+                Err(packed::PackError::RulesFull)
+                    if self.strip_for_share(id, 1, Weigh::RulesAdded) =>
+                {
+                    self.stats.tables_evicted_for_share += 1;
+                }
+                Err(e) => {
+                    tracing::warn!("unwind table of {name} not packed: {e}");
+                    self.stats.budget_refused += 1;
+                    self.recent.note(Lately::Refused);
+                    let words = match e {
+                        packed::PackError::RulesFull => table.rows.len().max(1) as u32,
+                        _ => 0,
+                    };
+                    return TableState::NoRoom { words };
+                }
             }
         };
-        self.upload_rules();
+        let added = self.upload_rules();
+        if let Some(e) = self.tables.get_mut(&id) {
+            e.rules_added = added;
+        }
         let len = words.len() as u32;
         if len > self.share_words {
+            self.rules.release(&words);
             self.stats.over_share += 1;
             self.recent.note(Lately::Refused);
             tracing::warn!(
@@ -1161,11 +1193,13 @@ impl Unwinder {
                 TableState::Ready { start, len }
             }
             Some(start) => {
+                self.rules.release(&words);
                 self.release_rows(start, len);
                 self.stats.build_failures += 1;
                 TableState::NoInfo
             }
             None => {
+                self.rules.release(&words);
                 self.stats.budget_refused += 1;
                 self.recent.note(Lately::Refused);
                 if was_waiting {
@@ -1182,9 +1216,11 @@ impl Unwinder {
     }
 
     /// Writes rules new since the last call to `unwind_infos`, before any
-    /// row naming them is written.
-    fn upload_rules(&mut self) {
-        for (i, bytes) in self.rules.take_added() {
+    /// row naming them is written: how many.
+    fn upload_rules(&mut self) -> u32 {
+        let added = self.rules.take_added();
+        let n = added.len() as u32;
+        for (i, bytes) in added {
             if let Err(e) =
                 self.infos_map
                     .update(&u32::from(i).to_ne_bytes(), &bytes, MapFlags::ANY)
@@ -1192,6 +1228,7 @@ impl Unwinder {
                 tracing::warn!("unwind_infos update failed: {e}");
             }
         }
+        n
     }
 
     /// When each table's processes last ran (sampled or noted).
@@ -1347,7 +1384,7 @@ impl Unwinder {
                     self.strip(victim, "its processes have not run for 30 s");
                     self.stats.tables_evicted_cold += 1;
                 }
-                _ if self.strip_for_share(want, len) => {
+                _ if self.strip_for_share(want, len, Weigh::Rows) => {
                     self.stats.tables_evicted_for_share += 1;
                 }
                 _ => return None,
@@ -1355,15 +1392,17 @@ impl Unwinder {
         }
     }
 
-    /// With every row in use by a live process: takes back the rows of
-    /// the table used longest ago among those only one user's processes
-    /// map, that user holding the most such rows, if it holds more than
-    /// the users wanting `want` would with it. One user mapping many large
-    /// files of their own thus cannot keep the tables of everyone else's
-    /// new programs out. Tables mapped by several users (libc) are no one's
-    /// share, and root's (the host's services) are never taken. Returns
-    /// whether rows were freed.
-    fn strip_for_share(&mut self, want: TableId, len: u32) -> bool {
+    /// With every row (or rule) in use by a live process: takes back the
+    /// rows of the table used longest ago among those only one user's
+    /// processes map, that user holding the most such rows (or having
+    /// added the most rules, as `by` weighs), if it holds more than the
+    /// users wanting `want` would with `need` more. One user mapping many
+    /// large files of their own, or files of thousands of distinct frame
+    /// sizes, thus cannot keep the tables of everyone else's new programs
+    /// out. Tables mapped by several users (libc) are no one's share, and
+    /// root's (the host's services) are never taken. Returns whether a
+    /// table was taken back.
+    fn strip_for_share(&mut self, want: TableId, need: u32, by: Weigh) -> bool {
         // Who maps each block of rows (tables sharing rows by build id are
         // one block); None: several users.
         let mut owner: HashMap<u32, Option<u32>> = HashMap::new();
@@ -1401,7 +1440,16 @@ impl Unwinder {
             if let Some(Some(uid)) = owner.get(&start)
                 && *uid != ROOT
             {
-                *held.entry(*uid).or_default() += u64::from(len);
+                let weight = match by {
+                    Weigh::Rows => u64::from(len),
+                    Weigh::RulesAdded => u64::from(e.rules_added),
+                };
+                // A table weighing nothing (no rule of its own) frees
+                // nothing of what is wanted.
+                if weight == 0 {
+                    continue;
+                }
+                *held.entry(*uid).or_default() += weight;
                 let o = oldest.entry(*uid).or_insert((e.last_used, id));
                 if e.last_used < o.0 {
                     *o = (e.last_used, id);
@@ -1423,16 +1471,16 @@ impl Unwinder {
         else {
             return false;
         };
-        if most <= mine + u64::from(len) {
+        if most <= mine + u64::from(need) {
             return false;
         }
         let Some(&(_, victim)) = oldest.get(&top) else {
             return false;
         };
         tracing::debug!(
-            "unwind table budget full: taking back a table of uid {top} ({most} rows) for uid(s) {wanting:?}"
+            "unwind table budget full: taking back a table of uid {top} ({most} {by:?}) for uid(s) {wanting:?}"
         );
-        self.strip(victim, "its user holds the most rows");
+        self.strip(victim, "its user holds the most rows or rules");
         true
     }
 
@@ -1463,7 +1511,7 @@ impl Unwinder {
         for (b, tid) in owned {
             self.forget_owner(&b, tid);
         }
-        self.release_rows(start, len);
+        self.free_block(start, len);
         self.stats.tables = self.stats.tables.saturating_sub(1);
         self.stats.rows = self.stats.rows.saturating_sub(u64::from(len));
         self.stats.bytes = self.stats.bytes.saturating_sub(u64::from(len) * 4);
@@ -1498,7 +1546,7 @@ impl Unwinder {
                 self.forget_owner(b, id);
             }
             if sharers.is_empty() {
-                self.release_rows(start, len);
+                self.free_block(start, len);
                 self.stats.tables = self.stats.tables.saturating_sub(1);
                 self.stats.rows = self.stats.rows.saturating_sub(len as u64);
                 self.stats.bytes = self.stats.bytes.saturating_sub(u64::from(len) * 4);
@@ -1516,6 +1564,19 @@ impl Unwinder {
         }
         self.stats.evicted += 1;
         self.recent.note(Lately::Evicted);
+    }
+
+    /// Takes a table's block out of the row array: its rules (those no
+    /// other block names) and its words are free again.
+    fn free_block(&mut self, start: u32, len: u32) {
+        match self.rows.read(start, len) {
+            Ok(words) => {
+                self.rules.release(&words);
+            }
+            // Its rules stay held (bounded: the rule table is).
+            Err(e) => tracing::warn!("unwind rows not read back to free their rules: {e}"),
+        }
+        self.release_rows(start, len);
     }
 
     fn release_rows(&mut self, start: u32, len: u32) {

@@ -52,12 +52,22 @@ pub enum PackError {
 pub type RuleBytes = [u8; RULE_BYTES];
 
 /// The rules every table's rows name by index (`unwind_infos`). Index 0 is
-/// "no FDE covers the pc" (all zeros, as the BPF array starts). Rules are
-/// never taken back: a host's tables name a few thousand, and the whole
-/// table is 256 KiB of kernel memory.
+/// "no FDE covers the pc" (all zeros, as the BPF array starts).
+///
+/// Each rule counts the blocks naming it: a block's rules are held while
+/// it is in the row array ([`Rules::release`] when its rows are), and a
+/// rule no block names is forgotten and its index given to the next new
+/// one. A pack that fails adds nothing. Rules were never taken back before
+/// (issue 61): a local user's files of 4,097 distinct frame sizes each,
+/// refused one after the other, left their 4,096 new rules each, and 16
+/// such files filled the 65,536 for as long as the daemon ran.
 #[derive(Debug)]
 pub struct Rules {
     index: HashMap<RuleBytes, u16>,
+    /// Each index's rule (for forgetting it) and the blocks naming it.
+    slots: Vec<(RuleBytes, u32)>,
+    /// Indices of forgotten rules, to reuse.
+    free: Vec<u16>,
     /// Rules added since [`Rules::take_added`] was last called, for the
     /// BPF map.
     added: Vec<(u16, RuleBytes)>,
@@ -69,6 +79,9 @@ impl Default for Rules {
         index.insert([0; RULE_BYTES], 0);
         Self {
             index,
+            // Index 0 is named by every block and never forgotten.
+            slots: vec![([0; RULE_BYTES], u32::MAX)],
+            free: Vec::new(),
             added: Vec::new(),
         }
     }
@@ -99,26 +112,90 @@ impl Rules {
         self.index.get(&rule_bytes(row)).copied()
     }
 
-    fn index_of(&mut self, row: &UnwindRow, added: &mut usize) -> Result<u16, PackError> {
-        if row.cfa_rule() == CfaRule::None {
-            return Ok(0);
-        }
-        let bytes = rule_bytes(row);
-        if let Some(&i) = self.index.get(&bytes) {
+    /// The index of `row`'s rule, added if new (noted in `fresh`, at most
+    /// [`MAX_NEW_RULES_PER_TABLE`] of them).
+    fn index_of(&mut self, row: &UnwindRow, fresh: &mut Vec<u16>) -> Result<u16, PackError> {
+        if let Some(i) = self.known(row) {
             return Ok(i);
         }
-        if self.index.len() >= MAX_RULES {
-            return Err(PackError::RulesFull);
-        }
-        *added += 1;
-        if *added > MAX_NEW_RULES_PER_TABLE {
+        if fresh.len() >= MAX_NEW_RULES_PER_TABLE {
             return Err(PackError::TooManyRules);
         }
-        let i = self.index.len() as u16;
+        let bytes = rule_bytes(row);
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[usize::from(i)] = (bytes, 0);
+                i
+            }
+            None if self.slots.len() < MAX_RULES => {
+                self.slots.push((bytes, 0));
+                (self.slots.len() - 1) as u16
+            }
+            None => return Err(PackError::RulesFull),
+        };
         self.index.insert(bytes, i);
-        self.added.push((i, bytes));
+        fresh.push(i);
         Ok(i)
     }
+
+    /// Holds the rules block `words` names (once each); `fresh` were added
+    /// for it and go to the BPF map.
+    fn hold(&mut self, words: &[u32], fresh: &[u16]) {
+        for i in named(words) {
+            let n = &mut self.slots[usize::from(i)].1;
+            *n = n.saturating_add(1);
+        }
+        self.added
+            .extend(fresh.iter().map(|&i| (i, self.slots[usize::from(i)].0)));
+    }
+
+    /// Forgets rules added by a pack that failed.
+    fn undo(&mut self, fresh: &[u16]) {
+        for &i in fresh {
+            self.forget(i);
+        }
+    }
+
+    fn forget(&mut self, i: u16) {
+        let bytes = self.slots[usize::from(i)].0;
+        self.index.remove(&bytes);
+        self.slots[usize::from(i)].1 = 0;
+        self.free.push(i);
+    }
+
+    /// Lets go of the rules block `words` (packed by [`pack`], now out of
+    /// the row array) names: a rule no block names is forgotten. Returns
+    /// how many were.
+    pub fn release(&mut self, words: &[u32]) -> usize {
+        let mut forgotten = 0;
+        for i in named(words) {
+            let n = &mut self.slots[usize::from(i)].1;
+            // u32::MAX: index 0, or a count that could not be kept.
+            if *n == u32::MAX {
+                continue;
+            }
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.forget(i);
+                forgotten += 1;
+            }
+        }
+        forgotten
+    }
+}
+
+/// The distinct rule indices a block's rows name, index 0 left out.
+fn named(words: &[u32]) -> Vec<u16> {
+    let pages = words.get(1).copied().unwrap_or(0) as usize;
+    let rows = words.get(HEADER_WORDS + pages + 1..).unwrap_or(&[]);
+    let mut seen: Vec<u16> = rows
+        .iter()
+        .map(|w| (w & 0xffff) as u16)
+        .filter(|&i| i != 0)
+        .collect();
+    seen.sort_unstable();
+    seen.dedup();
+    seen
 }
 
 /// A row's rule as the BPF map holds it.
@@ -140,10 +217,20 @@ fn rule_bytes(row: &UnwindRow) -> RuleBytes {
 /// them) into one block: `[first page, pages, page offsets (pages + 1),
 /// rows]`. Every page from the first row's to the last row's gets a row at
 /// its offset 0 (the rule in force there), so a lookup never looks back
-/// past its page. On error, rules already added stay (harmless: unnamed).
+/// past its page. Its rules are held until [`Rules::release`]; on error,
+/// none is added.
 pub fn pack(rows: &[UnwindRow], rules: &mut Rules) -> Result<Vec<u32>, PackError> {
-    let mut added = 0;
-    pack_by(rows, |r| rules.index_of(r, &mut added))
+    let mut fresh = Vec::new();
+    match pack_by(rows, |r| rules.index_of(r, &mut fresh)) {
+        Ok(words) => {
+            rules.hold(&words, &fresh);
+            Ok(words)
+        }
+        Err(e) => {
+            rules.undo(&fresh);
+            Err(e)
+        }
+    }
 }
 
 /// Packs rows as [`pack`] does with the rules already held, adding none:
@@ -274,22 +361,75 @@ mod tests {
         let distinct = |n: u32, from: u32| -> Vec<UnwindRow> {
             (0..n).map(|i| rsp(i * 2, (from + i) * 8)).collect()
         };
-        // One table cannot add more than its share of new rules...
+        // One table cannot add more than its share of new rules, and a
+        // table refused keeps none of those it named...
         let over = MAX_NEW_RULES_PER_TABLE as u32 + 1;
-        assert_eq!(
-            pack(&distinct(over, 100), &mut rules),
-            Err(PackError::TooManyRules)
-        );
+        for _ in 0..20 {
+            assert_eq!(
+                pack(&distinct(over, 100), &mut rules),
+                Err(PackError::TooManyRules)
+            );
+        }
+        assert_eq!(rules.len(), 3);
+        assert!(rules.take_added().is_empty());
         // ...and the table as a whole is bounded.
         let mut n = 1_000_000;
+        let mut packed = Vec::new();
         let full = loop {
             match pack(&distinct(MAX_NEW_RULES_PER_TABLE as u32, n), &mut rules) {
-                Ok(_) => n += MAX_NEW_RULES_PER_TABLE as u32,
+                Ok(w) => {
+                    packed.push(w);
+                    n += MAX_NEW_RULES_PER_TABLE as u32;
+                }
                 Err(e) => break e,
             }
         };
         assert_eq!(full, PackError::RulesFull);
-        assert_eq!(rules.len(), MAX_RULES);
+        let held = rules.len();
+        assert_eq!(held, 3 + packed.len() * MAX_NEW_RULES_PER_TABLE);
+        assert!(held > MAX_RULES - MAX_NEW_RULES_PER_TABLE);
+        // A block out of the array lets its rules go, for the next table's.
+        let uploaded = rules.take_added().len();
+        assert_eq!(uploaded, held - 3);
+        assert_eq!(
+            rules.release(&packed.pop().unwrap()),
+            MAX_NEW_RULES_PER_TABLE
+        );
+        assert_eq!(rules.len(), held - MAX_NEW_RULES_PER_TABLE);
+        let again = pack(
+            &distinct(MAX_NEW_RULES_PER_TABLE as u32, 7_000_000),
+            &mut rules,
+        )
+        .unwrap();
+        assert_eq!(rules.len(), held);
+        let reused = rules.take_added();
+        assert_eq!(reused.len(), MAX_NEW_RULES_PER_TABLE);
+        assert!(reused.iter().all(|&(i, _)| usize::from(i) < held));
+        for (words, rows) in [(again, distinct(MAX_NEW_RULES_PER_TABLE as u32, 7_000_000))] {
+            for r in &rows[..rows.len() - 1] {
+                let i = lookup(&words, r.pc).unwrap();
+                assert_eq!(
+                    reused.iter().find(|(j, _)| *j == i).unwrap().1,
+                    rule_bytes(r)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_rule_two_blocks_name_stays_until_both_are_released() {
+        let mut rules = Rules::default();
+        let a = pack(&[rsp(0x10, 8), rsp(0x14, 24), none(0x20)], &mut rules).unwrap();
+        let b = pack(&[rsp(0x10, 8), none(0x20)], &mut rules).unwrap();
+        assert_eq!(rules.len(), 3);
+        assert_eq!(rules.release(&a), 1, "rsp+24 is a's alone");
+        assert_eq!(rules.len(), 2);
+        assert_eq!(
+            pack_known(&[rsp(0x10, 8), none(0x20)], &rules),
+            Some(b.clone())
+        );
+        assert_eq!(rules.release(&b), 1);
+        assert!(rules.is_empty());
     }
 
     #[test]

@@ -289,6 +289,128 @@ fn a_forged_build_id_lends_no_rows_to_another_users_program() {
     );
 }
 
+/// A program whose one function, `frames`, steps through `n` distinct CFA
+/// offsets from `base`, 8 bytes apart (its CFI names `n` rules no other
+/// file does), and which sleeps for argv[1] s.
+fn rule_filler(dir: &Path, name: &str, base: u32, n: u32) -> PathBuf {
+    let mut asm = String::from(
+        ".text\n.globl frames\n.type frames,@function\nframes:\n.cfi_startproc\nsub $8,%rsp\n",
+    );
+    for i in 0..n {
+        asm.push_str(&format!(".cfi_def_cfa_offset {}\nnop\n", base + 8 * i));
+    }
+    asm.push_str(".cfi_def_cfa_offset 16\nadd $8,%rsp\n.cfi_def_cfa_offset 8\nret\n.cfi_endproc\n");
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(
+        &src,
+        format!(
+            "#include <stdlib.h>\n#include <unistd.h>\n__asm__({asm:?});\n\
+             int main(int argc, char **argv) {{ sleep(argc > 1 ? atoi(argv[1]) : 10); return 0; }}\n"
+        ),
+    )
+    .unwrap();
+    let out = dir.join(name);
+    let status = Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("running gcc");
+    assert!(status.success(), "gcc failed to build {}", src.display());
+    out
+}
+
+/// One user cannot fill the rule table the unwind tables share (65,536
+/// rules: CFA offsets and how rbp is saved). First the issue's attack: 20
+/// programs of 4,097 distinct frame sizes each, each refused for naming
+/// over 4,096 new rules, which used to keep the 4,096 it added: 16 of them
+/// filled the table until the daemon restarted, and root's program
+/// started next was `[unwind error: table budget full]` in every sample
+/// (0.000 of 668). A refused table now keeps no rule. Then the user fills
+/// the table with tables it may keep (4,096 new rules each, then smaller
+/// ones to the brim); root's program, whose frames name two sizes nobody
+/// else's do, still gets its rules: a table of the user charged with the
+/// most rules is taken back (`table_evicted_for_share`), for it or for
+/// root's processes before it.
+#[test]
+fn one_user_cannot_fill_the_unwind_rule_table() {
+    require_root();
+    let _users = Users;
+    kill_user(HOSTILE);
+    let dir = Path::new("/tmp/emberd-share-rules");
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let victim = dir.join("wide_frames");
+    std::fs::copy(build_c_debian("wide_frames"), &victim).unwrap();
+    // Distinct offsets across programs: each program's rules are new.
+    let mut base = 1 << 20;
+    let mut over = Vec::new();
+    for i in 0..20 {
+        over.push(rule_filler(dir, &format!("over{i}"), base, 4097));
+        base += 8 * 4200;
+    }
+    let mut kept = Vec::new();
+    for i in 0..16 {
+        kept.push(rule_filler(dir, &format!("full{i}"), base, 4096));
+        base += 8 * 4200;
+    }
+    for n in [2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1] {
+        kept.push(rule_filler(dir, &format!("brim{n}"), base, n));
+        base += 8 * 4200;
+    }
+    let d = Daemon::start(&[], &[]);
+    let figure = |d: &Daemon, name: &str| metric(&d.get("/metrics").text(), name);
+    let rules = "emberd_unwind_tables{map=\"rules\"}";
+    let refused = "emberd_unwind_table_events_total{reason=\"budget_refused\"}";
+    let run_all = |progs: &[PathBuf]| {
+        let list: Vec<String> = progs.iter().map(|p| p.display().to_string()).collect();
+        Workload::spawn(run_as(HOSTILE, Path::new("/bin/sh")).arg("-c").arg(format!(
+            "for f in {}; do $f 60 & sleep 0.1; done; wait",
+            list.join(" ")
+        )))
+    };
+    let _over = run_all(&over);
+    wait(5000);
+    let after_over = figure(&d, rules);
+    let refused_over = figure(&d, refused);
+    assert!(
+        refused_over >= 20.0 && after_over < 20_000.0,
+        "{refused_over} tables refused for naming 4,097 new rules each (20 run) left {after_over} rules held (the host's own need a few thousand)"
+    );
+    let _full = run_all(&kept);
+    wait(8000);
+    // Full once at least: a table of the user's was refused for room.
+    // (Root's processes started meanwhile, setpriv's among them, may have
+    // had one of the user's tables taken back since.)
+    let full = figure(&d, rules);
+    let refused_full = figure(&d, refused) - refused_over;
+    assert!(
+        refused_full >= 1.0,
+        "the user's programs should fill the 65,536 rules ({full} held, {refused_full} of their tables refused)"
+    );
+    let w = Workload::spawn(Command::new(&victim).arg("14"));
+    wait(8000);
+    let r = d.get(&format!("/folded?seconds=5&pid={}", w.pid()));
+    let p = parse_folded(&r.text());
+    let all = sum_where(&p, |f| f[0] == "wide_frames");
+    let whole = sum_where(&p, |f| {
+        f[0] == "wide_frames"
+            && has_seq(f, &["main", "level_a", "level_b", "level_c"])
+            && reaches_root(f)
+    });
+    let stripped = figure(
+        &d,
+        "emberd_unwind_table_events_total{reason=\"table_evicted_for_share\"}",
+    );
+    let _ = std::fs::remove_dir_all(dir);
+    assert!(
+        all >= 100 && whole as f64 >= 0.99 * all as f64,
+        "{whole} of root's {all} samples are whole with the rule table full ({full} rules held, {stripped} of the user's tables taken back), expected >= 99%:\n{}",
+        top(&p, 6)
+    );
+}
+
 /// One user's threads blocking at thousands of distinct stacks
 /// (tests/workloads/many_stacks.c) cannot fill the events' stack map
 /// (`--stack-map-entries 1024` here) for everyone: they may hold half of
