@@ -184,18 +184,23 @@ impl Rules {
     }
 }
 
-/// The distinct rule indices a block's rows name, index 0 left out.
+/// The distinct rule indices a block's rows name, index 0 left out: one
+/// pass over the rows with a bit per index (8 KiB), not a sort of a
+/// million-row table's indices on the collector thread.
 fn named(words: &[u32]) -> Vec<u16> {
     let pages = words.get(1).copied().unwrap_or(0) as usize;
     let rows = words.get(HEADER_WORDS + pages + 1..).unwrap_or(&[]);
-    let mut seen: Vec<u16> = rows
-        .iter()
-        .map(|w| (w & 0xffff) as u16)
-        .filter(|&i| i != 0)
-        .collect();
-    seen.sort_unstable();
-    seen.dedup();
-    seen
+    let mut seen = vec![0u64; MAX_RULES / 64];
+    let mut out = Vec::new();
+    for w in rows {
+        let i = (w & 0xffff) as usize;
+        let bit = 1u64 << (i % 64);
+        if i != 0 && seen[i / 64] & bit == 0 {
+            seen[i / 64] |= bit;
+            out.push(i as u16);
+        }
+    }
+    out
 }
 
 /// A row's rule as the BPF map holds it.
