@@ -133,6 +133,7 @@ fn main() -> anyhow::Result<()> {
         max_age: week,
         read_only: false,
         query_bytes: 64 << 20,
+        write_every: emberd::store::disk::defaults::WRITE_SECONDS,
     })?;
     let cpu = cpu_seconds();
     let t = Instant::now();

@@ -226,6 +226,10 @@ settings! {
     /// Days of history kept on disk.
     history_days: u64 = crate::store::disk::defaults::DAYS,
         range 1..=366;
+    /// Seconds between writes of the history on disk (a divisor of 60): a
+    /// kill loses at most this and 7 s; shorter writes more files.
+    history_write_seconds: u64 = crate::store::disk::defaults::WRITE_SECONDS,
+        range 5..=60;
     /// Serve the history directory without sampling (a directory copied
     /// from another host, read only).
     // A switch on the command line (`--no-sample`), a boolean in the file.
@@ -581,12 +585,21 @@ pub fn history_of(raw: &RawConfig) -> anyhow::Result<Option<crate::store::disk::
     if !dir.is_absolute() {
         bail!("history_dir = {}: use an absolute path", dir.display());
     }
+    let write_every = raw.history_write_seconds()?;
+    // Files start at multiples of their span, and tier 1 rolls up the
+    // files of each hour: a span that divides a minute fits both.
+    if 60 % write_every != 0 {
+        bail!(
+            "history_write_seconds = {write_every}: use a divisor of 60 (5, 6, 10, 12, 15, 20, 30 or 60)"
+        );
+    }
     Ok(Some(crate::store::disk::DiskOptions {
         dir,
         budget_bytes: raw.history_disk_mib()? << 20,
         max_age: raw.history_days()? * 86400,
         read_only: no_sample,
         query_bytes: crate::store::disk::defaults::QUERY_BYTES,
+        write_every,
     }))
 }
 
@@ -934,6 +947,26 @@ mod tests {
             "{none:?}"
         );
         assert!(file.clone().overridden_by(none).python == Some(false));
+    }
+
+    #[test]
+    fn history_writes_divide_a_minute() {
+        let with = |line: &str| {
+            let raw: RawConfig =
+                toml::from_str(&format!("history_dir = \"/var/tmp/emberd-h\"\n{line}")).unwrap();
+            Config::from_raw(raw)
+        };
+        let e = with("history_write_seconds = 7").unwrap_err().to_string();
+        assert!(
+            e.contains("history_write_seconds = 7: use a divisor of 60"),
+            "{e}"
+        );
+        let e = with("history_write_seconds = 4").unwrap_err().to_string();
+        assert_eq!(e, "history_write_seconds = 4 is out of range: use 5..=60");
+        let c = with("history_write_seconds = 10").unwrap();
+        assert_eq!(c.history.unwrap().write_every, 10);
+        let c = with("").unwrap();
+        assert_eq!(c.history.unwrap().write_every, 30);
     }
 
     #[test]

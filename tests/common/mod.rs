@@ -477,6 +477,96 @@ pub fn status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
 }
 
+/// The CPU time (user and system) process `pid` has used so far, in
+/// seconds: what a sampler at a known rate should have seen of it.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    try_cpu_seconds(pid).unwrap_or_else(|| panic!("no CPU time in /proc/{pid}/stat"))
+}
+
+/// [`cpu_seconds`], or `None` once the process is gone.
+fn try_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields count from
+    // the last ')'.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let fields: Vec<&str> = rest.split(' ').collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100);
+    Some(ticks as f64 / hz as f64)
+}
+
+/// A process's CPU time read every 100 ms by a thread of its own, so that
+/// what it ran in a window of wall-clock seconds (a daemon's `from=` and
+/// `to=`) can be compared with the samples of that window: a check of the
+/// sampling rate that holds however much CPU its neighbours leave it.
+pub struct CpuMeter {
+    /// (unix time, CPU seconds), in order.
+    readings: std::sync::Arc<std::sync::Mutex<Vec<(f64, f64)>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl CpuMeter {
+    /// Starts reading `pid`'s CPU time; the readings stop when it exits.
+    pub fn start(pid: u32) -> Self {
+        use std::sync::atomic::Ordering;
+        let readings = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (r, s) = (readings.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let Some(cpu) = try_cpu_seconds(pid) else {
+                    break;
+                };
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs_f64();
+                r.lock().unwrap().push((now, cpu));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        CpuMeter {
+            readings,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// CPU seconds the process ran between unix times `from` and `to`
+    /// (each read from the reading nearest it, within 100 ms). Panics if
+    /// the readings do not cover both.
+    pub fn between(&self, from: f64, to: f64) -> f64 {
+        let r = self.readings.lock().unwrap();
+        let at = |t: f64| {
+            let (when, cpu) = r
+                .iter()
+                .min_by(|a, b| (a.0 - t).abs().total_cmp(&(b.0 - t).abs()))
+                .copied()
+                .expect("no CPU reading yet");
+            assert!(
+                (when - t).abs() <= 0.2,
+                "no CPU reading within 0.2 s of {t:.1} (nearest {when:.1})"
+            );
+            cpu
+        };
+        at(to) - at(from)
+    }
+}
+
+impl Drop for CpuMeter {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// Reads folded text.
 pub fn parse_folded(text: &str) -> Profile {
     emberd::render::folded::read(text.as_bytes()).expect("valid folded stacks")

@@ -37,6 +37,10 @@ pub mod defaults {
     pub const DISK_MIB: u64 = 1024;
     /// Days kept (`history_days`).
     pub const DAYS: u64 = 7;
+    /// Seconds between writes, the span of a tier-0 file
+    /// (`history_write_seconds`): a kill loses at most this, the seal
+    /// delay and a drain.
+    pub const WRITE_SECONDS: u64 = 30;
     /// Estimated bytes one query may hold while it merges disk segments
     /// (its interned stacks and sums); past it, further new stacks are
     /// counted under one marker frame. The memory store's own budget
@@ -50,7 +54,9 @@ pub mod defaults {
 pub struct Tier {
     /// Slot length, seconds.
     pub resolution: u64,
-    /// Seconds one file covers at most (files start at multiples of it).
+    /// Seconds one file covers at most (files start at multiples of it);
+    /// tier 0's is the writer's interval, [`DiskOptions::write_every`]
+    /// (its default here).
     pub span: u64,
     /// Age (seconds after a next-tier span ends) at which this tier's
     /// files in that span are rolled up; `u64::MAX`: never.
@@ -62,7 +68,7 @@ pub struct Tier {
 pub const TIERS: [Tier; 3] = [
     Tier {
         resolution: 1,
-        span: writer::WRITE_EVERY,
+        span: defaults::WRITE_SECONDS,
         keep: 3600,
     },
     Tier {
@@ -91,6 +97,11 @@ pub struct DiskOptions {
     pub read_only: bool,
     /// Bytes one query may hold while merging ([`defaults::QUERY_BYTES`]).
     pub query_bytes: usize,
+    /// Seconds between writes, a divisor of a minute
+    /// ([`defaults::WRITE_SECONDS`]): each write is one file per event
+    /// that has samples. Files of any span read alike, so a restart with
+    /// another interval serves the old files as they are.
+    pub write_every: u64,
 }
 
 /// Why the history directory cannot be used.

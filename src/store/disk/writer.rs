@@ -1,5 +1,6 @@
-//! The writer: after each drain, every minute whose seconds the memory
-//! stores have sealed is copied out of them (under their read locks, a few
+//! The writer: after each drain, every interval (`history_write_seconds`,
+//! 30 s by default) whose seconds the memory stores have sealed is copied
+//! out of them (under their read locks, a few
 //! milliseconds) and handed to a thread of its own, which encodes and
 //! writes it, then rolls up and trims the directory. A slow or failing
 //! disk never delays a drain: the queue holds a few minutes and a full
@@ -16,10 +17,6 @@ use crate::store::Store;
 /// Segments (of all events) the queue holds.
 const QUEUE: usize = 64;
 
-/// Seconds of one tier-0 file: a kill loses at most this, the seal delay
-/// and a drain (about 37 s), and no more than a minute.
-pub const WRITE_EVERY: u64 = 30;
-
 enum Job {
     Write {
         event: &'static str,
@@ -33,9 +30,11 @@ enum Job {
 #[derive(Debug)]
 pub struct Recorder {
     archive: Arc<Archive>,
-    /// The next second to write (store seconds, a multiple of
-    /// [`WRITE_EVERY`]).
+    /// The next second to write (store seconds, a multiple of `every`).
     next: Mutex<u64>,
+    /// Seconds each write covers ([`super::DiskOptions::write_every`],
+    /// at least 1).
+    every: u64,
     tx: Mutex<Option<SyncSender<Job>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -70,13 +69,15 @@ impl Recorder {
     /// holding `start` (store seconds).
     pub fn start(archive: Arc<Archive>, start: u64) -> std::io::Result<Recorder> {
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+        let every = archive.options().write_every.max(1);
         let a = archive.clone();
         let thread = std::thread::Builder::new()
             .name("emberd-history".into())
             .spawn(move || run(a, rx))?;
         Ok(Recorder {
             archive,
-            next: Mutex::new(start - start % WRITE_EVERY),
+            next: Mutex::new(start - start % every),
+            every,
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
         })
@@ -118,7 +119,7 @@ impl Recorder {
         }
     }
 
-    /// After a drain at `now` (store seconds): writes every minute the
+    /// After a drain at `now` (store seconds): writes every interval the
     /// stores have sealed, then has the directory maintained.
     pub fn after_insert<'a>(
         &self,
@@ -127,9 +128,9 @@ impl Recorder {
     ) {
         let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
         let mut wrote = false;
-        while *next + WRITE_EVERY + crate::store::SEAL_AFTER < now {
-            self.export(*next, *next + WRITE_EVERY, stores.clone());
-            *next += WRITE_EVERY;
+        while *next + self.every + crate::store::SEAL_AFTER < now {
+            self.export(*next, *next + self.every, stores.clone());
+            *next += self.every;
             wrote = true;
         }
         if wrote {
