@@ -217,8 +217,8 @@ pub fn run() -> Vec<Item> {
                 match e.form() {
                     crate::collect::forms::ProgramForm::Loop => "task storage".to_string(),
                     crate::collect::forms::ProgramForm::Bounded => format!(
-                        "a hash of thread ids (no task storage in tracing programs before Linux 5.11): {} threads at most, half of them for any one user but root",
-                        crate::collect::events::BLOCKED_THREADS
+                        "a hash of thread ids (no task storage in tracing programs before Linux 5.11): {} threads at most (offcpu_bounded_threads), half of them for any one user but root",
+                        e.options().blocked_threads
                     ),
                 }
             ),

@@ -177,7 +177,14 @@ fn catch_interrupt() {
 }
 
 fn process_alive(pid: Pid) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
+    // An exited process its parent has not reaped yet is a zombie: it has no
+    // samples left to give, so `record -p` ends there, as perf's does. Only
+    // when no thread is left: a leader that called pthread_exit is a zombie
+    // too while its other threads run (they keep the count above one).
+    match procfs::process::Process::new(pid.0 as i32).and_then(|p| p.stat()) {
+        Ok(stat) => !(stat.state == 'Z' && stat.num_threads <= 1),
+        Err(_) => std::path::Path::new(&format!("/proc/{pid}")).exists(),
+    }
 }
 
 /// `knobs` with only what `event` needs switched on, for process `pid`.

@@ -58,6 +58,13 @@ pub mod defaults {
     /// Sampled allocations tracked live (for the in-use view), in the
     /// kernel and in the agent each; more are counted as allocated only.
     pub const MALLOC_LIVE_ENTRIES: u32 = 65536;
+    /// Threads the bounded form keeps off-CPU state for (`blocked_by_tid`,
+    /// about 200 bytes each, preallocated: 6.3 MiB of kernel memory; config
+    /// `offcpu_bounded_threads`). Linux's default pid_max is 32768 (4194304
+    /// on many distributions, but hosts run far fewer threads); a thread
+    /// beyond it is counted (`ECOUNTER_BLOCKED_FULL`) and its off-CPU time
+    /// not recorded.
+    pub const BLOCKED_THREADS: u32 = 32768;
     /// Whether brk, mmap and munmap are on by default: no. Any syscall
     /// tracepoint, raw or classic, puts every syscall of every task on the
     /// kernel's tracing path: measured here (scripts/bench memory) a
@@ -111,6 +118,9 @@ pub struct EventOptions {
     pub malloc_sample_bytes: u64,
     /// [`defaults::MALLOC_LIVE_ENTRIES`].
     pub malloc_live_entries: u32,
+    /// Entries of the bounded form's blocked-thread table (at least 64):
+    /// [`defaults::BLOCKED_THREADS`].
+    pub blocked_threads: u32,
     /// Entries of `event_stacks` (stacks of blocked threads and wakers);
     /// one user may hold at most half of them (see `bpf/events.bpf.c`).
     pub stack_entries: u32,
@@ -142,6 +152,7 @@ impl Default for EventOptions {
             malloc: MallocTargets::default(),
             malloc_sample_bytes: defaults::MALLOC_SAMPLE_BYTES,
             malloc_live_entries: defaults::MALLOC_LIVE_ENTRIES,
+            blocked_threads: defaults::BLOCKED_THREADS,
             stack_entries: defaults::STACK_MAP_ENTRIES.max(super::defaults::stack_map_entries()),
             counts_entries: defaults::COUNTS_MAP_ENTRIES.max(super::defaults::counts_map_entries()),
         }
@@ -519,23 +530,6 @@ impl fmt::Debug for EventSampler {
 /// allocations, read every drain): 1 MiB holds about 14,000 records.
 const HEAP_RING_BYTES: u32 = 1 << 20;
 
-/// Threads the bounded form keeps off-CPU state for (`blocked_by_tid`,
-/// about 200 bytes each, preallocated: 6.3 MiB of kernel memory). Linux's
-/// default pid_max is 32768 (4194304 on many distributions, but hosts run
-/// far fewer threads); a thread beyond it is counted
-/// (`ECOUNTER_BLOCKED_FULL`) and its off-CPU time not recorded.
-pub const BLOCKED_THREADS: u32 = 32768;
-
-/// The size of `blocked_by_tid`: [`BLOCKED_THREADS`], or
-/// `EMBERD_TEST_BLOCKED_THREADS` (at least 64): the tests fill a small
-/// table where filling 32768 entries would take minutes.
-fn blocked_threads() -> u32 {
-    std::env::var("EMBERD_TEST_BLOCKED_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .map_or(BLOCKED_THREADS, |n| n.max(64))
-}
-
 /// `DROPPED_LABEL` in `bpf/events.bpf.c`: events a full counts buffer could
 /// not take, kept by thread without stacks.
 const DROPPED_LABEL: &str = "!counts_full";
@@ -627,7 +621,7 @@ fn load(
     cfg.malloc_sample_bytes = options.malloc_sample_bytes;
     cfg.stack_share = u64::from(options.stack_entries.max(64) / 2);
     rodata.unwind_config.bounded = u8::from(bounded);
-    let blocked = blocked_threads();
+    let blocked = options.blocked_threads.max(64);
     cfg.blocked_share = blocked / 2;
     // Woken to drain early once a buffer is half full: a busy thread pool
     // fills 16384 keys in well under the 1 s between drains.

@@ -81,6 +81,10 @@ pub mod defaults {
     /// preallocated before Linux 6.1). A user other than root holds at
     /// most half.
     pub const NODE_PROCESSES: u32 = 1024;
+    /// Python processes whose frames the walker reads (`py_procs`, 80
+    /// bytes each, allocated as they are found; preallocated before Linux
+    /// 6.1). A user other than root holds at most half.
+    pub const PYTHON_PROCESSES: u32 = 4096;
     /// Samples per second per CPU. 99, not 100, so sampling does not run in
     /// lock-step with work that is itself timed in round milliseconds.
     pub const FREQUENCY_HZ: u64 = 99;
@@ -240,6 +244,10 @@ pub struct SamplerOptions {
     /// of it for any one user but root; default
     /// [`defaults::NODE_PROCESSES`]).
     pub node_processes: u32,
+    /// Python processes whose frames the walker reads (`py_procs`; half
+    /// of it for any one user but root; default
+    /// [`defaults::PYTHON_PROCESSES`]).
+    pub python_processes: u32,
 }
 
 impl Default for SamplerOptions {
@@ -256,6 +264,7 @@ impl Default for SamplerOptions {
             python_code_entries: defaults::PYTHON_CODE_ENTRIES,
             java_processes: defaults::JAVA_PROCESSES,
             node_processes: defaults::NODE_PROCESSES,
+            python_processes: defaults::PYTHON_PROCESSES,
         }
     }
 }
@@ -429,6 +438,10 @@ impl CpuSampler {
         open.maps
             .v8_procs
             .set_max_entries(options.node_processes.clamp(2, processes))
+            .map_err(|source| CollectError::Load { source })?;
+        open.maps
+            .py_procs
+            .set_max_entries(options.python_processes.clamp(2, processes))
             .map_err(|source| CollectError::Load { source })?;
         open.maps
             .py_codes

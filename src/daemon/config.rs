@@ -287,6 +287,10 @@ settings! {
     // 64 bytes of kernel memory each; a user other than root holds at most
     // half, and further processes of theirs stay native (counted).
     node_processes: u32 = crate::collect::defaults::NODE_PROCESSES, range 2..=65_536;
+    /// Python processes whose frames the walker reads.
+    // 80 bytes of kernel memory each; a user other than root holds at most
+    // half, and further processes of theirs stay native (counted).
+    python_processes: u32 = crate::collect::defaults::PYTHON_PROCESSES, range 2..=65_536;
     /// Larger perf maps are not read, MiB.
     perf_map_max_mib: u64 = crate::symbolize::defaults::PERF_MAP_MAX_FILE_BYTES >> 20,
         range 1..=4096;
@@ -352,6 +356,9 @@ settings! {
     /// Sampled allocations tracked until freed.
     malloc_live_entries: u32 = crate::collect::events::defaults::MALLOC_LIVE_ENTRIES,
         range 1..=1 << 22;
+    /// Threads whose off-CPU state the bounded form (Linux 5.10-5.16) keeps.
+    offcpu_bounded_threads: u32 = crate::collect::events::defaults::BLOCKED_THREADS,
+        range 64..=1 << 20;
     /// Push each interval's profiles to Grafana Pyroscope at this base URL (http://host:4040).
     pyroscope_url: String;
     /// File whose first line is the bearer token of Pyroscope pushes.
@@ -429,6 +436,8 @@ pub struct Config {
     pub python_code_entries: u32,
     /// Entries of the BPF map of HotSpot JVMs.
     pub java_processes: u32,
+    /// Entries of the BPF map of Python processes.
+    pub python_processes: u32,
     /// Read JavaScript frames of Node.js processes.
     pub node: bool,
     /// Entries of the BPF map of node processes.
@@ -546,6 +555,7 @@ impl Config {
             java_processes: raw.java_processes()?,
             node: raw.node(),
             node_processes: raw.node_processes()?,
+            python_processes: raw.python_processes()?,
             symbolizer: symbolizer_of(&raw)?,
             history: history_of(&raw)?,
             no_sample: raw.no_sample(),
@@ -586,12 +596,10 @@ pub fn history_of(raw: &RawConfig) -> anyhow::Result<Option<crate::store::disk::
         bail!("history_dir = {}: use an absolute path", dir.display());
     }
     let write_every = raw.history_write_seconds()?;
-    // Files start at multiples of their span, and tier 1 rolls up the
-    // files of each hour: a span that divides a minute fits both.
-    if 60 % write_every != 0 {
-        bail!(
-            "history_write_seconds = {write_every}: use a divisor of 60 (5, 6, 10, 12, 15, 20, 30 or 60)"
-        );
+    // Refused here too, so that a bad file names the setting before the
+    // daemon starts.
+    if !crate::store::disk::write_interval_fits(write_every) {
+        bail!(crate::store::disk::DiskError::WriteInterval(write_every));
     }
     Ok(Some(crate::store::disk::DiskOptions {
         dir,
@@ -659,6 +667,7 @@ fn events_of(raw: &RawConfig) -> anyhow::Result<crate::collect::events::EventOpt
             ev::STACK_MAP_ENTRIES.max(crate::collect::defaults::stack_map_entries())
         }),
         malloc_live_entries: raw.malloc_live_entries()?,
+        blocked_threads: raw.offcpu_bounded_threads()?,
     };
     if let Some(c) = events
         .malloc

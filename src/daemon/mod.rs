@@ -258,6 +258,7 @@ fn sampler_options(config: &Config) -> SamplerOptions {
         python_code_entries: config.python_code_entries,
         java_processes: config.java_processes,
         node_processes: config.node_processes,
+        python_processes: config.python_processes,
         // Idle samples are kept in the store and left out at query time
         // unless `idle=1` asks for them.
         include_idle: true,
@@ -360,6 +361,7 @@ fn app_state(config: &Config, shared: &Shared) -> AppState {
         metrics: shared.metrics.clone(),
         liveness: shared.liveness.clone(),
         in_flight: Arc::new(tokio::sync::Semaphore::new(serve::MAX_IN_FLIGHT)),
+        logins_in_flight: Arc::new(tokio::sync::Semaphore::new(serve::MAX_LOGINS_IN_FLIGHT)),
         access: Arc::new(serve::Access {
             allowed_hosts: config.allowed_hosts.clone(),
             token: config.auth_token.clone(),

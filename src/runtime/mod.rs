@@ -103,8 +103,8 @@ pub trait Runtime: Send {
     /// Its name: the `runtime` of its log lines and metrics.
     fn name(&self) -> &'static str;
     /// A process's mappings were read or its tables changed: give the BPF
-    /// walker what it needs of this runtime in the process (user `uid`),
-    /// or take it back. `mapped`: its mappings whose files hold something
+    /// walker what it needs of this runtime in the process (of account
+    /// `uid`: whose share it counts in), or take it back. `mapped`: its mappings whose files hold something
     /// for a runtime (any runtime: each picks its own); `code`: all its
     /// executable mappings.
     fn place(&mut self, pid: Pid, uid: u32, mapped: &[Mapped<'_>], code: &[CodeRange]);
@@ -207,12 +207,16 @@ pub fn namers(maps: &UnwindMaps) -> Result<Vec<Box<dyn FrameNamer>>, CollectErro
     ])
 }
 
-/// Whether process `pid` of user `uid` may take a place in a runtime's BPF
-/// map of `max_entries`, which every user's processes share: root always,
-/// a process that holds one keeps it, another user holds at most half
-/// (issue 41), so one user's thousands of processes cannot leave
-/// another's unnamed. `placed`: (process, user) of those holding a place.
-/// Linear in them, once per upload of a process.
+/// Whether process `pid` of account `uid` (a uid, or the owner of the
+/// subordinate range holding it: [`crate::shared::accounts`]) may take a
+/// place in a runtime's BPF map of `max_entries`, which every user's
+/// processes share: root always, a process that holds one keeps it,
+/// another user holds at most half (issue 41), so one user's thousands of
+/// processes cannot leave another's unnamed, and all users but root
+/// together at most three quarters, so that many users (or the many uids
+/// of one, without a range in `/etc/subuid`) leave room for root's.
+/// `placed`: (process, account) of those holding a place. Linear in
+/// them, once per upload of a process.
 pub(crate) fn may_place(
     pid: Pid,
     uid: u32,
@@ -220,14 +224,16 @@ pub(crate) fn may_place(
     placed: impl Iterator<Item = (Pid, u32)>,
 ) -> bool {
     let share = (max_entries / 2).max(1) as usize;
-    let mut held = 0;
+    let others_at_most = (max_entries - (max_entries / 4).max(1)) as usize;
+    let (mut held, mut others) = (0, 0);
     for (p, u) in placed {
         if p == pid {
             return true;
         }
         held += usize::from(u == uid);
+        others += usize::from(u != 0);
     }
-    uid == 0 || held < share
+    uid == 0 || (held < share && others < others_at_most)
 }
 
 /// The bytes of `value`, a C struct of integers (a BPF map's value type):
@@ -252,4 +258,28 @@ fn handle(map: &MapHandle, name: &'static str) -> Result<MapHandle, CollectError
 /// (bpf/emberd.h), which no user or kernel address has.
 pub fn is_tagged(slot: u64) -> bool {
     slot >> 60 == 0xe
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(places: &[(u32, u32)]) -> impl Iterator<Item = (Pid, u32)> + '_ {
+        places.iter().map(|&(p, u)| (Pid(p), u))
+    }
+
+    #[test]
+    fn a_user_holds_half_and_all_users_three_quarters_root_always_placed() {
+        // 8 places: one user at most 4, users other than root at most 6.
+        let one_user: Vec<(u32, u32)> = (1..=4).map(|p| (p, 1000)).collect();
+        assert!(!may_place(Pid(9), 1000, 8, held(&one_user)));
+        assert!(may_place(Pid(9), 1001, 8, held(&one_user)));
+        assert!(
+            may_place(Pid(4), 1000, 8, held(&one_user)),
+            "a place held is kept"
+        );
+        let many_uids: Vec<(u32, u32)> = (1..=6).map(|p| (p, 100_000 + p)).collect();
+        assert!(!may_place(Pid(9), 1001, 8, held(&many_uids)));
+        assert!(may_place(Pid(9), 0, 8, held(&many_uids)));
+    }
 }

@@ -432,22 +432,54 @@ pub(super) async fn old_login(RawQuery(_): RawQuery) -> Response {
 /// Longest body of `POST /login/session` (a code is 32 bytes).
 const MAX_CODE_BODY: usize = 256;
 
+/// Time the body of `POST /login/session` has to arrive once its head has:
+/// a code is 32 bytes, and a client that sends it slower holds one of the
+/// few [`super::MAX_LOGINS_IN_FLIGHT`] places meanwhile.
+pub const LOGIN_BODY_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// `POST /login/session` with the code as the body: spends it for the
 /// browser's user and answers the session (text).
 pub(super) async fn redeem(
     State(st): State<AppState>,
     ends: Option<axum::Extension<Option<Ends>>>,
-    body: axum::body::Bytes,
+    body: axum::body::Body,
 ) -> Response {
+    let body = match tokio::time::timeout(
+        LOGIN_BODY_TIMEOUT,
+        axum::body::to_bytes(body, MAX_CODE_BODY),
+    )
+    .await
+    {
+        Ok(Ok(body)) => body,
+        Ok(Err(e)) => {
+            let e = e.into_inner();
+            if e.is::<http_body_util::LengthLimitError>() {
+                return (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "a login code is 32 hex digits\n",
+                )
+                    .into_response();
+            }
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("reading the login code: {e}\n"),
+            )
+                .into_response();
+        }
+        Err(_) => {
+            return (
+                StatusCode::REQUEST_TIMEOUT,
+                [(header::CONNECTION, "close")],
+                format!(
+                    "the login code did not arrive within {} s of the request's head\n",
+                    LOGIN_BODY_TIMEOUT.as_secs()
+                ),
+            )
+                .into_response();
+        }
+    };
     if st.access.token.is_none() {
         return (StatusCode::OK, [(header::CACHE_CONTROL, "no-store")], "").into_response();
-    }
-    if body.len() > MAX_CODE_BODY {
-        return (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "a login code is 32 hex digits\n",
-        )
-            .into_response();
     }
     let code = String::from_utf8_lossy(&body).trim().to_owned();
     if code.is_empty() {

@@ -237,6 +237,9 @@ pub struct AppState {
     pub access: Arc<Access>,
     /// Bounds requests being answered at once to [`MAX_IN_FLIGHT`].
     pub in_flight: Arc<tokio::sync::Semaphore>,
+    /// Bounds `POST /login/session`s (unauthenticated, reading a body) at
+    /// once to [`MAX_LOGINS_IN_FLIGHT`], apart from [`Self::in_flight`].
+    pub logins_in_flight: Arc<tokio::sync::Semaphore>,
     /// Sampling frequency (for pprof's period and SVG titles).
     pub frequency_hz: u64,
     /// Retention in seconds (the longest window a query may ask for).
@@ -311,6 +314,12 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// once rather than queueing without bound (each holds a rendered body).
 pub const MAX_IN_FLIGHT: usize = 64;
 
+/// `POST /login/session`s answered at once, from a pool of their own: it
+/// is the one route that reads a body before anyone is authenticated, so
+/// any local user's slow bodies could otherwise take every slot of
+/// [`MAX_IN_FLIGHT`] from the scrapers and the page. More get 503.
+pub const MAX_LOGINS_IN_FLIGHT: usize = 8;
+
 /// A request not answered within this gets 503. A render it started ends
 /// on its own and is not kept (see [`render_now`]).
 pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -332,11 +341,16 @@ async fn limits(State(st): State<AppState>, req: Request, next: Next) -> Respons
     if req.uri().path() == "/healthz" {
         return next.run(req).await;
     }
-    let Ok(_permit) = st.in_flight.clone().try_acquire_owned() else {
+    let (pool, most) = if req.uri().path() == "/login/session" {
+        (&st.logins_in_flight, MAX_LOGINS_IN_FLIGHT)
+    } else {
+        (&st.in_flight, MAX_IN_FLIGHT)
+    };
+    let Ok(_permit) = pool.clone().try_acquire_owned() else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             [(axum::http::header::RETRY_AFTER, "1")],
-            format!("too many requests in flight (more than {MAX_IN_FLIGHT}); retry\n"),
+            format!("too many requests in flight (more than {most}); retry\n"),
         )
             .into_response();
     };

@@ -1,6 +1,7 @@
 //! The words every stage shares: process and thread ids, named frames, the
 //! hash maps, the clock. It imports no stage; every stage may import it.
 
+pub mod accounts;
 pub mod clock;
 pub mod elf;
 pub mod events;

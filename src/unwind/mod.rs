@@ -23,6 +23,7 @@
 
 pub mod metrics;
 pub mod packed;
+mod queue;
 pub mod table;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -30,7 +31,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
@@ -39,7 +40,9 @@ use procfs::process::{MMapPath, Process};
 use crate::collect::UnwindMaps;
 use crate::runtime::{CodeRange, Finding, Mapped, Runtime};
 use crate::shared::Pid;
+use crate::shared::accounts::Accounts;
 use crate::shared::elf::{self, ElfHeader};
+use queue::{BuildJob, JobQueue};
 use table::{ElfInfo, TableSource};
 
 /// Defaults and fixed bounds of the unwind stage.
@@ -214,6 +217,9 @@ struct TableEntry {
     source: BuildSource,
     /// Builds that found their path gone (see [`Unwinder::finish`]).
     gone_tries: u8,
+    /// Whose turn its builds wait in (see [`queue`]): the account that
+    /// first asked for it, root's once root's asked.
+    account: u32,
 }
 
 /// One executable mapping of a process.
@@ -227,7 +233,8 @@ struct ProcMapping {
 
 #[derive(Debug)]
 struct ProcState {
-    /// The process's real user id: whose share of the tables it uses.
+    /// Whose share of the tables it uses: its real user id's account
+    /// (the owner of a subordinate range holding it, or that uid).
     uid: u32,
     /// CLOCK_MONOTONIC ns just before the mappings were read: the BPF
     /// unwinder ignores them if the process exec'd after (`exec_at`).
@@ -247,12 +254,6 @@ impl ProcState {
         self.sampled_at
             .map_or(self.noted_at, |s| s.max(self.noted_at))
     }
-}
-
-/// What the builder thread is asked to compile.
-struct BuildJob {
-    id: TableId,
-    source: BuildSource,
 }
 
 #[derive(Debug, Clone)]
@@ -382,6 +383,8 @@ pub struct Unwinder {
     files_map: MapHandle,
     refresh_map: MapHandle,
     refresh_pending: MapHandle,
+    /// `exec_at`: when each process last exec'd.
+    exec_at: MapHandle,
     max_processes: usize,
     files: HashMap<FileKey, TableId>,
     /// The tables holding rows of their own under each build id, to share
@@ -391,8 +394,10 @@ pub struct Unwinder {
     tables: HashMap<TableId, TableEntry>,
     next_id: TableId,
     processes: HashMap<Pid, ProcState>,
-    /// Processes in `processes` per real user id.
+    /// Processes in `processes` per account ([`ProcState::uid`]).
     per_uid: HashMap<u32, u32>,
+    /// Whose share each real uid counts in (`/etc/subuid`'s ranges).
+    accounts: Accounts,
     /// Processes refused a place in a full `proc_unwind`, and when: read
     /// again at most every [`defaults::REFRESH_INTERVAL`], however often
     /// the BPF unwinder asks.
@@ -411,65 +416,6 @@ pub struct Unwinder {
     /// The most words one table may take ([`defaults::FILE_SHARE`]).
     share_words: u32,
     recent: Recent,
-}
-
-/// The builder thread's queue: tables sampled processes wait for first.
-#[derive(Default)]
-struct JobQueue {
-    state: Mutex<Queued>,
-    ready: Condvar,
-}
-
-#[derive(Default)]
-struct Queued {
-    /// For processes that ran lately (noticed, sampled, or asked for by
-    /// the BPF unwinder).
-    urgent: VecDeque<BuildJob>,
-    /// For processes listed at start.
-    later: VecDeque<BuildJob>,
-    closed: bool,
-}
-
-impl JobQueue {
-    fn push(&self, job: BuildJob, urgent: bool) {
-        let mut q = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if urgent {
-            q.urgent.push_back(job);
-        } else {
-            q.later.push_back(job);
-        }
-        self.ready.notify_one();
-    }
-
-    /// The next job, urgent ones first; `None` once closed.
-    fn pop(&self) -> Option<BuildJob> {
-        let mut q = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if q.closed {
-                return None;
-            }
-            if let Some(j) = q.urgent.pop_front().or_else(|| q.later.pop_front()) {
-                return Some(j);
-            }
-            q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-
-    /// Moves a queued job for table `id` to the urgent queue.
-    fn hurry(&self, id: TableId) {
-        let mut q = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = q.later.iter().position(|j| j.id == id)
-            && let Some(j) = q.later.remove(i)
-        {
-            q.urgent.push_back(j);
-        }
-    }
-
-    fn close(&self) {
-        let mut q = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        q.closed = true;
-        self.ready.notify_all();
-    }
 }
 
 impl Drop for Unwinder {
@@ -613,12 +559,14 @@ impl Unwinder {
             files_map: maps.files,
             refresh_map: maps.refresh,
             refresh_pending: maps.refresh_pending,
+            exec_at: maps.exec_at,
             files: HashMap::new(),
             by_build_id: HashMap::new(),
             tables: HashMap::new(),
             next_id: 1,
             processes: HashMap::new(),
             per_uid: HashMap::new(),
+            accounts: Accounts::system(),
             refused: HashMap::new(),
             stripped: HashSet::new(),
             jobs,
@@ -685,7 +633,30 @@ impl Unwinder {
     /// and gives the BPF unwinder its mappings. Called when a process is
     /// first sampled (or has exec'd), and when the unwinder asks.
     pub fn note_process(&mut self, pid: Pid) {
+        // Exec'd since its mappings were read: what the runtimes hold of it
+        // is the old program's (a JVM's code cache is read once), and its
+        // places count in its user's share. Let go, read again below from
+        // the new program's mappings. (A process is noticed twice, once by
+        // each BPF object, and again when the notice map forgets it: only
+        // an exec after the last read counts.)
+        if let Some(state) = self.processes.get(&pid)
+            && self.exec_since(pid, state.read_ns)
+        {
+            for r in &mut self.runtimes {
+                r.forget(pid);
+            }
+        }
         self.read_process(pid, Instant::now(), true);
+    }
+
+    /// Whether `pid` exec'd after CLOCK_MONOTONIC `ns` (`exec_at`; no:
+    /// when it has no entry there).
+    fn exec_since(&self, pid: Pid, ns: u64) -> bool {
+        let mut value = [0u8; 8];
+        matches!(
+            self.exec_at.lookup_into(&pid.0.to_ne_bytes(), &mut value, MapFlags::ANY),
+            Ok(true) if u64::from_ne_bytes(value) > ns
+        )
     }
 
     /// Reads a process's executable mappings (see [`Unwinder::note_process`]);
@@ -696,6 +667,7 @@ impl Unwinder {
         let Some(uid) = real_uid(pid) else {
             return; // gone
         };
+        let uid = self.accounts.account(uid);
         let Ok(maps) = crate::shared::procmaps::code_maps(pid) else {
             return;
         };
@@ -732,7 +704,7 @@ impl Unwinder {
                             || path.display().to_string(),
                             |n| n.to_string_lossy().into(),
                         );
-                        let id = self.table_for(key, name, BuildSource::File(source), urgent);
+                        let id = self.table_for(key, name, BuildSource::File(source), urgent, uid);
                         self.map_inode(
                             id,
                             InodeKey {
@@ -744,7 +716,7 @@ impl Unwinder {
                     })
                 }
                 MMapPath::Vdso => {
-                    Some(self.table_for(VDSO_KEY, "[vdso]".into(), BuildSource::Vdso, urgent))
+                    Some(self.table_for(VDSO_KEY, "[vdso]".into(), BuildSource::Vdso, urgent, uid))
                 }
                 _ => None,
             };
@@ -813,12 +785,16 @@ impl Unwinder {
         name: String,
         source: BuildSource,
         urgent: bool,
+        account: u32,
     ) -> TableId {
         if let Some(&id) = self.files.get(&key)
-            && let Some(e) = self.tables.get(&id)
+            && let Some(e) = self.tables.get_mut(&id)
         {
             if urgent && matches!(e.state, TableState::Building) {
-                self.jobs.hurry(id);
+                self.jobs.hurry(id, account);
+            }
+            if account == ROOT {
+                e.account = ROOT;
             }
             return id;
         }
@@ -840,9 +816,17 @@ impl Unwinder {
                 last_used: Instant::now(),
                 source: source.clone(),
                 gone_tries: 0,
+                account,
             },
         );
-        self.jobs.push(BuildJob { id, source }, urgent);
+        self.jobs.push(
+            BuildJob {
+                id,
+                source,
+                account,
+            },
+            urgent,
+        );
         id
     }
 
@@ -928,6 +912,7 @@ impl Unwinder {
         for r in &mut self.runtimes {
             r.tick();
         }
+        self.accounts.refresh();
         if self.last_retry.elapsed() >= defaults::NO_ROOM_RETRY {
             self.last_retry = Instant::now();
             self.retry_no_room();
@@ -965,7 +950,13 @@ impl Unwinder {
         let Some(entry) = self.tables.get_mut(&built.id) else {
             return;
         };
-        entry.runtime = built.runtime;
+        // A file's finding is its content's (device, inode and mtime name
+        // one content): a rebuild that could not read the file (gone, or
+        // no room) keeps the one found before, or its runtime's process
+        // would be let go.
+        if built.runtime.is_some() {
+            entry.runtime = built.runtime;
+        }
         let name = entry.name.clone();
         // Read through a process that exited before the builder got to it
         // (cargo's `rustc -vV`, the first of a burst of short processes):
@@ -976,12 +967,14 @@ impl Unwinder {
         if built.gone {
             entry.gone_tries += 1;
             let tries = entry.gone_tries;
+            let account = entry.account;
             match self.source_of(built.id) {
                 Some(source) if tries < 4 => {
                     self.jobs.push(
                         BuildJob {
                             id: built.id,
                             source,
+                            account,
                         },
                         true,
                     );
@@ -1282,11 +1275,19 @@ impl Unwinder {
             let Some(source) = self.source_of(id) else {
                 continue;
             };
-            if let Some(e) = self.tables.get_mut(&id) {
-                e.state = TableState::Building;
-            }
+            let Some(e) = self.tables.get_mut(&id) else {
+                continue;
+            };
+            e.state = TableState::Building;
             self.stats.no_room_retries += 1;
-            self.jobs.push(BuildJob { id, source }, true);
+            self.jobs.push(
+                BuildJob {
+                    id,
+                    source,
+                    account: e.account,
+                },
+                true,
+            );
         }
     }
 
@@ -1400,8 +1401,10 @@ impl Unwinder {
     /// large files of their own, or files of thousands of distinct frame
     /// sizes, thus cannot keep the tables of everyone else's new programs
     /// out. Tables mapped by several users (libc) are no one's share, and
-    /// root's (the host's services) are never taken. Returns whether a
-    /// table was taken back.
+    /// root's (the host's services) are never taken; root's wants are met
+    /// while any one user's table is left. Users are accounts (a
+    /// subordinate range counts as its owner). Returns whether a table was
+    /// taken back.
     fn strip_for_share(&mut self, want: TableId, need: u32, by: Weigh) -> bool {
         // Who maps each block of rows (tables sharing rows by build id are
         // one block); None: several users.
@@ -1471,7 +1474,8 @@ impl Unwinder {
         else {
             return false;
         };
-        if most <= mine + u64::from(need) {
+        // Root (the host's services) is served while any user holds rows.
+        if most <= mine + u64::from(need) && !wanting.contains(&ROOT) {
             return false;
         }
         let Some(&(_, victim)) = oldest.get(&top) else {
@@ -1685,12 +1689,15 @@ impl Unwinder {
         }
     }
 
-    /// Makes room in a full `proc_unwind` for a process of `uid` when
-    /// another user holds more places than `uid` would after it: that
-    /// user's process read longest ago gives up its place. One user
-    /// starting thousands of processes thus takes at most an equal share
-    /// of the map from the others, not the whole of it. Root's processes
-    /// (the host's services; no user can start one) never give up theirs.
+    /// Makes room in a full `proc_unwind` for a process of account `uid`
+    /// when another account holds more places than `uid` would after it:
+    /// that account's process read longest ago gives up its place. One
+    /// user starting thousands of processes (under one uid or the many of
+    /// a subordinate range) thus takes at most an equal share of the map
+    /// from the others, not the whole of it. Root's processes (the host's
+    /// services; no user can start one) never give up theirs, and are
+    /// never refused while another user holds a place, however many
+    /// root's are.
     fn make_room(&mut self, uid: u32) -> bool {
         let mine = self.per_uid.get(&uid).copied().unwrap_or(0);
         let Some((top, most)) = self
@@ -1702,7 +1709,7 @@ impl Unwinder {
         else {
             return false;
         };
-        if top == uid || mine + 1 >= most {
+        if top == uid || (uid != ROOT && mine + 1 >= most) {
             return false;
         }
         let victim = self

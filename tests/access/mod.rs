@@ -322,6 +322,89 @@ fn code_of(url: &str) -> String {
         .to_owned()
 }
 
+/// User nobody opens 70 connections that send the head of a `POST
+/// /login/session` and only 3 bytes of its 32-byte body (the one route
+/// that reads a body before anyone is authenticated): they hold at most
+/// the login route's own places (8) and get 408 within the body timeout
+/// (5 s), the rest 503 at once, while the group's scraper and the page are
+/// answered meanwhile (all 64 request places were theirs before: 503).
+#[test]
+fn slow_login_bodies_take_no_scrapers_place() {
+    use std::io::BufRead;
+    require_root();
+    let inst = Installed::new("slowlogin");
+    let d = inst.daemon();
+    let token = std::fs::read_to_string(&inst.token).unwrap();
+    let script = format!(
+        r#"
+import socket, time
+conns = []
+for _ in range(70):
+    s = socket.create_connection(("127.0.0.1", {port}))
+    s.sendall(b"POST /login/session HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 32\r\n\r\nabc")
+    conns.append(s)
+print("sent", flush=True)
+codes, t0 = [], time.monotonic()
+for s in conns:
+    s.settimeout(max(0.1, 12 - (time.monotonic() - t0)))
+    try:
+        head = s.recv(64).decode(errors="replace")
+        codes.append(head.split(" ")[1] if head.startswith("HTTP/") else "closed")
+    except socket.timeout:
+        codes.append("open")
+print("answers", " ".join(codes), "after", round(time.monotonic() - t0, 1), flush=True)
+"#,
+        port = d.port
+    );
+    let (mut slow, mut out) = python_as_nobody(&script, &[], "sent");
+    let mut line = String::new();
+
+    // Meanwhile the scraper (the token) and the page are served.
+    let auth = format!("Authorization: Bearer {}\r\n", token.trim());
+    for i in 0..20 {
+        let r = request(d.port, "GET", "/metrics", &auth);
+        assert_eq!(
+            r.status,
+            200,
+            "scrape {i} beside 70 slow login bodies: {}",
+            r.text()
+        );
+        let page = request(d.port, "GET", "/", "");
+        assert_eq!(page.status, 200, "the page beside 70 slow login bodies");
+        wait(100);
+    }
+
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    let _ = slow.wait();
+    let codes: Vec<&str> = line
+        .split_whitespace()
+        .skip(1)
+        .take_while(|w| *w != "after")
+        .collect();
+    let count = |c: &str| codes.iter().filter(|x| **x == c).count();
+    let (timed_out, busy) = (count("408"), count("503"));
+    assert_eq!(codes.len(), 70, "{line}");
+    assert!(
+        (1..=8).contains(&timed_out),
+        "{timed_out} slow login bodies answered 408, expected 1 to 8 (the login route's places): {line}"
+    );
+    assert_eq!(
+        timed_out + busy,
+        70,
+        "every slow login body answered 408 (body timeout) or 503 (no place): {line}"
+    );
+    let took: f64 = line
+        .rsplit(' ')
+        .next()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(f64::MAX);
+    assert!(
+        took < 9.0,
+        "the slow bodies were answered only after {took} s (body timeout 5 s): {line}"
+    );
+}
+
 /// A login code older than 60 s gets 401 with the reason, while one
 /// minted 50 s later, used at the same moment, still logs in. (Apart from
 /// `login_codes_work_once_and_are_bounded`, which measures RSS alone, so

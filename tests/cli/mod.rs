@@ -219,6 +219,34 @@ fn record_command(out: &std::path::Path, command: &[&std::ffi::OsStr]) -> std::p
         .expect("running emberd")
 }
 
+/// `emberd record -p PID` ends when the process exits, as `perf record -p`
+/// does, also while its parent has not reaped it (a zombie has no samples
+/// to give): before, it ran its whole `-s` while `/proc/PID` was there.
+#[test]
+fn record_of_a_pid_ends_when_it_exits_unreaped() {
+    require_root();
+    let bin = build_c("phases");
+    // Not reaped until dropped: a zombie from its exit on.
+    let w = Workload::spawn(Command::new(&bin).args(["2", "1"]));
+    let t0 = std::time::Instant::now();
+    let p = record_folded(
+        "pid-exits.folded",
+        &["-s", "20", "-p", &w.pid().to_string()],
+    );
+    let took = t0.elapsed();
+    let ours = sum_where(&p, |f| f[0] == "phases");
+    assert!(
+        took < std::time::Duration::from_secs(12),
+        "record -s 20 -p ran {took:?} for a 3 s process that exited (unreaped)"
+    );
+    assert!(
+        ours >= 20 && sum_where(&p, |f| f.contains(&"phase_two")) > 0,
+        "{ours} samples of the process, expected its phases up to its exit:\n{}",
+        top(&p, 6)
+    );
+    drop(w);
+}
+
 /// `emberd record -- COMMAND` profiles the command it starts, as `perf
 /// record -g -- COMMAND` does: from its start (held until the programs are
 /// loaded) until it exits, only its samples, and with its exit status.

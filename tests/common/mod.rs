@@ -278,6 +278,37 @@ pub fn record_attached_to(path: &Path, workload: &mut Command, args: &[&str]) ->
     pid
 }
 
+/// Starts Debian's `python3 -c SCRIPT ARGS...` as user nobody (no
+/// groups), its output piped: a local user's own process (PATH's python3
+/// may be pyenv's, under root's home).
+/// Once it has printed `ready` (its first line), which it must: the child
+/// and the rest of its output.
+pub fn python_as_nobody(
+    script: &str,
+    args: &[&str],
+    ready: &str,
+) -> (Child, std::io::BufReader<std::process::ChildStdout>) {
+    use std::io::BufRead;
+    let mut child = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["/usr/bin/python3", "-c", script])
+        .args(args)
+        .env("HOME", "/")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("running setpriv (util-linux) and python3 as nobody");
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(
+        line.trim(),
+        ready,
+        "python3 as nobody did not start (its first line, {ready:?} expected)"
+    );
+    (child, out)
+}
+
 /// Runs `emberd record ARGS -o PATH` and returns its output.
 pub fn run_record(path: &Path, args: &[&str]) -> Output {
     emberd()
@@ -661,24 +692,8 @@ while True:
 impl Eavesdropper {
     /// Starts it as `nobody` on `port` (0: a free one).
     pub fn start(port: u16) -> Eavesdropper {
-        use std::io::BufRead;
         let port = if port == 0 { free_port() } else { port };
-        let mut child = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .args(["/usr/bin/python3", "-c", EAVESDROPPER, &port.to_string()])
-            .env("HOME", "/")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("running setpriv (util-linux) and python3 as nobody");
-        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        assert_eq!(
-            line.trim(),
-            "ready",
-            "the eavesdropper (python3 as nobody) did not start on port {port}"
-        );
+        let (child, out) = python_as_nobody(EAVESDROPPER, &[&port.to_string()], "ready");
         Eavesdropper { child, out, port }
     }
 
@@ -743,6 +758,8 @@ impl Compile {
             .args(["build", "--release", "--offline", "--locked"])
             .current_dir(&src)
             .env("CARGO_TARGET_DIR", dir.join("target"))
+            // As a build host's: not through scripts/test's clippy wrapper.
+            .env_remove("RUSTC_WORKSPACE_WRAPPER")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .process_group(0)

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 
+mod many_uids;
 mod shares;
 
 /// What a local user can put at the perf-map path of someone else's process.
@@ -78,27 +79,43 @@ fn hostile_perf_maps_do_not_stall_sampling() {
         // V8's own frames name node's JIT code before any perf map is
         // read (tests/v8): off here, so the map is what names it.
         let mut d = Daemon::start(&["--node", "false"], &[]);
-        wait(4000);
         let samples = |d: &Daemon| {
             metric(
                 &d.get("/metrics").text(),
                 "emberd_samples_total{event=\"cpu\"}",
             )
         };
+        // Until the map has been refused and node's native frames named
+        // (or 20 s): then sampling must go on, more samples within 3 s (a
+        // collector stuck on the map counts none).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let (m, refused, folded) = loop {
+            let m = d.get("/metrics").text();
+            let refused = metric(
+                &m,
+                &format!(
+                    "emberd_perf_maps_refused_total{{reason=\"{}\"}}",
+                    trap.reason()
+                ),
+            );
+            let folded = d
+                .get(&format!("/folded?seconds=5&pid={}", node.pid()))
+                .text();
+            let named = folded.lines().any(|l| l.contains("node::Start"));
+            if (refused >= 1.0 && named) || Instant::now() > deadline {
+                break (m, refused, folded);
+            }
+            wait(250);
+        };
         let first = samples(&d);
-        wait(3000);
-        let m = d.get("/metrics").text();
-        let second = metric(&m, "emberd_samples_total{event=\"cpu\"}");
-        let refused = metric(
-            &m,
-            &format!(
-                "emberd_perf_maps_refused_total{{reason=\"{}\"}}",
-                trap.reason()
-            ),
-        );
-        let folded = d
-            .get(&format!("/folded?seconds=5&pid={}", node.pid()))
-            .text();
+        let t1 = Instant::now();
+        let second = loop {
+            let now = samples(&d);
+            if now > first || t1.elapsed() > Duration::from_secs(3) {
+                break now;
+            }
+            wait(100);
+        };
         let t0 = Instant::now();
         d.terminate();
         let status = loop {

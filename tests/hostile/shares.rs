@@ -20,7 +20,7 @@ fn kill_user(uid: u32) {
 }
 
 /// A copy of the frameless deep_chain under `dir`, readable by everyone.
-fn victim_program(dir: &str) -> PathBuf {
+pub(super) fn victim_program(dir: &str) -> PathBuf {
     let bin = build_c_debian("deep_chain");
     let dir = Path::new("/tmp").join(dir);
     let _ = std::fs::remove_dir_all(&dir);
@@ -34,7 +34,7 @@ fn victim_program(dir: &str) -> PathBuf {
 /// `comm`: deep_chain, wide_frames) whose stack is
 /// main;level_a;level_b;level_c from the root, their number, and the top
 /// stacks.
-fn victim_complete(d: &Daemon, pid: u32, comm: &str) -> (f64, u64, String) {
+pub(super) fn victim_complete(d: &Daemon, pid: u32, comm: &str) -> (f64, u64, String) {
     let r = d.get(&format!("/folded?seconds=5&pid={pid}"));
     assert_eq!(r.status, 200, "{}", r.text());
     let p = parse_folded(&r.text());
@@ -65,7 +65,13 @@ fn one_user_cannot_fill_the_unwinders_process_places() {
     let _users = Users;
     kill_user(HOSTILE);
     let victim = victim_program("emberd-share-procs");
-    let d = Daemon::start(&["--unwind-processes", "32"], &[]);
+    // The bounded form: the loop form finds a refused process's tables
+    // through bpf_find_vma anyway (this test passed there without the
+    // share).
+    let d = Daemon::start(
+        &["--unwind-processes", "32"],
+        &[("EMBERD_PROGRAM_FORM", "bounded")],
+    );
     let _hostile = Workload::spawn(
         run_as(HOSTILE, Path::new("/bin/sh"))
             .args(["-c", "for i in $(seq 64); do sleep 60 & done; wait"]),
@@ -469,7 +475,7 @@ fn one_user_cannot_fill_the_blocked_stack_map() {
 /// is gone without an exit: the bounded form (Linux 5.10 to 5.16) keeps
 /// off-CPU state by thread id, so each such exec used to leave an entry
 /// behind. One user's loop of 3000 thread+exec rounds (the table holds
-/// 1024 here, `EMBERD_TEST_BLOCKED_THREADS`; 32768 by default) leaves
+/// 1024 here, `--offcpu-bounded-threads`; 32768 by default) leaves
 /// nothing behind, never reaches the user's share of the table (refusals
 /// counted as `blocked_user_share`), and another user's new thread started
 /// after it is charged its sleeps in full.
@@ -481,11 +487,8 @@ fn a_thread_and_exec_loop_leaves_no_off_cpu_state_behind_in_the_bounded_form() {
     let looper = build_c("exec_loop");
     let sleepy = build_c_debian("sleepy");
     let d = Daemon::start(
-        &[],
-        &[
-            ("EMBERD_PROGRAM_FORM", "bounded"),
-            ("EMBERD_TEST_BLOCKED_THREADS", "1024"),
-        ],
+        &["--offcpu-bounded-threads", "1024"],
+        &[("EMBERD_PROGRAM_FORM", "bounded")],
     );
     let mut hostile = run_as(HOSTILE, &looper)
         .arg("3000")

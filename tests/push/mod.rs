@@ -663,7 +663,9 @@ fn a_down_slow_or_failing_receiver_costs_only_its_bounded_queue() {
     // 10 intervals in 20 s, 4 kept: at least 5 dropped.
     assert!(dropped >= 5.0, "{m}");
 
-    // Back, but answering 500 for a minute.
+    // Back, but answering 500 for a minute: the 20 s down left the backoff
+    // at 16-30 s (MAX_BACKOFF), so fewer than three retries fit in half a
+    // minute (tried: "did not retry").
     std::fs::write(dir.join("mode"), "500").unwrap();
     let rx = Receiver::start(&dir, Some(port));
     rx.set_mode("500");

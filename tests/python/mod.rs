@@ -200,8 +200,8 @@ fn python_frames_agree_with_py_spy_on_stock_interpreters() {
     let spy = py_spy();
     let script = workload("py_mixed.py");
     for (label, python) in interpreters() {
-        let w = Workload::spawn(Command::new(&python).arg(&script).arg("16"));
-        wait(1500);
+        // Its threads started: the state both profilers then record.
+        let w = Workload::spawn_ready(Command::new(&python).arg(&script).arg("16"), "ready");
         let pid = w.pid().to_string();
         // py-spy 0.4.3 (the newest on PyPI) reads 3.13 at most: 3.14 and
         // 3.15 are checked against the program's known structure only.
@@ -457,8 +457,10 @@ fn python_sleep_is_charged_to_the_sleeping_function() {
 }
 
 fn sleep_is_charged(python: &std::path::Path) {
-    let w = Workload::spawn(Command::new(python).arg(workload("py_mixed.py")).arg("12"));
-    wait(1500);
+    let w = Workload::spawn_ready(
+        Command::new(python).arg(workload("py_mixed.py")).arg("12"),
+        "ready",
+    );
     let pid = w.pid().to_string();
     let seconds = 5;
     let p = record_folded(
@@ -484,6 +486,72 @@ fn sleep_is_charged(python: &std::path::Path) {
     );
 }
 
+/// Per-user shares: a local user (nobody) starting more Python processes
+/// than their half of `py_procs` (`--python-processes 4` here, 4096 by
+/// default) cannot keep another user's from being read. Two of their four
+/// are read, two stay native, counted as `reason="user's share of Python
+/// processes"`, and root's Python started after them shows its functions
+/// (without the share nobody's four would take every place). Light: other
+/// tests' Python processes may be counted too, so the counts are floors.
+#[test]
+fn one_user_cannot_take_every_python_place() {
+    require_root();
+    let d = Daemon::start(&["--python-processes", "4"], &[]);
+    let python = PathBuf::from("/usr/bin/python3");
+    let naps: Vec<Workload> = (0..4)
+        .map(|_| {
+            Workload::spawn_ready(
+                run_as(NOBODY, &python)
+                    .arg("-c")
+                    .arg("import time; print('started', flush=True); time.sleep(60)"),
+                "started",
+            )
+        })
+        .collect();
+    let refused_of = |m: &str| {
+        metric(
+            m,
+            "emberd_python_processes{reason=\"user's share of Python processes\"}",
+        )
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while refused_of(&d.get("/metrics").text()) < 2.0 && std::time::Instant::now() < deadline {
+        wait(500);
+    }
+    let root = Workload::spawn_ready(
+        Command::new(&python).arg(workload("py_mixed.py")).arg("30"),
+        "ready",
+    );
+    let seq = ["holdout_main_loop (py_mixed.py)"];
+    let (mut named, mut text) = (0, String::new());
+    while std::time::Instant::now() < deadline + std::time::Duration::from_secs(10) {
+        wait(1000);
+        text = d
+            .get(&format!("/folded?seconds=10&pid={}", root.pid()))
+            .text();
+        named = sum_where(&parse_folded(&text), |f| has_seq(f, &seq));
+        if named >= 20 {
+            break;
+        }
+    }
+    let m = d.get("/metrics").text();
+    let python_metrics = m
+        .lines()
+        .filter(|l| l.starts_with("emberd_python_processes"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        refused_of(&m) >= 2.0 && metric(&m, "emberd_python_processes{reason=\"unwound\"}") >= 3.0,
+        "two of nobody's four Python processes and root's should be read, two of nobody's refused:\n{python_metrics}"
+    );
+    assert!(
+        named >= 20,
+        "root's Python should show its functions ({named} samples under holdout_main_loop):\n{}\n{python_metrics}",
+        text.lines().take(10).collect::<Vec<_>>().join("\n")
+    );
+    drop(naps);
+}
+
 /// A Python process that overwrites its own interpreter structures while
 /// the daemon samples it (a frame chain looping on itself, one pointing at
 /// an unmapped address, a 1 MB name with `;` and newlines, a line table of
@@ -507,16 +575,52 @@ fn hostile_process_cannot_harm(python: &std::path::Path) {
     let d = Daemon::start(&[], &[]);
     let bin = build_c("cpu_70_30");
     let native = Workload::spawn(Command::new(&bin).arg("14"));
-    let hostile = Workload::spawn(
+    // Its structures are overwritten from its "ready" on, in four modes of
+    // 0.5 s each (a loop, an unmapped frame, the 1 MB name, a bad line
+    // table).
+    let hostile = Workload::spawn_ready(
         Command::new(python)
             .arg(workload("py_hostile.py"))
             .arg("14"),
+        "ready",
     );
-    wait(9000);
+    // Two rounds of the modes at least, then as soon as the last 6 s show
+    // each thing asserted below (9 s were waited before, whatever showed).
+    let started = std::time::Instant::now();
+    wait(4000);
     let folded = |pid: u32| parse_folded(&d.get(&format!("/folded?seconds=6&pid={pid}")).text());
-    let c = folded(native.pid());
-    let py = folded(hostile.pid());
-    let metrics = d.get("/metrics").text();
+    let spins = |f: &[&str]| {
+        f.iter()
+            .filter(|x| **x == "victim_spin (py_hostile.py)")
+            .count()
+    };
+    let (c, py, metrics, hot, marked, looped) = loop {
+        let c = folded(native.pid());
+        let py = folded(hostile.pid());
+        let metrics = d.get("/metrics").text();
+        let hot = sum_where(&c, |f| {
+            has_seq(f, &["main", "hot_a"]) || has_seq(f, &["main", "hot_b"])
+        });
+        let marked = sum_where(&py, |f| f.contains(&"[python: frame unreadable]"));
+        // 3.11 on, a run of frames follows the chain within one eval-loop
+        // call: a loop runs on to the stack's end. Up to 3.10 each frame
+        // needs an eval-loop call of its own: the loop repeats once per
+        // call, and the chain left over at the root is marked.
+        let looped = sum_where(&py, |f| {
+            (f.get(1) == Some(&"[truncated]") && spins(f) > 20)
+                || (f.get(1) == Some(&"[python: frame chain mismatch]") && spins(f) >= 3)
+        });
+        let counted = metric(
+            &metrics,
+            "emberd_python_frames_missing_total{event=\"cpu\",reason=\"frame_unreadable\"}",
+        ) > 0.0;
+        let shown =
+            c.total() >= 200 && hot * 10 >= c.total() * 9 && marked > 0 && looped > 0 && counted;
+        if shown || started.elapsed() > std::time::Duration::from_secs(12) {
+            break (c, py, metrics, hot, marked, looped);
+        }
+        wait(1000);
+    };
     let ctx = format!(
         "{}: hostile:\n{}\nnative:\n{}",
         python.display(),
@@ -524,28 +628,11 @@ fn hostile_process_cannot_harm(python: &std::path::Path) {
         top(&c, 4)
     );
 
-    let hot = sum_where(&c, |f| {
-        has_seq(f, &["main", "hot_a"]) || has_seq(f, &["main", "hot_b"])
-    });
     assert!(
         c.total() >= 200 && hot * 10 >= c.total() * 9,
         "the native workload beside it should be sampled as usual ({hot} of {}):\n{ctx}",
         c.total()
     );
-    let marked = sum_where(&py, |f| f.contains(&"[python: frame unreadable]"));
-    // 3.11 on, a run of frames follows the chain within one eval-loop
-    // call: a loop runs on to the stack's end. Up to 3.10 each frame needs
-    // an eval-loop call of its own: the loop repeats once per call, and
-    // the chain left over at the root is marked.
-    let spins = |f: &[&str]| {
-        f.iter()
-            .filter(|x| **x == "victim_spin (py_hostile.py)")
-            .count()
-    };
-    let looped = sum_where(&py, |f| {
-        (f.get(1) == Some(&"[truncated]") && spins(f) > 20)
-            || (f.get(1) == Some(&"[python: frame chain mismatch]") && spins(f) >= 3)
-    });
     assert!(
         marked > 0,
         "a frame pointing at unmapped memory should show as a marker:\n{ctx}"

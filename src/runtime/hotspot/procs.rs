@@ -200,7 +200,9 @@ impl Runtime for HotSpot {
             (Finding::HotSpot(f), Some(b)) => Some((f, b)),
             _ => None,
         });
+        // No libjvm mapped (any more: an exec into another program).
         let Some((file, bias)) = found else {
+            self.forget(pid);
             return;
         };
         if let Some((_, st)) = self.processes.get(&pid)

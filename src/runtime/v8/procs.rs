@@ -171,7 +171,9 @@ impl Runtime for V8 {
             (Finding::V8(f), Some(b)) => Some((f, m.file, b)),
             _ => None,
         });
+        // No node binary mapped (any more: an exec into another program).
         let Some((file, number, bias)) = found else {
+            self.forget(pid);
             return;
         };
         let native = |reason| (uid, NodeState::Native { reason }, Vec::new());

@@ -54,8 +54,9 @@ pub mod defaults {
 pub struct Tier {
     /// Slot length, seconds.
     pub resolution: u64,
-    /// Seconds one file covers at most (files start at multiples of it);
-    /// tier 0's is the writer's interval, [`DiskOptions::write_every`]
+    /// Seconds one file covers at most (files start at multiples of it):
+    /// what roll-ups into this tier merge. Not read for tier 0, whose
+    /// files span the writer's interval, [`DiskOptions::write_every`]
     /// (its default here).
     pub span: u64,
     /// Age (seconds after a next-tier span ends) at which this tier's
@@ -123,6 +124,19 @@ pub enum DiskError {
          Give it to emberd's user (chown) with mode 0750, or choose another directory"
     )]
     Unsafe(PathBuf, String),
+    /// The writer's interval does not divide a minute.
+    #[error(
+        "history_write_seconds = {0}: use a divisor of 60 (5, 6, 10, 12, 15, 20, 30 or 60): \
+         files start at multiples of their span, and a tier-1 hour must hold whole files"
+    )]
+    WriteInterval(u64),
+}
+
+/// Whether `seconds` can be the writer's interval
+/// ([`DiskOptions::write_every`]): files start at multiples of their span,
+/// and the hourly roll-up must hold whole files, so it divides a minute.
+pub fn write_interval_fits(seconds: u64) -> bool {
+    seconds > 0 && 60 % seconds == 0
 }
 
 /// One segment file as the index knows it (from its name and header).
@@ -248,6 +262,9 @@ impl Archive {
     /// unreadable ones skipped and counted, finer files a roll-up already
     /// covers removed.
     pub fn open(options: DiskOptions) -> Result<Archive, DiskError> {
+        if !write_interval_fits(options.write_every) {
+            return Err(DiskError::WriteInterval(options.write_every));
+        }
         let dir = options.dir.clone();
         let io = |what, source| DiskError::Io {
             dir: dir.clone(),
@@ -816,6 +833,35 @@ mod tests {
             "cpu.t0.1.2.zz.seg",
         ] {
             assert_eq!(parse_name(bad), None, "{bad}");
+        }
+    }
+
+    /// An interval that does not divide a minute is refused before the
+    /// directory is made (the config refuses it too; a library user may
+    /// not go through it).
+    #[test]
+    fn a_write_interval_must_divide_a_minute() {
+        let dir = std::env::temp_dir().join(format!("emberd-interval-{}", std::process::id()));
+        let options = |write_every| DiskOptions {
+            dir: dir.clone(),
+            budget_bytes: 1 << 20,
+            max_age: 3600,
+            read_only: false,
+            query_bytes: defaults::QUERY_BYTES,
+            write_every,
+        };
+        for bad in [0, 7, 45, 120] {
+            let e = Archive::open(options(bad)).unwrap_err();
+            assert!(matches!(e, DiskError::WriteInterval(n) if n == bad), "{e}");
+            assert!(!dir.exists(), "{bad}: the directory was made");
+        }
+        let said = DiskError::WriteInterval(7).to_string();
+        assert!(
+            said.starts_with("history_write_seconds = 7: use a divisor of 60"),
+            "{said}"
+        );
+        for good in [1, 5, 6, 10, 12, 15, 20, 30, 60] {
+            assert!(write_interval_fits(good), "{good}");
         }
     }
 }

@@ -1,10 +1,12 @@
 //! The writer: after each drain, every interval (`history_write_seconds`,
 //! 30 s by default) whose seconds the memory stores have sealed is copied
-//! out of them (under their read locks, a few
-//! milliseconds) and handed to a thread of its own, which encodes and
-//! writes it, then rolls up and trims the directory. A slow or failing
-//! disk never delays a drain: the queue holds a few minutes and a full
-//! queue drops (and counts) a minute.
+//! out of them (under their read locks, a few milliseconds) and handed to
+//! a thread of its own, which encodes and writes it, then rolls up and
+//! trims the directory. A slow or failing disk never delays a drain: the
+//! queue holds [`QUEUE`] jobs (a segment per event with samples per
+//! interval, and a maintenance pass: with the default events about nine
+//! intervals, four and a half minutes at 30 s, 45 s at 5 s), and a full
+//! queue drops (and counts) the segment that did not fit.
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
@@ -14,8 +16,8 @@ use super::Archive;
 use super::segment::Builder;
 use crate::store::Store;
 
-/// Segments (of all events) the queue holds.
-const QUEUE: usize = 64;
+/// Jobs (segments of all events, maintenance passes) the queue holds.
+pub const QUEUE: usize = 64;
 
 enum Job {
     Write {
