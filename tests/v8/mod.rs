@@ -277,6 +277,9 @@ fn compare_with_cpu_prof(node: &Path, host: Host, report: &mut String, failed: &
     let mut ours = BTreeMap::new();
     let (mut unnamed, mut total, mut truncated_deep, mut hash_native, mut worker) = (0, 0, 0, 0, 0);
     let (mut chain, mut marked, mut no_middle) = (0, 0, 0);
+    // chainJob's samples of any other shape, by their frames under
+    // chainJob: what a failure of the chain's bound shows.
+    let mut other_chain_shapes: BTreeMap<String, u64> = BTreeMap::new();
     let (mut with_line, mut wrong_line) = (0u64, BTreeMap::new());
     let mut strangers = BTreeSet::new();
     for (stack, n) in p.sorted() {
@@ -310,15 +313,16 @@ fn compare_with_cpu_prof(node: &Path, host: Host, report: &mut String, failed: &
         let functions = frames.iter().filter_map(|f| js_frame(f)).map(|(f, _)| f);
         if has_chain(functions.clone()) {
             chain += n;
-        } else if functions
-            .clone()
-            .collect::<Vec<_>>()
-            .windows(2)
-            .any(|w| w == ["outerJob", "leafWork"])
+        } else if functions.clone().any(|f| f == "chainJob")
+            && functions.clone().collect::<Vec<_>>().windows(3).any(|w| {
+                w[1..] == ["outerJob", "leafWork"] || w == ["runFor", "(anonymous)", "leafWork"]
+            })
         {
-            // Node 26's known gap (below): the chain with its middle frame
-            // missing.
+            // Node 26's known gap (below): the chain with its inlined
+            // frames missing at leafWork's call.
             no_middle += n;
+        } else if let Some(i) = frames.iter().position(|f| f.starts_with("chainJob ")) {
+            *other_chain_shapes.entry(frames[i..].join(";")).or_insert(0) += n;
         }
         if frames.contains(&"workerLeaf (js_work.js)_[j]")
             && frames.contains(&"workerLoop (js_work.js)_[j]")
@@ -372,8 +376,11 @@ fn compare_with_cpu_prof(node: &Path, host: Host, report: &mut String, failed: &
     let (chain_share, their_chain_share) = (of_job(chain, &ours), of_job(their_chain, &theirs));
     let no_middle_share = of_job(no_middle, &ours);
     let wrong: u64 = wrong_line.values().sum();
+    let mut others: Vec<(&String, &u64)> = other_chain_shapes.iter().collect();
+    others.sort_by_key(|(_, n)| std::cmp::Reverse(**n));
+    others.truncate(8);
     report.push_str(&format!(
-            "{}: JavaScript frames with cpu-prof's line {with_line}, without {wrong};  worst share difference {worst:.1} points; outerJob;middleStep;leafWork in {chain_share:.1}% of chainJob's samples (cpu-prof {their_chain_share:.1}%), outerJob;leafWork in {no_middle_share:.1}%; marked {marked}; emberd {ours:?} of {total} samples, cpu-prof {theirs:?}; unnamed V8 code {unnamed}, deep samples truncated {truncated_deep}, hash C++ under update() {hash_native}, worker {worker}, names cpu-prof lacks {strangers:?}\n",
+            "{}: JavaScript frames with cpu-prof's line {with_line}, without {wrong};  worst share difference {worst:.1} points; outerJob;middleStep;leafWork in {chain_share:.1}% of chainJob's samples (cpu-prof {their_chain_share:.1}%), inlined frames missing above leafWork in {no_middle_share:.1}%, chainJob's other shapes {others:?}; marked {marked}; emberd {ours:?} of {total} samples, cpu-prof {theirs:?}; unnamed V8 code {unnamed}, deep samples truncated {truncated_deep}, hash C++ under update() {hash_native}, worker {worker}, names cpu-prof lacks {strangers:?}\n",
             node.display()
         ));
     let mut bad = Vec::new();
@@ -407,14 +414,18 @@ fn compare_with_cpu_prof(node: &Path, host: Host, report: &mut String, failed: &
     // inlined there) at a pc its position table gives to outerJob, not to
     // the middleStep inlined there, so emberd shows `outerJob;leafWork`
     // where V8's profiler has the chain whole (docs/research/v8.md
-    // section 14; why V8 names middleStep there is not found). How much
+    // section 14; why V8 names middleStep there is not found). The same
+    // call shows as `(anonymous);leafWork` (outerJob missing too, the
+    // closure's own frame above leafWork) in 3-7% of the job's samples
+    // here, and 11.4% of one CI run's fell outside the one-frame shape
+    // (88.6% whole or one frame missing): both shapes are the gap. How much
     // of the job runs through that call is V8's tiering on the machine:
     // 20-27% of the samples where issue 46 measured it (73-80% of
     // cpu-prof's share whole), 53-56% on the machine of issue 60 (43.8%
     // to 46.8% whole in five runs). On 26 the test asks the chain whole
-    // in at least 35% of cpu-prof's share, and whole or missing only that
-    // frame in 90%, as on every other release: any other wrong frame
-    // still fails it.
+    // in at least 35% of cpu-prof's share, and whole or missing only the
+    // inlined frames above leafWork in 90%, as on every other release: any
+    // other wrong frame still fails it.
     let node26 = node.ends_with("26/bin/node");
     let floor = if node26 { 0.35 } else { 0.9 };
     if chain_share < floor * their_chain_share {
@@ -425,7 +436,7 @@ fn compare_with_cpu_prof(node: &Path, host: Host, report: &mut String, failed: &
     }
     if node26 && chain_share + no_middle_share < 0.9 * their_chain_share {
         bad.push(format!(
-            "leafWork under middleStep under outerJob, or under outerJob alone (Node 26's missing middle frame), in {:.1}% of chainJob's samples, under 90% of cpu-prof's {their_chain_share:.1}%",
+            "leafWork under middleStep under outerJob, or with those inlined frames missing (Node 26's gap), in {:.1}% of chainJob's samples, under 90% of cpu-prof's {their_chain_share:.1}%; chainJob's other shapes, most first: {others:?}",
             chain_share + no_middle_share
         ));
     }
