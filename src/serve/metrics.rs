@@ -145,6 +145,7 @@ pub struct Metrics {
     cpu_seconds: Gauge<f64, AtomicU64>,
     push: PushMetrics,
     proc_maps_truncated: Counter,
+    subuid_lines_skipped: Gauge,
 }
 
 impl Metrics {
@@ -216,6 +217,12 @@ impl Metrics {
             "Reads of a process's /proc/PID/maps cut at 16 MiB read or 2 MiB of code mappings (shared::procmaps): that process's later code mappings go unnamed",
             proc_maps_truncated.clone(),
         );
+        let subuid_lines_skipped = Gauge::default();
+        registry.register(
+            "subuid_lines_skipped",
+            "Lines of /etc/subuid skipped at its last read (malformed, an unknown owner, an overlap, uid 0, or past 16,384 ranges; shared::accounts): their uids each count as a user of their own in the shares",
+            subuid_lines_skipped.clone(),
+        );
         Self {
             registry,
             common,
@@ -236,6 +243,7 @@ impl Metrics {
             cpu_seconds,
             push,
             proc_maps_truncated,
+            subuid_lines_skipped,
         }
     }
 
@@ -338,6 +346,8 @@ impl Metrics {
         self.proc_maps_truncated
             .inner()
             .store(crate::shared::procmaps::truncated(), Ordering::Relaxed);
+        self.subuid_lines_skipped
+            .set(i64::try_from(crate::shared::accounts::skipped_lines()).unwrap_or(i64::MAX));
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");

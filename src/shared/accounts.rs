@@ -10,6 +10,7 @@
 //! time changes, looked at no more than every [`RECHECK`].
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 /// How often the file's modification time is looked at.
@@ -19,6 +20,15 @@ pub const RECHECK: Duration = Duration::from_secs(10);
 const MAX_BYTES: u64 = 1 << 20;
 /// Ranges kept at most (the rest of the file is skipped and counted).
 const MAX_RANGES: usize = 16_384;
+
+/// Lines skipped at the host file's last read, for `/metrics`.
+static SKIPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Lines of the host's `/etc/subuid` skipped at its last read (malformed,
+/// an unknown owner, an overlap, uid 0, or past [`MAX_RANGES`]).
+pub fn skipped_lines() -> u64 {
+    SKIPPED.load(Ordering::Relaxed)
+}
 
 /// The subordinate uids `start..start + count`, counted as `owner`'s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,12 +62,14 @@ impl Accounts {
     /// The ranges of the subuid-format file at `path`, owners' names
     /// looked up as the system does (`getpwnam`).
     fn system_at(path: &Path) -> Self {
-        Self::load(path, |name| {
+        let accounts = Self::load(path, |name| {
             nix::unistd::User::from_name(name)
                 .ok()
                 .flatten()
                 .map(|u| u.uid.as_raw())
-        })
+        });
+        SKIPPED.store(accounts.skipped, Ordering::Relaxed);
+        accounts
     }
 
     /// The ranges of the subuid-format file at `path`, owners' names
