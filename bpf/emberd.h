@@ -27,6 +27,19 @@
  * py_codes_by_uid) that users beyond a count map's size share. */
 #define EMBERD_OTHER_UIDS 0xffffffffU
 
+/* The key of the per-user counts that counts every user but root together:
+ * all of them hold at most three halves of one user's share (three quarters
+ * of the table when a share is half), so a quarter stays root's. */
+#define EMBERD_ALL_USERS 0xfffffffeU
+
+/* Prefixes the subordinate uid ranges' trie holds at most (bpf/walk.h
+ * `sub_uids`; entries are allocated as added): a range is one prefix when
+ * aligned to its size, 12 for useradd's (65,536 uids from 100,000 + k x
+ * 65,536), at most 62. The agent writes at most half of this, so that a
+ * new set fits beside the old while it replaces it
+ * (src/unwind/accounts.rs). */
+#define EMBERD_SUB_UID_PREFIXES 524288
+
 /* How a stack's walk ended. `StackEnd` in src/collect/stack.rs takes its
  * values from here (build.rs makes every enum of this file Rust constants,
  * src/bpf.rs `enums`) and fails the build if it has more or fewer. */
@@ -308,7 +321,7 @@ struct py_code {
 	__u8 filename[EMBERD_PY_FILENAME_LEN];
 	__u8 linetable[EMBERD_PY_LINETABLE_LEN];
 	__u64 used;              /* ns (bpf_ktime_get_ns) the walker last met it: the agent collects old ones */
-	__u32 uid;               /* real uid of the walked thread: whose share it counts in */
+	__u32 uid;               /* account of the walked thread (its real uid, or its subuid range's owner): whose share it counts in */
 	__u8 minor;              /* the layout's: how `linetable` is encoded
 				  * (co_lnotab up to 9, 3.10's co_linetable, 3.11's
 				  * locations) */
@@ -574,7 +587,7 @@ struct blocked {
 	__u32 waker_pid;
 	__u32 has_waker;       /* the waker's stacks were recorded */
 	__u32 short_run;       /* periods ended since the last long one (events.bpf.c) */
-	__u32 uid;             /* the blocked thread's real uid: whose share its stacks count in */
+	__u32 uid;             /* the blocked thread's account (account_of its real uid): whose share its stacks count in */
 	__u32 owner;           /* bounded form: the uid whose share of blocked_by_tid the entry counts in */
 	char comm[EMBERD_COMM_LEN];
 	char waker_comm[EMBERD_COMM_LEN];

@@ -107,7 +107,7 @@ struct {
 } blocked_by_tid SEC(".maps");
 
 /*
- * Entries of `blocked_by_tid` each user (real uid, `struct blocked`'s
+ * Entries of `blocked_by_tid` each user (account, `struct blocked`'s
  * `owner`) holds: a new one is refused past `config.blocked_share` (half
  * the table) and counted (ECOUNTER_BLOCKED_SHARE), so one user's threads
  * cannot take every place (root is not limited). Added to at each insert,
@@ -159,7 +159,7 @@ static __always_inline struct blocked *blocked_create(struct task_struct *task, 
 {
 	struct blocked *b, *blank;
 	__u32 tid, zero = 0;
-	__u64 *held = 0;
+	__u64 *held = 0, *all = 0;
 	int added;
 
 	if (!config.bounded)
@@ -177,7 +177,8 @@ static __always_inline struct blocked *blocked_create(struct task_struct *task, 
 	}
 	if (config.blocked_share && uid != 0) {
 		held = uid_count(&blocked_by_uid, uid);
-		if (held && *held >= config.blocked_share) {
+		all = all_users_count(&blocked_by_uid);
+		if (!within_share(held, all, config.blocked_share)) {
 			*why = BLOCKED_SHARE;
 			return 0;
 		}
@@ -189,8 +190,7 @@ static __always_inline struct blocked *blocked_create(struct task_struct *task, 
 	b = bpf_map_lookup_elem(&blocked_by_tid, &tid);
 	if (b && added) {
 		b->owner = uid;
-		if (held)
-			__sync_fetch_and_add(held, 1);
+		count_in_share(held, all);
 	}
 	return b;
 }
@@ -223,6 +223,10 @@ static __always_inline void forget_blocked(__u32 tid)
 	owner = b->owner;
 	if (bpf_map_delete_elem(&blocked_by_tid, &tid) != 0 || !config.blocked_share || owner == 0)
 		return;
+	n = bpf_map_lookup_elem(&blocked_by_uid, &owner);
+	if (n && *n)
+		__sync_fetch_and_add(n, -1);
+	owner = EMBERD_ALL_USERS;
 	n = bpf_map_lookup_elem(&blocked_by_uid, &owner);
 	if (n && *n)
 		__sync_fetch_and_add(n, -1);
@@ -412,8 +416,9 @@ static __always_inline int on_switch_claimed(void *ctx, struct task_struct *prev
 			ecount(ECOUNTER_SAMPLED_OUT);
 		} else {
 			int why = BLOCKED_NO_ROOM;
+			__u32 account = account_of((__u32)bpf_get_current_uid_gid());
 
-			b = blocked_create(prev, (__u32)bpf_get_current_uid_gid(), &why);
+			b = blocked_create(prev, account, &why);
 			if (b) {
 				__u32 u = predicted_for(prev_pid);
 
@@ -421,7 +426,7 @@ static __always_inline int on_switch_claimed(void *ctx, struct task_struct *prev
 				b->ts = now;
 				b->has_waker = 0;
 				b->tgid = prev_tgid;
-				b->uid = (__u32)bpf_get_current_uid_gid();
+				b->uid = account;
 				bpf_get_current_comm(&b->comm, sizeof(b->comm));
 				if (u == EMBERD_P_ONE || chance(u, EMBERD_P_ONE)) {
 					b->ustack_p = u;

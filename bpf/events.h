@@ -107,10 +107,12 @@ struct {
 } event_stacks SEC(".maps");
 
 /*
- * Stacks each user (real uid) holds in `event_stacks`: a new one is refused
- * past `config.stack_share` (half the map), so one user's threads blocked
- * at thousands of distinct stacks cannot fill it for everyone (root is not
- * limited). Added to
+ * Stacks each user (account: real uid, or its subuid range's owner) holds
+ * in `event_stacks`: a new one is refused past `config.stack_share` (half
+ * the map), or when all users but root hold three quarters of it
+ * (EMBERD_ALL_USERS), so one user's threads blocked at thousands of
+ * distinct stacks cannot fill it for everyone, nor two users for root
+ * (root is not limited). Added to
  * here at each insert, recounted by the agent at each collection. Users
  * beyond this map's size share the last key.
  */
@@ -232,15 +234,6 @@ static __always_inline void stamp(__u64 key, __u64 now)
 		v->used = now;
 }
 
-/* The count of stacks `uid` holds (see `stacks_by_uid`), 0: no limit (root's
- * stacks: the host's services, the kernel's threads). */
-static __always_inline __u64 *held_by(__u32 uid)
-{
-	if (!config.stack_share || uid == 0)
-		return 0;
-	return uid_count(&stacks_by_uid, uid);
-}
-
 /* Stores the scratch stack `s` (0: none) in `uid`'s share, counting a loss
  * by reason. */
 static __always_inline __u64 keep_stack_as(struct stored_stack *s, __u64 now, __u32 uid)
@@ -250,7 +243,7 @@ static __always_inline __u64 keep_stack_as(struct stored_stack *s, __u64 now, __
 
 	if (!s)
 		return EMBERD_STACK_NONE;
-	key = store_stack(&event_stacks, s, now, &lost, uid, held_by(uid), config.stack_share);
+	key = store_stack(&event_stacks, s, now, &lost, uid, &stacks_by_uid, config.stack_share);
 	if (key == EMBERD_STACK_LOST) {
 		ecount(ECOUNTER_STACK_LOST);
 		if (lost == STACK_LOST_SHARE)
@@ -264,7 +257,7 @@ static __always_inline __u64 keep_stack_as(struct stored_stack *s, __u64 now, __
 /* As keep_stack_as, in the current task's user's share. */
 static __always_inline __u64 keep_stack(struct stored_stack *s, __u64 now)
 {
-	return keep_stack_as(s, now, (__u32)bpf_get_current_uid_gid());
+	return keep_stack_as(s, now, account_of((__u32)bpf_get_current_uid_gid()));
 }
 
 /* The user stack of the current task (also the one switching out). */

@@ -143,7 +143,9 @@ struct {
 	__type(value, struct py_code);
 } py_codes SEC(".maps");
 
-/* Records of `py_codes` each user (real uid) holds; see above. */
+/* Records of `py_codes` each user (account: real uid, or its subuid range's
+ * owner) holds, and every user but root together (EMBERD_ALL_USERS); see
+ * above. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
@@ -217,12 +219,13 @@ static __always_inline void py_remember(struct walk *w, struct py_scratch *sc,
 					__u64 qualname, __u64 filename, __u64 linetable)
 {
 	struct py_code *rec = &sc->rec;
-	__u64 data = 0, len, n, *held = 0;
+	__u64 data = 0, len, n, *held = 0, *all = 0;
 	int kind;
 
 	if (py_code_share && w->uid != 0) {
 		held = uid_count(&py_codes_by_uid, w->uid);
-		if (held && *held >= py_code_share) {
+		all = all_users_count(&py_codes_by_uid);
+		if (!within_share(held, all, py_code_share)) {
 			ucount(UCOUNTER_PY_CODE_SHARE);
 			return;
 		}
@@ -283,8 +286,7 @@ static __always_inline void py_remember(struct walk *w, struct py_scratch *sc,
 		}
 	}
 	if (bpf_map_update_elem(&py_codes, key, rec, BPF_NOEXIST) == 0) {
-		if (held)
-			__sync_fetch_and_add(held, 1);
+		count_in_share(held, all);
 	} else if (!bpf_map_lookup_elem(&py_codes, key)) {
 		ucount(UCOUNTER_PY_CODE_FULL);
 	}

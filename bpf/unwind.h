@@ -725,14 +725,16 @@ static __always_inline void hash_stack(struct stored_stack *s, __u64 *h1, __u64 
 /*
  * Stores the scratch stack `s` (nr, end, ips set) in `map` and returns its
  * key, or EMBERD_STACK_LOST with *lost set to the counter to bump. With
- * `held` (the stacks user `uid` has stored), a new stack is refused once
- * that reaches `share`; a stack already stored is shared by every user.
+ * `counts` (the stacks each user has stored, and every user but root
+ * together), a new stack of user `uid` is refused once either reaches its
+ * bound (within_share of `share`); a stack already stored is shared by
+ * every user, and root is not limited.
  */
 static __always_inline __u64 store_stack(void *map, struct stored_stack *s, __u64 now,
-					 __u32 *lost, __u32 uid, __u64 *held, __u64 share)
+					 __u32 *lost, __u32 uid, void *counts, __u64 share)
 {
 	struct stored_stack *old;
-	__u64 h, check;
+	__u64 h, check, *held = 0, *all = 0;
 
 	hash_stack(s, &h, &check);
 	s->check = check;
@@ -741,13 +743,16 @@ static __always_inline __u64 store_stack(void *map, struct stored_stack *s, __u6
 	s->_pad = 0;
 	old = bpf_map_lookup_elem(map, &h);
 	if (!old) {
-		if (held && *held >= share) {
+		if (counts && share && uid != 0) {
+			held = uid_count(counts, uid);
+			all = all_users_count(counts);
+		}
+		if (!within_share(held, all, share)) {
 			*lost = STACK_LOST_SHARE;
 			return EMBERD_STACK_LOST;
 		}
 		if (bpf_map_update_elem(map, &h, s, BPF_NOEXIST) == 0) {
-			if (held)
-				__sync_fetch_and_add(held, 1);
+			count_in_share(held, all);
 			return h;
 		}
 		old = bpf_map_lookup_elem(map, &h);
@@ -821,7 +826,7 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 	if (runtime_begin(w, st->have_proc)) {
 		w->now = bpf_ktime_get_ns();
 		/* unwind_user walks the current task (prev at sched_switch). */
-		w->uid = (__u32)bpf_get_current_uid_gid();
+		w->uid = account_of((__u32)bpf_get_current_uid_gid());
 		w->gen++;
 		w->fsbase = BPF_CORE_READ(task, thread.fsbase);
 	}

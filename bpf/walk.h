@@ -50,7 +50,7 @@ struct walk_claim {
 /* What every runtime may read and write of the walk under way. */
 struct walk {
 	__u32 tgid;
-	__u32 uid;         /* the walked (current) thread's real uid: whose share its records count in */
+	__u32 uid;         /* the walked (current) thread's account (account_of its real uid): whose share its records count in */
 	__u64 now;         /* ns at the walk's start (bpf_ktime_get_ns) */
 	__u64 gen;         /* this CPU's walks so far: tags a runtime's per-walk caches */
 	__u64 fsbase;      /* the thread's TLS base */
@@ -120,6 +120,90 @@ static __always_inline __u64 *uid_count(void *map, __u32 uid)
 		return n;
 	bpf_map_update_elem(map, &uid, &zero, BPF_NOEXIST);
 	return bpf_map_lookup_elem(map, &uid);
+}
+
+/*
+ * The accounts of subordinate uids (/etc/subuid; src/shared/accounts.rs):
+ * a uid inside a login's range counts in that login's share, so a user
+ * running processes under thousands of uids (rootless Podman, `unshare
+ * --map-auto`) holds one share of each table, not thousands. The prefixes
+ * covering each range (uids big-endian) to the owner's uid, written by the
+ * agent (src/unwind/accounts.rs) when the file changes; both objects share
+ * one copy.
+ */
+struct sub_uid_key {
+	__u32 prefixlen;
+	__u32 uid; /* big-endian */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, EMBERD_SUB_UID_PREFIXES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sub_uid_key);
+	__type(value, __u32);
+} sub_uids SEC(".maps");
+
+/* Entry 0: the lowest uid any range holds (0xffffffff: none), so that the
+ * uids below it (every login's own) are their own account without a
+ * lookup in the trie. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} sub_uid_min SEC(".maps");
+
+/* The account `uid` counts in: the owner of the subordinate range holding
+ * it, or itself. */
+static __always_inline __u32 account_of(__u32 uid)
+{
+	struct sub_uid_key key = { .prefixlen = 32, .uid = __builtin_bswap32(uid) };
+	__u32 zero = 0, *min = bpf_map_lookup_elem(&sub_uid_min, &zero), *owner;
+
+	if (uid == 0 || !min || uid < *min)
+		return uid;
+	owner = bpf_map_lookup_elem(&sub_uids, &key);
+	return owner ? *owner : uid;
+}
+
+/* The count map `map`'s counter of every user but root together
+ * (EMBERD_ALL_USERS, created at 0; the agent's recount keeps a place for
+ * it in a map full of users); 0 when it cannot be had. */
+static __always_inline __u64 *all_users_count(void *map)
+{
+	__u32 key = EMBERD_ALL_USERS;
+	__u64 zero = 0, *n = bpf_map_lookup_elem(map, &key);
+
+	if (n)
+		return n;
+	bpf_map_update_elem(map, &key, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(map, &key);
+}
+
+/* Whether a user holding `held` entries of a table, with every user but
+ * root holding `all`, may add one more: under `share` of their own, and
+ * together under three halves of it (a missing counter does not limit).
+ * A count past 2^63 wrapped below zero (two CPUs taking the last entry
+ * away at once: the decrement's check and its add are two steps, and a
+ * fetching add is Linux 5.12's) and counts as none until the agent's
+ * next recount. */
+static __always_inline int within_share(__u64 *held, __u64 *all, __u64 share)
+{
+	if (held && *held >= share && !(*held >> 63))
+		return 0;
+	if (all && *all >= share + share / 2 && !(*all >> 63))
+		return 0;
+	return 1;
+}
+
+/* Counts one entry added in a user's share (counters as within_share's). */
+static __always_inline void count_in_share(__u64 *held, __u64 *all)
+{
+	if (held)
+		__sync_fetch_and_add(held, 1);
+	if (all)
+		__sync_fetch_and_add(all, 1);
 }
 
 static __always_inline struct stored_stack *scratch_stack(void)

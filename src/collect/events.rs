@@ -658,6 +658,8 @@ fn load(
         (&mut open.maps.py_codes_by_uid, &unwind.py_codes_by_uid),
         (&mut open.maps.file_tables, &unwind.files),
         (&mut open.maps.exec_at, &unwind.exec_at),
+        (&mut open.maps.sub_uids, &unwind.sub_uids),
+        (&mut open.maps.sub_uid_min, &unwind.sub_uid_min),
     ] {
         map.reuse_fd(shared.as_fd())
             .map_err(|source| CollectError::LoadEvents { source })?;

@@ -360,6 +360,10 @@ pub struct UnwindMaps {
     pub files: MapHandle,
     /// `exec_at`: when each process last exec'd.
     pub exec_at: MapHandle,
+    /// `sub_uids`: the subordinate uid ranges' owners (`bpf/walk.h`).
+    pub sub_uids: MapHandle,
+    /// `sub_uid_min`: the lowest uid any subordinate range holds.
+    pub sub_uid_min: MapHandle,
 }
 
 impl CpuSampler {
@@ -523,6 +527,8 @@ impl CpuSampler {
             py_codes_by_uid: handle(&maps.py_codes_by_uid, "py_codes_by_uid")?,
             files: handle(&maps.file_tables, "file_tables")?,
             exec_at: handle(&maps.exec_at, "exec_at")?,
+            sub_uids: handle(&maps.sub_uids, "sub_uids")?,
+            sub_uid_min: handle(&maps.sub_uid_min, "sub_uid_min")?,
         })
     }
 
@@ -701,15 +707,17 @@ fn drain_buffer(counts: &MapMut<'_>, stacks: &MapMut<'_>) -> Result<Drain, Colle
 }
 
 /// Sets a per-user count map (`stacks_by_uid`, `blocked_by_uid`,
-/// `py_codes_by_uid`: u32 uid -> u64 entries) to `per_uid`, the entries
-/// each user holds as just counted: the programs add at each insert (and
-/// take away at some deletes), so without this a count would drift. Users
-/// past the map's size share one key, as the programs do; root is not
-/// limited, nor counted. An entry added between the count and this write
-/// goes uncounted until the next one.
+/// `py_codes_by_uid`: u32 account -> u64 entries) to `per_uid`, the
+/// entries each user holds as just counted, and the key of every user but
+/// root together (`EMBERD_ALL_USERS`) to their sum: the programs add at
+/// each insert (and take away at some deletes), so without this a count
+/// would drift. Users past the map's size share one key, as the programs
+/// do; root is not limited, nor counted. An entry added between the count
+/// and this write goes uncounted until the next one.
 pub(crate) fn recount_uid_shares(map: &impl MapCore, per_uid: &HashMap<u32, u64>) {
     const OTHER_UIDS: u32 = u32::MAX;
-    let room = map.max_entries().saturating_sub(1) as usize;
+    const ALL_USERS: u32 = u32::MAX - 1;
+    let room = map.max_entries().saturating_sub(2) as usize;
     let mut counts: HashMap<u32, u64> = HashMap::new();
     let mut by_size: Vec<(u32, u64)> = per_uid
         .iter()
@@ -717,14 +725,17 @@ pub(crate) fn recount_uid_shares(map: &impl MapCore, per_uid: &HashMap<u32, u64>
         .map(|(u, n)| (*u, *n))
         .collect();
     by_size.sort_unstable_by_key(|e| std::cmp::Reverse(e.1));
+    let mut all = 0;
     for (i, (uid, n)) in by_size.into_iter().enumerate() {
-        let key = if i < room && uid != OTHER_UIDS {
+        let key = if i < room && uid != OTHER_UIDS && uid != ALL_USERS {
             uid
         } else {
             OTHER_UIDS
         };
         *counts.entry(key).or_default() += n;
+        all += n;
     }
+    counts.insert(ALL_USERS, all);
     let present: Vec<u32> = map
         .keys()
         .filter_map(|k| k.try_into().ok().map(u32::from_ne_bytes))

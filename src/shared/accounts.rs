@@ -19,7 +19,7 @@ pub const RECHECK: Duration = Duration::from_secs(10);
 /// would be a broken file, not a host.
 const MAX_BYTES: u64 = 1 << 20;
 /// Ranges kept at most (the rest of the file is skipped and counted).
-const MAX_RANGES: usize = 16_384;
+pub const MAX_RANGES: usize = 16_384;
 
 /// Lines skipped at the host file's last read, for `/metrics`.
 static SKIPPED: AtomicU64 = AtomicU64::new(0);
@@ -96,26 +96,29 @@ impl Accounts {
     /// The account `uid` counts in: the owner of the range holding it, or
     /// itself.
     pub fn account(&self, uid: u32) -> u32 {
-        let i = self.ranges.partition_point(|r| r.start <= uid);
-        match i.checked_sub(1).map(|i| self.ranges[i]) {
-            Some(r) if uid - r.start < r.count => r.owner,
-            _ => uid,
-        }
+        account_in(&self.ranges, uid)
     }
 
     /// Reads the file again if it changed (looked at no more than every
-    /// [`RECHECK`]).
-    pub fn refresh(&mut self) {
+    /// [`RECHECK`]); whether it was read again.
+    pub fn refresh(&mut self) -> bool {
         if self.checked_at.elapsed() < RECHECK {
-            return;
+            return false;
         }
         self.checked_at = Instant::now();
         let mtime = std::fs::metadata(&self.path)
             .and_then(|m| m.modified())
             .ok();
-        if mtime != self.mtime {
-            *self = Self::system_at(&self.path);
+        if mtime == self.mtime {
+            return false;
         }
+        *self = Self::system_at(&self.path);
+        true
+    }
+
+    /// The ranges, by first uid, none overlapping.
+    pub fn ranges(&self) -> &[SubRange] {
+        &self.ranges
     }
 
     /// Lines of the file skipped at its last read.
@@ -133,9 +136,21 @@ fn read_capped(path: &Path) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&text).into_owned())
 }
 
-/// The ranges of subuid-format `text`, sorted by first uid, overlapping
-/// ones dropped (the first listed wins), and the lines skipped.
-fn parse(text: &str, uid_of: impl Fn(&str) -> Option<u32>) -> (Vec<SubRange>, u64) {
+/// The account `uid` counts in among `ranges` (sorted by first uid, none
+/// overlapping, as [`parse`] returns them): the owner of the range holding
+/// it, or itself.
+pub fn account_in(ranges: &[SubRange], uid: u32) -> u32 {
+    let i = ranges.partition_point(|r| r.start <= uid);
+    match i.checked_sub(1).map(|i| ranges[i]) {
+        Some(r) if uid - r.start < r.count => r.owner,
+        _ => uid,
+    }
+}
+
+/// The ranges of subuid-format `text` (owners' names resolved by
+/// `uid_of`), sorted by first uid, overlaps trimmed (the lower start keeps
+/// them), at most [`MAX_RANGES`], and the lines skipped.
+pub fn parse(text: &str, uid_of: impl Fn(&str) -> Option<u32>) -> (Vec<SubRange>, u64) {
     let mut ranges = Vec::new();
     let mut skipped = 0u64;
     for line in text.lines() {
@@ -279,6 +294,76 @@ mod tests {
         let (ranges, _) = parse("root:1000000:1000000000\n0:2000000000:10\n", users);
         assert_eq!(ranges[0].owner, 1_000_000);
         assert_eq!(ranges[1].owner, 2_000_000_000);
+    }
+
+    /// A subuid line of known and unknown owners, edge starts and counts.
+    fn line() -> impl proptest::strategy::Strategy<Value = (String, u32, u32)> {
+        use proptest::prelude::*;
+        let owner = prop_oneof![
+            Just("alice".to_owned()),
+            Just("bob".to_owned()),
+            Just("root".to_owned()),
+            Just("0".to_owned()),
+            Just("1002".to_owned()),
+            Just("mallory".to_owned()),
+        ];
+        let uid = prop_oneof![0u32..400, Just(u32::MAX - 3), Just(u32::MAX), any::<u32>()];
+        (owner, uid.clone(), uid)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 512,
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// Whatever the lines, the ranges kept are sorted, disjoint, hold
+        /// no uid 0 and do not wrap; they cover the uids of exactly the
+        /// lines taken, and the lookup agrees with a plain scan.
+        #[test]
+        fn ranges_kept_are_disjoint_and_cover_the_lines_taken(
+            lines in proptest::collection::vec(line(), 0..12)
+        ) {
+            let text: String = lines
+                .iter()
+                .map(|(o, s, c)| format!("{o}:{s}:{c}\n"))
+                .collect();
+            let (ranges, skipped) = parse(&text, users);
+            proptest::prop_assert!(skipped as usize <= lines.len());
+            for r in &ranges {
+                proptest::prop_assert!(r.start > 0 && r.count > 0 && r.owner != 0, "{:?}", r);
+                proptest::prop_assert!(r.start.checked_add(r.count - 1).is_some(), "{:?}", r);
+            }
+            for w in ranges.windows(2) {
+                proptest::prop_assert!(
+                    u64::from(w[0].start) + u64::from(w[0].count) <= u64::from(w[1].start),
+                    "{:?}", w
+                );
+            }
+            let taken: Vec<(u32, u32)> = lines
+                .iter()
+                .filter(|(o, _, _)| users(o).is_some() || o.parse::<u32>().is_ok())
+                .filter(|(_, s, c)| *s > 0 && *c > 0 && s.checked_add(c - 1).is_some())
+                .map(|(_, s, c)| (*s, *c))
+                .collect();
+            let in_range = |uid: u32, (s, c): (u32, u32)| uid >= s && uid - s < c;
+            for &(s, c) in &taken {
+                let last = s + (c - 1);
+                for uid in [s - 1, s, last, last.wrapping_add(1)] {
+                    let found = ranges.iter().find(|r| in_range(uid, (r.start, r.count)));
+                    proptest::prop_assert_eq!(
+                        found.is_some(),
+                        taken.iter().any(|&t| in_range(uid, t)),
+                        "uid {} in {:?}", uid, ranges
+                    );
+                    proptest::prop_assert_eq!(
+                        account_in(&ranges, uid),
+                        found.map_or(uid, |r| r.owner)
+                    );
+                }
+            }
+        }
     }
 
     #[test]

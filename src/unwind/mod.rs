@@ -21,6 +21,7 @@
 //! [`defaults::IDLE_TABLE`]. Files larger than [`defaults::MAX_FILE_BYTES`]
 //! are not read.
 
+mod accounts;
 pub mod metrics;
 pub mod packed;
 mod queue;
@@ -40,8 +41,8 @@ use procfs::process::{MMapPath, Process};
 use crate::collect::UnwindMaps;
 use crate::runtime::{CodeRange, Finding, Mapped, Runtime};
 use crate::shared::Pid;
-use crate::shared::accounts::Accounts;
 use crate::shared::elf::{self, ElfHeader};
+use accounts::BpfAccounts;
 use queue::{BuildJob, JobQueue};
 use table::{ElfInfo, TableSource};
 
@@ -396,8 +397,9 @@ pub struct Unwinder {
     processes: HashMap<Pid, ProcState>,
     /// Processes in `processes` per account ([`ProcState::uid`]).
     per_uid: HashMap<u32, u32>,
-    /// Whose share each real uid counts in (`/etc/subuid`'s ranges).
-    accounts: Accounts,
+    /// Whose share each real uid counts in (`/etc/subuid`'s ranges), here
+    /// and in the BPF programs' tables.
+    accounts: BpfAccounts,
     /// Processes refused a place in a full `proc_unwind`, and when: read
     /// again at most every [`defaults::REFRESH_INTERVAL`], however often
     /// the BPF unwinder asks.
@@ -566,7 +568,7 @@ impl Unwinder {
             next_id: 1,
             processes: HashMap::new(),
             per_uid: HashMap::new(),
-            accounts: Accounts::system(),
+            accounts: BpfAccounts::new(maps.sub_uids, maps.sub_uid_min),
             refused: HashMap::new(),
             stripped: HashSet::new(),
             jobs,

@@ -2,12 +2,14 @@
 //! subordinate range (`/etc/subuid`, as useradd gives new accounts and
 //! rootless Podman uses): each uid holds one place, so shares counted per
 //! uid neither stop them nor let anyone take a place back. They count as
-//! the range's owner, and root is never refused.
+//! the range's owner, and root is never refused: in the agent's shares
+//! (the unwinder's places) and in the BPF programs' (the events' stack
+//! map), where all users but root together leave root a quarter.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::shares::{victim_complete, victim_program};
+use super::shares::{sleeps_charged, victim_complete, victim_program};
 use crate::common::*;
 
 /// Another user (not nobody, not the range's) whose program must keep its
@@ -164,4 +166,119 @@ fn a_users_many_uids_cannot_keep_others_off_the_unwinders_places() {
             share * 100.0
         );
     }
+}
+
+/// Inside nobody's namespace: the program argv[1] run under each of uids
+/// 1..=argv[2] (the range's first uids), with the arguments after.
+const UIDS_SCRIPT: &str = r#"
+import os, sys
+prog, n, args = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+for uid in range(1, n + 1):
+    if os.fork() == 0:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        os.execv(prog, [prog] + args)
+while True:
+    os.wait()
+"#;
+
+/// A daemon whose events' stack map holds 1,024 stacks, beside nobody's
+/// stack maker (`many_stacks`: 16 threads blocking again and again at
+/// 4,096 distinct stacks) under 4 uids of its range, in its namespace.
+struct StackFlood {
+    d: Daemon,
+    maker: PathBuf,
+    sleepy: PathBuf,
+    _makers: Workload,
+    _flood: Flood,
+}
+
+/// [`StackFlood`], once the maker runs under all 4 uids.
+fn stack_flood() -> StackFlood {
+    require_root();
+    let (first, _) = subuid_range("nobody", NOBODY);
+    let flood = Flood(first);
+    let maker = build_c("many_stacks");
+    let sleepy = build_c_debian("sleepy");
+    let d = Daemon::start(&["--stack-map-entries", "1024"], &[]);
+    assert!(
+        Path::new("/usr/bin/newuidmap").exists(),
+        "newuidmap is missing: apt-get install uidmap (scripts/setup-tests does)"
+    );
+    let w = Workload::spawn(
+        run_as(NOBODY, Path::new("/usr/bin/unshare"))
+            .args(["--user", "--map-auto", "--map-root-user", "--"])
+            .args(["/usr/bin/python3", "-c", UIDS_SCRIPT])
+            .arg(&maker)
+            .args(["4", "16", "40"])
+            .current_dir("/"),
+    );
+    let mut uids = 0;
+    for _ in 0..50 {
+        uids = flood_uids(first);
+        if uids >= 4 {
+            break;
+        }
+        wait(200);
+    }
+    assert!(
+        uids >= 4,
+        "nobody's namespace ran the stack maker under {uids} of 4 uids of its range"
+    );
+    StackFlood {
+        d,
+        maker,
+        sleepy,
+        _makers: w,
+        _flood: flood,
+    }
+}
+
+/// The BPF programs' shares count accounts too. nobody runs the stack
+/// maker under 4 uids of its range, and another user sleeps 5 x 200 ms
+/// beside it. The events' stack map holds 1,024 stacks here
+/// (`--stack-map-entries`), each user at most half: counted per uid, the
+/// 4 uids held half each, the whole map between them. Counted as nobody's
+/// account they hold half, and the other user's sleeps must be charged
+/// whole, their stacks stored.
+#[test]
+fn a_users_many_uids_cannot_fill_the_event_stack_map() {
+    let f = stack_flood();
+    // Their stacks fill their share meanwhile (3,200 blocks a second).
+    wait(3000);
+    let w = Workload::spawn(run_as(VICTIM, &f.sleepy).arg("4"));
+    let (us, p, refused, full) = sleeps_charged(&f.d, w.pid());
+    assert!(
+        us >= 900_000,
+        "the other user's 5 x 200 ms sleeps should be charged under sleepy, whole, beside 4 uids of nobody's range: {us} us (refused for a share {refused}, map full {full}):\n{}",
+        top(&p, 6)
+    );
+    assert!(
+        refused >= 100.0,
+        "nobody's stacks past half the map, under any uid of its range, should be refused (user_share = {refused}, map full = {full})"
+    );
+}
+
+/// A quarter of each BPF table stays root's: nobody (4 uids of its range,
+/// one account) and another user each make stacks past their half of the
+/// events' stack map (1,024 stacks), and root's sleeps, started after,
+/// must be charged whole. Two halves filled the map before, and root's new
+/// stacks were lost; now the two hold three quarters between them.
+#[test]
+fn two_users_cannot_fill_the_stack_map_for_root() {
+    let f = stack_flood();
+    let _other = Workload::spawn(run_as(VICTIM, &f.maker).args(["16", "40"]));
+    wait(3000);
+    let w = Workload::spawn(Command::new(&f.sleepy).arg("4"));
+    let (us, p, refused, full) = sleeps_charged(&f.d, w.pid());
+    assert!(
+        us >= 900_000,
+        "root's 5 x 200 ms sleeps should be charged under sleepy, whole, beside two users making stacks past their share: {us} us (refused for a share {refused}, map full {full}):\n{}",
+        top(&p, 6)
+    );
+    assert!(
+        refused >= 100.0,
+        "the two users' stacks past three quarters of the map should be refused (user_share = {refused}, map full = {full})"
+    );
 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::common::*;
+use emberd::profile::Profile;
 
 const HOSTILE: u32 = 65530;
 const VICTIM: u32 = 65531;
@@ -426,8 +427,30 @@ fn one_user_cannot_fill_the_blocked_stack_map() {
     let d = Daemon::start(&["--stack-map-entries", "1024"], &[]);
     let _hostile = Workload::spawn(run_as(HOSTILE, &hostile_bin).args(["16", "40"]));
     let w = Workload::spawn(run_as(VICTIM, &sleepy).arg("4"));
-    let pid = w.pid();
-    // The sleeps end 5 s in; wait for the drain after them.
+    let (us, p, refused, full) = sleeps_charged(&d, w.pid());
+    let hostile = d
+        .get("/folded?seconds=10&event=offcpu&comm=many_stacks")
+        .text();
+    assert!(
+        hostile.contains("left") && hostile.contains("right"),
+        "the blocking user's stacks within their share are still recorded"
+    );
+    assert!(
+        us >= 900_000,
+        "the other user's 5 x 200 ms sleeps should be charged under sleepy, whole: {us} us:\n{}",
+        top(&p, 6)
+    );
+    assert!(
+        refused >= 100.0,
+        "the blocking user's stacks past half the map should be refused (user_share = {refused}, map full = {full})"
+    );
+}
+
+/// The off-CPU time charged to `sleepy`'s sleeper thread in process `pid`
+/// (5 x 200 ms, ending 5 s in), whole stacks only, once it is all there or
+/// 20 s have passed; the profile, and the stacks refused for a user's
+/// share and for a full map meanwhile.
+pub(super) fn sleeps_charged(d: &Daemon, pid: u32) -> (u64, Profile, f64, f64) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let (mut us, mut p);
     loop {
@@ -445,30 +468,13 @@ fn one_user_cannot_fill_the_blocked_stack_map() {
         }
     }
     let m = d.get("/metrics").text();
-    let refused = metric(
-        &m,
-        "emberd_stacks_lost_total{event=\"offcpu\",reason=\"user_share\"}",
-    );
-    let full = metric(
-        &m,
-        "emberd_stacks_lost_total{event=\"offcpu\",reason=\"stack_map_full\"}",
-    );
-    let hostile = d
-        .get("/folded?seconds=10&event=offcpu&comm=many_stacks")
-        .text();
-    assert!(
-        hostile.contains("left") && hostile.contains("right"),
-        "the blocking user's stacks within their share are still recorded"
-    );
-    assert!(
-        us >= 900_000,
-        "the other user's 5 x 200 ms sleeps should be charged under sleepy, whole: {us} us:\n{}",
-        top(&p, 6)
-    );
-    assert!(
-        refused >= 100.0,
-        "the blocking user's stacks past half the map should be refused (user_share = {refused}, map full = {full})"
-    );
+    let lost = |reason: &str| {
+        metric(
+            &m,
+            &format!("emberd_stacks_lost_total{{event=\"offcpu\",reason=\"{reason}\"}}"),
+        )
+    };
+    (us, p, lost("user_share"), lost("stack_map_full"))
 }
 
 /// A thread that execs takes over its process's id, and its own thread id

@@ -100,7 +100,7 @@ struct Code {
     /// Its encoding: the minor version (co_lnotab up to 9, 3.10's
     /// co_linetable, 3.11's locations from 11 on).
     minor: u8,
-    /// Whose share of the caches it counts in (the walked thread's real uid).
+    /// Whose share of the caches it counts in (the walked thread's account: its real uid, or its subuid range's owner).
     uid: u32,
 }
 
