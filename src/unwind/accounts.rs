@@ -29,6 +29,8 @@ pub struct BpfAccounts {
     min: MapHandle,
     /// What the trie holds now.
     written: HashMap<Key, u32>,
+    /// What `sub_uid_min` holds now (`u32::MAX`: no range).
+    min_written: u32,
 }
 
 impl BpfAccounts {
@@ -40,6 +42,7 @@ impl BpfAccounts {
             trie,
             min,
             written: HashMap::new(),
+            min_written: u32::MAX,
         };
         me.write();
         me
@@ -73,8 +76,7 @@ impl BpfAccounts {
             .map(|k| u32::from_be_bytes([k[4], k[5], k[6], k[7]]))
             .min()
             .unwrap_or(u32::MAX);
-        let old_min = self.min_now().unwrap_or(u32::MAX);
-        self.set_min(old_min.min(new_min));
+        self.set_min(self.min_written.min(new_min));
         let mut failed = 0;
         let mut written = HashMap::with_capacity(want.len());
         for (key, owner) in want {
@@ -103,17 +105,15 @@ impl BpfAccounts {
         self.written = written;
     }
 
-    fn min_now(&self) -> Option<u32> {
-        let v = self.min.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).ok()??;
-        Some(u32::from_ne_bytes(v.get(..4)?.try_into().ok()?))
-    }
-
-    fn set_min(&self, uid: u32) {
-        if let Err(err) = self
+    fn set_min(&mut self, uid: u32) {
+        match self
             .min
             .update(&0u32.to_ne_bytes(), &uid.to_ne_bytes(), MapFlags::ANY)
         {
-            tracing::warn!("writing the lowest subordinate uid to sub_uid_min: {err}");
+            Ok(()) => self.min_written = uid,
+            Err(err) => {
+                tracing::warn!("writing the lowest subordinate uid to sub_uid_min: {err}")
+            }
         }
     }
 }
