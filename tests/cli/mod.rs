@@ -226,8 +226,10 @@ fn record_command(out: &std::path::Path, command: &[&std::ffi::OsStr]) -> std::p
 fn record_of_a_pid_ends_when_it_exits_unreaped() {
     require_root();
     let bin = build_c("phases");
-    // Not reaped until dropped: a zombie from its exit on.
-    let w = Workload::spawn(Command::new(&bin).args(["2", "1"]));
+    // Not reaped until dropped: a zombie from its exit on. 6 s: the
+    // recorder attaches while it runs (2.75 s beside a busy CPU) and a
+    // third of a CPU still gives its phases tens of samples.
+    let w = Workload::spawn(Command::new(&bin).args(["4", "2"]));
     let t0 = std::time::Instant::now();
     let p = record_folded(
         "pid-exits.folded",
@@ -237,7 +239,7 @@ fn record_of_a_pid_ends_when_it_exits_unreaped() {
     let ours = sum_where(&p, |f| f[0] == "phases");
     assert!(
         took < std::time::Duration::from_secs(12),
-        "record -s 20 -p ran {took:?} for a 3 s process that exited (unreaped)"
+        "record -s 20 -p ran {took:?} for a 6 s process that exited (unreaped)"
     );
     assert!(
         ours >= 20 && sum_where(&p, |f| f.contains(&"phase_two")) > 0,

@@ -514,9 +514,21 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     try_cpu_seconds(pid).unwrap_or_else(|| panic!("no CPU time in /proc/{pid}/stat"))
 }
 
+/// The CPU time thread `tid` of process `pid` has used so far, in seconds
+/// (the main thread's tid is the pid).
+pub fn thread_cpu_seconds(pid: u32, tid: u32) -> f64 {
+    cpu_seconds_in(&format!("/proc/{pid}/task/{tid}/stat"))
+        .unwrap_or_else(|| panic!("no CPU time in /proc/{pid}/task/{tid}/stat"))
+}
+
 /// [`cpu_seconds`], or `None` once the process is gone.
 fn try_cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    cpu_seconds_in(&format!("/proc/{pid}/stat"))
+}
+
+/// utime + stime of a `stat` file of /proc, in seconds.
+fn cpu_seconds_in(path: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(path).ok()?;
     // The command name may hold spaces and parentheses: fields count from
     // the last ')'.
     let rest = stat.get(stat.rfind(')')? + 2..)?;
@@ -528,6 +540,25 @@ fn try_cpu_seconds(pid: u32) -> Option<f64> {
         .flatten()
         .unwrap_or(100);
     Some(ticks as f64 / hz as f64)
+}
+
+/// Asserts that `n` samples of a function taking about `share` of a busy
+/// thread's time cover at least half of what a 99 Hz sampler owes the `ran`
+/// CPU seconds the thread ran, and at least 30: a count that holds however
+/// much CPU a busy host leaves the thread (light tests run beside a build
+/// and a kernel VM), and still fails on a window that lost half its
+/// samples. `what` names the count (and may carry the profile).
+pub fn assert_covers_cpu(n: u64, ran: f64, share: f64, what: &str) {
+    let due = ran * 99.0 * share;
+    eprintln!(
+        "{n} samples for {ran:.2} s of CPU ({due:.0} due at 99 Hz): {}",
+        what.lines().next().unwrap_or("")
+    );
+    assert!(
+        n >= 30 && n as f64 >= due / 2.0,
+        "{n} samples for {ran:.2} s of CPU ({due:.0} due at 99 Hz; at least half and 30 \
+         expected): {what}"
+    );
 }
 
 /// A process's CPU time read every 100 ms by a thread of its own, so that
@@ -650,7 +681,9 @@ pub fn metric(text: &str, name: &str) -> f64 {
 /// (so a browser's navigation to it completes).
 pub struct Eavesdropper {
     child: Child,
-    out: std::io::BufReader<std::process::ChildStdout>,
+    /// All it has received so far, filled by `reader`.
+    heard: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
     /// Its port.
     pub port: u16,
 }
@@ -693,19 +726,50 @@ impl Eavesdropper {
     /// Starts it as `nobody` on `port` (0: a free one).
     pub fn start(port: u16) -> Eavesdropper {
         let port = if port == 0 { free_port() } else { port };
-        let (child, out) = python_as_nobody(EAVESDROPPER, &[&port.to_string()], "ready");
-        Eavesdropper { child, out, port }
+        let (child, mut out) = python_as_nobody(EAVESDROPPER, &[&port.to_string()], "ready");
+        let heard = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let into = heard.clone();
+        let reader = std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = [0u8; 65536];
+            while let Ok(n @ 1..) = out.read(&mut buf) {
+                into.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Eavesdropper {
+            child,
+            heard,
+            reader: Some(reader),
+            port,
+        }
     }
 
     /// Stops it and returns all it received, each connection after a
     /// `[connection]` line.
     pub fn stop(mut self) -> String {
-        use std::io::Read;
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let mut text = String::new();
-        let _ = self.out.read_to_string(&mut text);
-        text
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        self.heard.lock().unwrap().clone()
+    }
+
+    /// As [`Eavesdropper::stop`], once it has heard every one of `needles`
+    /// or `timeout` has passed: a browser's requests arrive when they
+    /// arrive, later on a busy host.
+    pub fn stop_once_heard(self, needles: &[&str], timeout: Duration) -> String {
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            let text = self.heard.lock().unwrap().clone();
+            if needles.iter().all(|n| text.contains(n)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.stop()
     }
 }
 

@@ -677,7 +677,9 @@ fn python_lines_reach_pprof_and_folded() {
     let w = Workload::spawn(
         Command::new("/usr/bin/python3")
             .arg(workload("py_mixed.py"))
-            .arg("10"),
+            // Both records and go tool pprof's run, on a busy host (it is
+            // killed when dropped).
+            .arg("30"),
     );
     wait(1000);
     let pid = w.pid().to_string();
@@ -693,7 +695,7 @@ fn python_lines_reach_pprof_and_folded() {
         f.iter().rev().find(|x| x.contains(".py:")) == Some(&"spin (py_mixed.py:20)")
     });
     assert!(
-        hot * 2 >= folded.total(),
+        hot > 0 && hot * 2 >= folded.total(),
         "with --lines most samples' innermost Python frame should be spin (py_mixed.py:20):\n{}",
         top(&folded, 6)
     );
