@@ -190,7 +190,8 @@ fn record_summary_names_the_unit() {
 fn svg_output_names_hot_function() {
     require_root();
     let bin = build_c("cpu_70_30");
-    let w = Workload::spawn(Command::new(&bin).arg("5"));
+    // Outlives the recorder's start on a busy host (killed when dropped).
+    let w = Workload::spawn(Command::new(&bin).arg("30"));
     wait(200);
     let path = scratch().join("cpu.svg");
     let pid = w.pid().to_string();

@@ -151,7 +151,8 @@ fn check_names_the_form_and_why() {
 fn bounded_form_traces_malloc_with_a_program_per_function() {
     require_root();
     let bin = build_c_debian("malloc_loop");
-    let w = Workload::spawn(Command::new(&bin).arg("8"));
+    // Outlives the recorder's start on a busy host (killed when dropped).
+    let w = Workload::spawn(Command::new(&bin).arg("30"));
     wait(300);
     let pid = w.pid().to_string();
     let p = record_in(

@@ -416,7 +416,9 @@ fn deep_python_recursion_ends_in_truncated() {
     let w = Workload::spawn(
         Command::new("/usr/bin/python3")
             .arg(workload("py_mixed.py"))
-            .args(["10", "300"]),
+            // Outlives the recorder's start on a busy host (killed when
+            // dropped).
+            .args(["30", "300"]),
     );
     wait(1000);
     let pid = w.pid().to_string();

@@ -481,7 +481,8 @@ fn compare_with_cpu_prof(node: &Path, host: Host, report: &mut String, failed: &
 fn node_false_leaves_v8s_code_native() {
     require_root();
     let mut cmd = Command::new("node");
-    cmd.arg(workload("js_work.js")).arg("8");
+    // Outlives the recorder's start on a busy host (killed when dropped).
+    cmd.arg(workload("js_work.js")).arg("30");
     let w = Workload::spawn_ready(&mut cmd, "started");
     let pid = w.pid().to_string();
     let p = record_folded(
@@ -516,7 +517,8 @@ fn node_lines_reach_pprof() {
             .unwrap_or_else(|| panic!("js_work.js has no {what}"))
     };
     let mut cmd = Command::new("node");
-    cmd.arg(workload("js_work.js")).arg("8");
+    // Outlives the recorder's start on a busy host (killed when dropped).
+    cmd.arg(workload("js_work.js")).arg("30");
     let w = Workload::spawn_ready(&mut cmd, "started");
     let pid = w.pid().to_string();
     let text = pprof_top_lines("node-lines.pb.gz", "3", &pid);
