@@ -228,7 +228,13 @@ pub fn read_header(r: &mut impl Read, file_len: u64) -> Result<Header, SegmentEr
     if h.version != VERSION {
         return Err(SegmentError::Format(format!("version {}", h.version)));
     }
-    let expected = 12 + n as u64 + h.body_len;
+    // A body length near 2^64 must not wrap the sum into a plausible size.
+    let Some(expected) = (12 + n as u64).checked_add(h.body_len) else {
+        return Err(SegmentError::Corrupt(format!(
+            "a body of {} bytes",
+            h.body_len
+        )));
+    };
     if file_len < expected {
         return Err(SegmentError::Truncated(format!(
             "{file_len} bytes of {expected}"
