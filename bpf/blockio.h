@@ -149,7 +149,7 @@ static __always_inline void io_started(void *ctx, struct request___emberd *rq, c
 	struct gendisk___emberd *disk;
 	struct io_start *s, *old;
 	struct io_thread *t;
-	__u32 zero = 0, tid = (__u32)id, account;
+	__u32 zero = 0, tid = (__u32)id;
 
 	if (config.target_tgid && (id >> 32) != config.target_tgid)
 		return;
@@ -185,9 +185,8 @@ static __always_inline void io_started(void *ctx, struct request___emberd *rq, c
 		bpf_probe_read_kernel_str(s->dev, sizeof(s->dev), &disk->disk_name);
 	if (s->tgid)
 		note_process_cached(s->tgid);
-	account = current_account();
-	s->kstack = keep_stack_as(kernel_stack(ctx), now, account);
-	s->ustack = user_stack_as(s->tgid, now, form, account);
+	s->kstack = keep_stack(kernel_stack(ctx), now);
+	s->ustack = user_stack(s->tgid, now, form);
 	/* The thread's entry is looked up after the walks: less time for a
 	 * completion elsewhere to race with. */
 	t = bpf_map_lookup_elem(&io_threads, &tid);

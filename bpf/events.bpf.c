@@ -416,7 +416,7 @@ static __always_inline int on_switch_claimed(void *ctx, struct task_struct *prev
 			ecount(ECOUNTER_SAMPLED_OUT);
 		} else {
 			int why = BLOCKED_NO_ROOM;
-			__u32 account = current_account();
+			__u32 account = account_of((__u32)bpf_get_current_uid_gid());
 
 			b = blocked_create(prev, account, &why);
 			if (b) {
@@ -430,7 +430,7 @@ static __always_inline int on_switch_claimed(void *ctx, struct task_struct *prev
 				bpf_get_current_comm(&b->comm, sizeof(b->comm));
 				if (u == EMBERD_P_ONE || chance(u, EMBERD_P_ONE)) {
 					b->ustack_p = u;
-					b->ustack = user_stack_as(prev_tgid, now, form, account);
+					b->ustack = user_stack(prev_tgid, now, form);
 					note_timer_wait(prev, prev_pid, b, now);
 				} else {
 					b->ustack_p = 0;
@@ -541,7 +541,7 @@ static __always_inline int on_wakeup_claimed(void *ctx, struct task_struct *p, c
 	__u64 now, delta, weight, id, t = config.sample_below_ns;
 	struct event_key *k;
 	struct blocked *b;
-	__u32 u, p_rec, account;
+	__u32 u, p_rec;
 	int take;
 
 	ecount(ECOUNTER_WAKEUPS);
@@ -566,9 +566,8 @@ static __always_inline int on_wakeup_claimed(void *ctx, struct task_struct *p, c
 	note_process_cached(id >> 32);
 	b->waker_tgid = id >> 32;
 	b->waker_pid = (__u32)id;
-	account = current_account();
-	b->waker_kstack = keep_stack_as(kernel_stack(ctx), now, account);
-	b->waker_ustack = user_stack_as(id >> 32, now, form, account);
+	b->waker_kstack = keep_stack(kernel_stack(ctx), now);
+	b->waker_ustack = user_stack(id >> 32, now, form);
 	bpf_get_current_comm(&b->waker_comm, sizeof(b->waker_comm));
 	b->waker_p = p_rec; /* for off-wake's weight */
 	b->has_waker = 1;

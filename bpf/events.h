@@ -254,24 +254,16 @@ static __always_inline __u64 keep_stack_as(struct stored_stack *s, __u64 now, __
 	return key;
 }
 
-/* As keep_stack_as, in the current task's account's share. */
+/* As keep_stack_as, in the current task's user's share. */
 static __always_inline __u64 keep_stack(struct stored_stack *s, __u64 now)
 {
-	return keep_stack_as(s, now, current_account());
+	return keep_stack_as(s, now, account_of((__u32)bpf_get_current_uid_gid()));
 }
 
-/* The user stack of the current task (also the one switching out), walked
- * and kept in `account`'s share: the current task's account, looked up once
- * by the caller for every stack it takes. */
-static __always_inline __u64 user_stack_as(__u32 tgid, __u64 now, const int form, __u32 account)
-{
-	return keep_stack_as(unwind_user(current_task(), tgid, form, account), now, account);
-}
-
-/* As user_stack_as, in the current task's account. */
+/* The user stack of the current task (also the one switching out). */
 static __always_inline __u64 user_stack(__u32 tgid, __u64 now, const int form)
 {
-	return user_stack_as(tgid, now, form, current_account());
+	return keep_stack(unwind_user(current_task(), tgid, form), now);
 }
 
 /* Wakes the agent to drain now: a notice of tgid EMBERD_DRAIN_NOW on the

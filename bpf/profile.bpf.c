@@ -113,8 +113,7 @@ static __always_inline void record(void *ctx, void *counts, void *stacks, __u32 
 	key.tick = bpf_ktime_get_ns() / EMBERD_TICK_NS;
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 	key.kstack = keep_stack(stacks, kernel_stack(ctx), COUNTER_KSTACK_COLLISION);
-	key.ustack = keep_stack(stacks, unwind_user(task, tgid, form, EMBERD_ACCOUNT_UNKNOWN),
-				COUNTER_USTACK_COLLISION);
+	key.ustack = keep_stack(stacks, unwind_user(task, tgid, form), COUNTER_USTACK_COLLISION);
 	/* A user task (tgid != 0, not a kernel thread) without user stack. */
 	if (key.ustack == EMBERD_STACK_NONE && key.kstack == EMBERD_STACK_NONE)
 		count(COUNTER_USTACK_MISSING);

@@ -772,14 +772,11 @@ static __always_inline __u64 store_stack(void *map, struct stored_stack *s, __u6
 
 /*
  * Walks the user stack of `task` (current, or a task switching out on this
- * CPU) into the scratch stack, its runtimes' records counted in `account`
- * (the current task's; EMBERD_ACCOUNT_UNKNOWN: looked up here if needed).
- * Returns the scratch stack, or 0 when the task has no user stack (kernel
- * thread, or a process past exit_mm).
+ * CPU) into the scratch stack. Returns the scratch stack, or 0 when the task
+ * has no user stack (kernel thread, or a process past exit_mm).
  */
 static __always_inline struct stored_stack *unwind_user(struct task_struct___emberd *task,
-							__u32 tgid, const int form,
-							__u32 account)
+							__u32 tgid, const int form)
 {
 	__u32 zero = 0;
 	struct unwind_state *st = bpf_map_lookup_elem(&unwind_states, &zero);
@@ -829,7 +826,7 @@ static __always_inline struct stored_stack *unwind_user(struct task_struct___emb
 	if (runtime_begin(w, st->have_proc)) {
 		w->now = bpf_ktime_get_ns();
 		/* unwind_user walks the current task (prev at sched_switch). */
-		w->uid = account != EMBERD_ACCOUNT_UNKNOWN ? account : current_account();
+		w->uid = account_of((__u32)bpf_get_current_uid_gid());
 		w->gen++;
 		w->fsbase = BPF_CORE_READ(task, thread.fsbase);
 	}

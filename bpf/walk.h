@@ -167,17 +167,6 @@ static __always_inline __u32 account_of(__u32 uid)
 	return owner ? *owner : uid;
 }
 
-/* The current task's account. */
-static __always_inline __u32 current_account(void)
-{
-	return account_of((__u32)bpf_get_current_uid_gid());
-}
-
-/* An account not looked up yet: the walk takes the current task's when its
- * runtimes need one (a sampled CPU's walk counts no share otherwise).
- * (uid_t)-1 is no uid: setuid(-1) changes nothing. */
-#define EMBERD_ACCOUNT_UNKNOWN 0xffffffffU
-
 /* The count map `map`'s counter of every user but root together
  * (EMBERD_ALL_USERS, created at 0; the agent's recount keeps a place for
  * it in a map full of users); 0 when it cannot be had. */
