@@ -329,6 +329,10 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
         }
     }
     let elapsed = start.elapsed();
+    // The end of what was sampled, for a script (or a test) that weighs the
+    // samples against what its workload ran meanwhile, as "attached" above
+    // is the start.
+    tracing::info!("recording: stopped after {:.1} s", elapsed.as_secs_f64());
     let event_counters = pipeline.event_counters().transpose()?;
     let counters = pipeline.counters()?;
     let unwind = pipeline.unwind_counters()?;

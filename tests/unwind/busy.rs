@@ -426,8 +426,9 @@ fn a_table_without_room_is_marked_budget_full_and_a_file_without_cfi_no_unwind_i
     let before_cpu = cpu_seconds(cw.pid());
     wait(6000);
     let c_ran = cpu_seconds(cw.pid()) - before_cpu;
-    let pp = parse_folded(&d.get(&format!("/folded?seconds=6&pid={}", pw.pid())).text());
+    // deep_chain's window first, the one its CPU time was read for.
     let cp = parse_folded(&d.get(&format!("/folded?seconds=6&pid={}", cw.pid())).text());
+    let pp = parse_folded(&d.get(&format!("/folded?seconds=6&pid={}", pw.pid())).text());
     let after = d.get("/metrics").text();
     let budget_marker = "[unwind error: table budget full: libpython3.12.so.1.0]";
     let py_all = sum_where(&pp, |_| true);

@@ -18,13 +18,13 @@ fn record_cpu(w: &Workload, out: &str, secs: &str) -> Profile {
     record_folded(out, &["-s", secs, "-p", &pid])
 }
 
-/// As [`record_cpu`], with the CPU seconds `w` ran while recorded (the
-/// recorder's start, before it samples, included): what its sample count
-/// is held to, however much CPU a busy host leaves it.
+/// As [`record_cpu`], with the CPU seconds `w` ran while sampled: what its
+/// sample count is held to, however much CPU a busy host leaves it.
 fn record_cpu_ran(w: &Workload, out: &str, secs: &str) -> (Profile, f64) {
-    let before = cpu_seconds(w.pid());
-    let p = record_cpu(w, out, secs);
-    (p, cpu_seconds(w.pid()) - before)
+    let pid = w.pid();
+    record_folded_ran(out, &["-s", secs, "-p", &pid.to_string()], || {
+        cpu_seconds(pid)
+    })
 }
 
 /// Whether `frames` holds frames containing each of `names`, consecutive and

@@ -550,9 +550,9 @@ fn a_renamed_node_is_named() {
     let pid = w.pid().to_string();
     // chainJob takes a sixth of the main thread's wall-clock slices, so a
     // sixth of whatever CPU a busy host leaves that thread.
-    let before = thread_cpu_seconds(w.pid(), w.pid());
-    let p = record_folded("renamed-node.folded", &["-s", "4", "-p", &pid]);
-    let ran = thread_cpu_seconds(w.pid(), w.pid()) - before;
+    let (p, ran) = record_folded_ran("renamed-node.folded", &["-s", "4", "-p", &pid], || {
+        thread_cpu_seconds(w.pid(), w.pid())
+    });
     let named = sum_where(&p, |f| f.contains(&"chainJob (js_work.js)_[j]"));
     let unreadable = sum_where(&p, |f| f.contains(&"[v8: node unreadable]"));
     assert!(
