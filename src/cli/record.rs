@@ -298,6 +298,14 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
             || INTERRUPTED.load(Ordering::SeqCst)
             || options.sampler.pid.is_some_and(|p| !process_alive(p));
         let until = if done {
+            // The end of what is sampled, before the last drain (whose
+            // naming may take a while), for a script (or a test) that
+            // weighs the samples against what its workload ran meanwhile,
+            // as "attached" above is the start.
+            tracing::info!(
+                "recording: stopped after {:.1} s",
+                start.elapsed().as_secs_f64()
+            );
             now
         } else {
             now + DRAIN_INTERVAL.min(deadline - now)
@@ -329,10 +337,6 @@ pub fn collect(options: &RecordOptions) -> anyhow::Result<RecordSummary> {
         }
     }
     let elapsed = start.elapsed();
-    // The end of what was sampled, for a script (or a test) that weighs the
-    // samples against what its workload ran meanwhile, as "attached" above
-    // is the start.
-    tracing::info!("recording: stopped after {:.1} s", elapsed.as_secs_f64());
     let event_counters = pipeline.event_counters().transpose()?;
     let counters = pipeline.counters()?;
     let unwind = pipeline.unwind_counters()?;
