@@ -228,35 +228,47 @@ pub fn record_folded_env(out: &str, args: &[&str], env: &[(&str, &str)]) -> Prof
 /// the CPU time its samples are owed, however long loading the programs
 /// took on a busy host (2.75 s has been seen beside a busy CPU).
 pub fn record_folded_ran(out: &str, args: &[&str], cpu: impl Fn() -> f64) -> (Profile, f64) {
-    use std::io::BufRead;
     let path = scratch().join(out);
-    let mut rec = emberd()
-        .env("EMBERD_LOG", "info")
-        .arg("record")
-        .args(args)
-        .arg("-o")
-        .arg(&path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running emberd record");
-    let (mut said, mut from, mut to) = (String::new(), None, None);
-    for line in std::io::BufReader::new(rec.stderr.take().unwrap()).lines() {
-        let line = line.unwrap_or_default();
+    let (mut from, mut to) = (None, None);
+    let said = record_logged(&path, args, |line| {
         if line.contains("recording: attached") {
             from = Some(cpu());
         } else if line.contains("recording: stopped") {
             to = Some(cpu());
         }
+    });
+    let (Some(from), Some(to)) = (from, to) else {
+        panic!("emberd record did not say when it was attached and stopped: {said}");
+    };
+    (read_folded(&path), to - from)
+}
+
+/// Runs `emberd record ARGS -o PATH` with its info log, handing each line
+/// of the log to `on_line` as it comes (record says when it is attached
+/// and when it stopped sampling); asserts that it succeeded and returns
+/// the log.
+fn record_logged(path: &Path, args: &[&str], mut on_line: impl FnMut(&str)) -> String {
+    use std::io::BufRead;
+    let mut rec = emberd()
+        .env("EMBERD_LOG", "info")
+        .arg("record")
+        .args(args)
+        .arg("-o")
+        .arg(path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running emberd record");
+    let mut said = String::new();
+    for line in std::io::BufReader::new(rec.stderr.take().unwrap()).lines() {
+        let line = line.unwrap_or_default();
+        on_line(&line);
         said.push_str(&line);
         said.push('\n');
     }
     let status = rec.wait().expect("waiting for emberd record");
     assert!(status.success(), "emberd record failed ({status}): {said}");
-    let (Some(from), Some(to)) = (from, to) else {
-        panic!("emberd record did not say when it was attached and stopped: {said}");
-    };
-    (read_folded(&path), to - from)
+    said
 }
 
 /// The folded stacks `emberd record` wrote to `path`.
@@ -280,34 +292,19 @@ pub fn record_attached(out: &str, workload: &mut Command, args: &[&str]) -> (Pro
 /// [`record_attached`] writing `path` in any of record's formats (pprof,
 /// SVG): returns the workload's pid once record has succeeded.
 pub fn record_attached_to(path: &Path, workload: &mut Command, args: &[&str]) -> u32 {
-    use std::io::BufRead;
     // A name of this process's own, as a build's temporary file has.
     let go = building(&scratch().join("go"));
     let w = Workload::spawn(workload.env("EMBERD_TEST_GO", &go));
     let pid = w.pid();
-    let mut rec = emberd()
-        .env("EMBERD_LOG", "info")
-        .arg("record")
-        .args(args)
-        .args(["-p", &pid.to_string(), "-o"])
-        .arg(path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running emberd record");
-    let mut said = String::new();
-    for line in std::io::BufReader::new(rec.stderr.take().unwrap()).lines() {
-        let line = line.unwrap_or_default();
+    let pid_s = pid.to_string();
+    let all: Vec<&str> = args.iter().copied().chain(["-p", &pid_s]).collect();
+    let said = record_logged(path, &all, |line| {
         if line.contains("recording: attached") {
             std::fs::write(&go, b"").expect("creating the workload's go file");
         }
-        said.push_str(&line);
-        said.push('\n');
-    }
-    let status = rec.wait().expect("waiting for emberd record");
+    });
     let _ = std::fs::remove_file(&go);
     drop(w);
-    assert!(status.success(), "emberd record failed ({status}): {said}");
     assert!(
         said.contains("recording: attached"),
         "emberd record never said it was attached: {said}"

@@ -413,9 +413,10 @@ fn deep_chain_copy(dir: &str) -> PathBuf {
 /// profile: its samples cover at least half the CPU time it ran while it
 /// was sampled (from record's `attached` to its `stopped`), and each stack
 /// either is complete (main;level_a;level_b;level_c from the root) or
-/// starts with a marker frame; no unmarked stack holds an unnamed address. The count is held to the CPU time, not to the wall clock: on a
-/// busy host (CI's light phase builds the quick start's clone beside this)
-/// deep_chain got a third of a CPU, 98 samples in 3 s.
+/// starts with a marker frame; no unmarked stack holds an unnamed address.
+/// The count is held to the CPU time, not to the wall clock: on a busy host
+/// (CI's light phase builds the quick start's clone beside this) deep_chain
+/// got a third of a CPU, 98 samples in 3 s.
 fn check_complete_or_marked(w: &Workload, out: &str, case: &str) {
     let (p, ran) = &record_cpu_ran(w, out, "3");
     let ctx = top(p, 10);
