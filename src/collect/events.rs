@@ -1267,36 +1267,101 @@ impl EventSampler {
                 ));
             }
         });
-        entries.sort_unstable();
-        let start = entries.partition_point(|&(tid, _)| tid < self.sweep_from);
-        let n = entries.len();
-        let mut gone = std::collections::HashSet::new();
-        for i in 0..n.min(SWEEP_CHECKS) {
-            let (tid, _) = entries[(start + i) % n];
-            self.sweep_from = tid.wrapping_add(1);
-            if !std::path::Path::new(&format!("/proc/{tid}")).exists() {
-                gone.insert(tid);
-            }
-        }
-        let mut per_uid: HashMap<u32, u64> = HashMap::new();
-        for &(tid, owner) in &entries {
-            if gone.contains(&tid) {
-                if map.delete(&tid.to_ne_bytes()).is_ok() {
-                    self.blocked_swept += 1;
-                }
-            } else {
-                *per_uid.entry(owner).or_default() += 1;
+        let plan = sweep_plan(entries, self.sweep_from, SWEEP_CHECKS, |tid| {
+            std::path::Path::new(&format!("/proc/{tid}")).exists()
+        });
+        self.sweep_from = plan.next_from;
+        for tid in &plan.gone {
+            if map.delete(&tid.to_ne_bytes()).is_ok() {
+                self.blocked_swept += 1;
             }
         }
         if complete {
-            super::recount_uid_shares(&self.skel.maps.blocked_by_uid, &per_uid);
+            super::recount_uid_shares(&self.skel.maps.blocked_by_uid, &plan.per_uid);
         }
     }
+}
+
+/// What one sweep of the bounded form's off-CPU state finds (see
+/// [`EventSampler::sweep_blocked`]).
+#[derive(Debug, Default)]
+struct SweepPlan {
+    /// Threads found gone: their entries are deleted.
+    gone: std::collections::HashSet<u32>,
+    /// The thread id the next sweep starts from.
+    next_from: u32,
+    /// Entries each user holds, those gone left out.
+    per_uid: HashMap<u32, u64>,
+}
+
+/// Checks at most `checks` of `entries` (thread id, owner), in thread-id
+/// order from `from` on and around, with `is_live`.
+fn sweep_plan(
+    mut entries: Vec<(u32, u32)>,
+    from: u32,
+    checks: usize,
+    is_live: impl Fn(u32) -> bool,
+) -> SweepPlan {
+    entries.sort_unstable();
+    let start = entries.partition_point(|&(tid, _)| tid < from);
+    let n = entries.len();
+    let mut plan = SweepPlan {
+        next_from: from,
+        ..SweepPlan::default()
+    };
+    for i in 0..n.min(checks) {
+        let (tid, _) = entries[(start + i) % n];
+        plan.next_from = tid.wrapping_add(1);
+        if !is_live(tid) {
+            plan.gone.insert(tid);
+        }
+    }
+    for &(tid, owner) in &entries {
+        if !plan.gone.contains(&tid) {
+            *plan.per_uid.entry(owner).or_default() += 1;
+        }
+    }
+    plan
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A full table at the default size (32,768 entries, half of them
+    /// threads that are gone): every entry is checked once in eight
+    /// sweeps of [`SWEEP_CHECKS`], each gone one found once, and each
+    /// user's count is of the live ones.
+    #[test]
+    fn sweeps_go_round_a_full_default_table() {
+        let size = defaults::BLOCKED_THREADS;
+        assert_eq!(size, 32_768);
+        // Thread ids spread over the pid space, two users.
+        let mut map: Vec<(u32, u32)> = (0..size)
+            .map(|i| (1000 + i * 7, if i % 3 == 0 { 0 } else { 1000 }))
+            .collect();
+        let live = |tid: u32| (tid / 7).is_multiple_of(2);
+        let mut from = 0;
+        let mut found = 0;
+        let mut sweeps = 0;
+        while map.iter().any(|&(t, _)| !live(t)) {
+            let plan = sweep_plan(map.clone(), from, SWEEP_CHECKS, live);
+            assert!(plan.gone.len() <= SWEEP_CHECKS);
+            found += plan.gone.len();
+            from = plan.next_from;
+            map.retain(|(t, _)| !plan.gone.contains(t));
+            let mut want: HashMap<u32, u64> = HashMap::new();
+            for &(_, o) in &map {
+                *want.entry(o).or_default() += 1;
+            }
+            assert_eq!(plan.per_uid, want);
+            sweeps += 1;
+            assert!(sweeps <= 8, "still gone threads after 8 sweeps");
+        }
+        let gone = (0..size).filter(|i| !live(1000 + i * 7)).count();
+        assert_eq!(found, gone);
+        assert_eq!(map.len(), size as usize - gone);
+    }
 
     /// The daemon logs its hooks in words, not as a Debug struct.
     #[test]

@@ -250,6 +250,9 @@ impl Pipeline {
                 note_for_unwinding(pid, tables, &mut self.unwinder, &mut self.events);
             }
             self.unwinder.poll(UNWIND_TABLE_WAIT);
+            for pid in self.unwinder.take_execs() {
+                self.symbolizer.forget_runtime_names(pid);
+            }
             attach_timer_hooks(&mut self.unwinder, &mut self.events);
             let now = Instant::now();
             if now >= until || stop.load(Ordering::SeqCst) {
@@ -368,6 +371,9 @@ impl Pipeline {
             let events = symbolizer.symbolize_events_waiting(raw_events, &mut idle);
             (samples, events)
         };
+        for pid in self.unwinder.take_execs() {
+            self.symbolizer.forget_runtime_names(pid);
+        }
         for n in noticed {
             self.symbolizer.note_process_read_early(n.pid, n.early);
         }

@@ -21,6 +21,7 @@
 //! This stage sits between `collect` (whose maps it is handed) and
 //! `unwind`; it imports only those below it.
 
+pub mod attached;
 pub mod hotspot;
 pub mod memory;
 pub mod metrics;
@@ -134,6 +135,10 @@ pub trait FrameNamer: Send {
     fn frames(&mut self, pid: Pid, slot: u64) -> Arc<[Frame]>;
     /// Forgets what it holds of processes that are gone.
     fn forget_exited(&mut self, is_live: &dyn Fn(Pid) -> bool);
+    /// Forgets what it holds of process `pid`, which exec'd: a slot of the
+    /// new program may mean another frame. (Python's slots carry their
+    /// code object's fingerprint: nothing to do by default.)
+    fn forget(&mut self, _pid: Pid) {}
     /// What naming found so far.
     fn stats(&self) -> NameStats;
 }
@@ -281,5 +286,25 @@ mod tests {
         let many_uids: Vec<(u32, u32)> = (1..=6).map(|p| (p, 100_000 + p)).collect();
         assert!(!may_place(Pid(9), 1001, 8, held(&many_uids)));
         assert!(may_place(Pid(9), 0, 8, held(&many_uids)));
+    }
+
+    /// `py_procs` at its default size (4,096 places): one user's 2,048
+    /// processes fill their half, the next is refused, another user and
+    /// root are placed; users other than root stop at 3,072 together,
+    /// root's processes never.
+    #[test]
+    fn python_places_at_the_default_size() {
+        let max = crate::collect::defaults::PYTHON_PROCESSES;
+        assert_eq!(max, 4096);
+        let one: Vec<(u32, u32)> = (1..=2048).map(|p| (p, 1000)).collect();
+        assert!(!may_place(Pid(99_999), 1000, max, held(&one)));
+        assert!(may_place(Pid(99_999), 1001, max, held(&one)));
+        assert!(may_place(Pid(99_999), 0, max, held(&one)));
+        let mut two = one.clone();
+        two.extend((2049..=3072).map(|p| (p, 1001)));
+        assert!(!may_place(Pid(99_999), 1002, max, held(&two)));
+        let mut rooted = two.clone();
+        rooted.extend((3073..=4095).map(|p| (p, 0)));
+        assert!(may_place(Pid(99_999), 0, max, held(&rooted)));
     }
 }

@@ -10,6 +10,8 @@
 //! time changes, looked at no more than every [`RECHECK`].
 
 use std::path::{Path, PathBuf};
+
+use super::Pid;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -93,6 +95,18 @@ impl Accounts {
         }
     }
 
+    /// No ranges: every uid its own account.
+    #[cfg(test)]
+    pub(crate) fn empty() -> Self {
+        Self {
+            path: PathBuf::new(),
+            ranges: Vec::new(),
+            skipped: 0,
+            mtime: None,
+            checked_at: Instant::now(),
+        }
+    }
+
     /// The account `uid` counts in: the owner of the range holding it, or
     /// itself.
     pub fn account(&self, uid: u32) -> u32 {
@@ -125,6 +139,26 @@ impl Accounts {
     pub fn skipped(&self) -> u64 {
         self.skipped
     }
+}
+
+/// A process's real user id (from `/proc/PID/status`, not the owner of
+/// `/proc/PID`, which a process can turn to root by making itself
+/// undumpable); `None` when the process is gone.
+pub fn real_uid(pid: Pid) -> Option<u32> {
+    use std::io::Read;
+    let mut text = Vec::new();
+    // The Uid line comes within the first 1 KiB; bytes, not a String: the
+    // Name line is the process's own choice and need not be UTF-8.
+    std::fs::File::open(format!("/proc/{pid}/status"))
+        .ok()?
+        .take(4096)
+        .read_to_end(&mut text)
+        .ok()?;
+    text.split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(b"Uid:"))
+        .and_then(|rest| std::str::from_utf8(rest).ok())
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|u| u.parse().ok())
 }
 
 fn read_capped(path: &Path) -> std::io::Result<String> {

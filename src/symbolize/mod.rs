@@ -562,6 +562,14 @@ impl Symbolizer {
         }
     }
 
+    /// Forgets what the runtimes' namers hold of process `pid`, which
+    /// exec'd (see [`crate::runtime::FrameNamer::forget`]).
+    pub fn forget_runtime_names(&mut self, pid: Pid) {
+        for n in &mut self.namers {
+            n.forget(pid);
+        }
+    }
+
     /// Whether processes noted lately are still being re-read (see
     /// [`Symbolizer::refresh_new_processes`]).
     pub fn refreshing(&self) -> bool {

@@ -83,7 +83,7 @@ impl UnwindMetrics {
         );
         registry.register(
             "unwind_table_events",
-            "Unwind-table work: builds, failures (corrupt or unreadable files), files refused unread (not ELF, sections over the cap), files without CFI, corrupt FDEs skipped, budget refusals (budget_refused; over_file_share: one table over a quarter of the budget), evictions (evicted: no process maps it; table_evicted_cold: its processes had not run for 30 s; table_evicted_for_share), tables built again once room was made (no_room_retried), tables that took the rows of a file of the same build id and the same rows (rows_shared), files of a build id held with other rows, given their own table (build_id_rows_differ), mappings dropped",
+            "Unwind-table work: builds, failures (corrupt or unreadable files), files refused unread (not ELF, sections over the cap), files without CFI, corrupt FDEs skipped, budget refusals (budget_refused; over_file_share: one table over a quarter of the budget), evictions (evicted: no process maps it; table_evicted_cold: its processes had not run for 30 s; table_evicted_for_share), mapped files given no table because their user held a quarter of the file places or all users but root three quarters (file_refused_for_share), idle tables evicted early for a new file of their user (file_evicted_for_share), tables built again once room was made (no_room_retried), tables that took the rows of a file of the same build id and the same rows (rows_shared), files of a build id held with other rows, given their own table (build_id_rows_differ), mappings dropped",
             m.table_events.clone(),
         );
         registry.register(
@@ -203,6 +203,16 @@ impl UnwindMetrics {
                 p.tables_evicted_cold,
             ),
             ("over_file_share", stats.over_share, p.over_share),
+            (
+                "file_refused_for_share",
+                stats.files_refused_for_share,
+                p.files_refused_for_share,
+            ),
+            (
+                "file_evicted_for_share",
+                stats.files_evicted_for_share,
+                p.files_evicted_for_share,
+            ),
             ("no_room_retried", stats.no_room_retries, p.no_room_retries),
             ("rows_shared", stats.shared, p.shared),
             (

@@ -87,6 +87,11 @@ pub mod defaults {
     pub const YOUNG_REFRESH_INTERVAL: Duration = Duration::from_millis(50);
     /// How often exited processes are looked for.
     pub const EXIT_SCAN: Duration = Duration::from_secs(5);
+    /// After a user was refused a place for a file, their further new
+    /// files are refused without looking for an idle one to evict for
+    /// this long (a process mapping 20,000 files would otherwise look
+    /// through every table 20,000 times).
+    pub const FILE_REFUSAL_PAUSE: Duration = Duration::from_secs(1);
 }
 
 /// Mapping kinds of `enum unwind_map_kind` in `bpf/emberd.h`.
@@ -99,6 +104,9 @@ const MAP_BUDGET: u32 = 5;
 const ROOT: u32 = 0;
 /// `EMBERD_MAX_MAPPINGS`.
 const MAX_MAPPINGS: usize = 128;
+/// Exec'd processes kept for [`Unwinder::take_execs`] between two calls
+/// (the pipeline takes them at every poll).
+const MAX_EXECS_KEPT: usize = 4096;
 /// sizeof(struct unwind_mapping), sizeof(struct proc_unwind).
 const MAPPING_BYTES: usize = 40;
 const PROC_BYTES: usize = 16 + MAX_MAPPINGS * MAPPING_BYTES;
@@ -187,8 +195,10 @@ enum TableState {
     /// The file has CFI but its table found no room in the budget (refused,
     /// or taken back for another): frame pointers, and `[unwind error:
     /// table budget full: FILE]` where they fail. `words`: what it needs,
-    /// 0 when over [`defaults::FILE_SHARE`] (never retried).
-    NoRoom { words: u32 },
+    /// 0 when over [`defaults::FILE_SHARE`] (never retried); `rules_held`:
+    /// the rules the shared rule table held when it was refused for want
+    /// of rules (0: refused for rows), built again only once fewer are held.
+    NoRoom { words: u32, rules_held: u32 },
 }
 
 #[derive(Debug)]
@@ -322,6 +332,13 @@ pub struct UnwindStats {
     pub tables_evicted_cold: u64,
     /// Tables refused for being over [`defaults::FILE_SHARE`] of the budget.
     pub over_share: u64,
+    /// Mapped files given no table (their mappings unwound by frame
+    /// pointers) because their user held a quarter of `file_tables`' places,
+    /// or all users but root three quarters, none of them idle.
+    pub files_refused_for_share: u64,
+    /// Tables no process mapped, evicted before [`defaults::IDLE_TABLE`]
+    /// to give their user's (or the heaviest user's) place to a new file.
+    pub files_evicted_for_share: u64,
     /// Tables that found no room built again once room could be made.
     pub no_room_retries: u64,
     /// Files whose table took another file's rows: the same build id and
@@ -388,6 +405,15 @@ pub struct Unwinder {
     exec_at: MapHandle,
     max_processes: usize,
     files: HashMap<FileKey, TableId>,
+    /// Tables charged to each account ([`TableEntry::account`]): a place
+    /// in `file_tables` each, of [`Unwinder::files_cap`].
+    files_per_account: HashMap<u32, u32>,
+    /// `file_tables`' places: one account other than root may hold a
+    /// quarter of them, all but root together three quarters.
+    files_cap: u32,
+    /// The account last refused a place for a file, and when (see
+    /// [`defaults::FILE_REFUSAL_PAUSE`]).
+    file_refusal: Option<(u32, Instant)>,
     /// The tables holding rows of their own under each build id, to share
     /// with another file of that build id whose rows are the same (at most
     /// [`BUILD_ID_OWNERS`] each).
@@ -404,6 +430,12 @@ pub struct Unwinder {
     /// again at most every [`defaults::REFRESH_INTERVAL`], however often
     /// the BPF unwinder asks.
     refused: HashMap<Pid, Instant>,
+    /// Processes some of whose files were refused a table for their
+    /// account's share (see [`Unwinder::room_for_file`]), by account: read
+    /// again once the account has room.
+    short_of_files: HashMap<Pid, u32>,
+    /// Processes found to have exec'd, for [`Unwinder::take_execs`].
+    execs: Vec<Pid>,
     /// Tables whose rows were taken back since the last poll: the
     /// processes mapping them are uploaded again.
     stripped: HashSet<TableId>,
@@ -558,11 +590,14 @@ impl Unwinder {
             free,
             max_processes: maps.procs.max_entries() as usize,
             procs_map: maps.procs,
+            files_cap: maps.files.max_entries(),
             files_map: maps.files,
             refresh_map: maps.refresh,
             refresh_pending: maps.refresh_pending,
             exec_at: maps.exec_at,
             files: HashMap::new(),
+            files_per_account: HashMap::new(),
+            file_refusal: None,
             by_build_id: HashMap::new(),
             tables: HashMap::new(),
             next_id: 1,
@@ -570,6 +605,8 @@ impl Unwinder {
             per_uid: HashMap::new(),
             accounts: BpfAccounts::new(maps.sub_uids, maps.sub_uid_min),
             refused: HashMap::new(),
+            short_of_files: HashMap::new(),
+            execs: Vec::new(),
             stripped: HashSet::new(),
             jobs,
             done,
@@ -635,20 +672,13 @@ impl Unwinder {
     /// and gives the BPF unwinder its mappings. Called when a process is
     /// first sampled (or has exec'd), and when the unwinder asks.
     pub fn note_process(&mut self, pid: Pid) {
-        // Exec'd since its mappings were read: what the runtimes hold of it
-        // is the old program's (a JVM's code cache is read once), and its
-        // places count in its user's share. Let go, read again below from
-        // the new program's mappings. (A process is noticed twice, once by
-        // each BPF object, and again when the notice map forgets it: only
-        // an exec after the last read counts.)
-        if let Some(state) = self.processes.get(&pid)
-            && self.exec_since(pid, state.read_ns)
-        {
-            for r in &mut self.runtimes {
-                r.forget(pid);
-            }
-        }
         self.read_process(pid, Instant::now(), true);
+    }
+
+    /// The processes found to have exec'd since the last call: what the
+    /// runtimes' namers hold of them is the old program's.
+    pub fn take_execs(&mut self) -> Vec<Pid> {
+        std::mem::take(&mut self.execs)
     }
 
     /// Whether `pid` exec'd after CLOCK_MONOTONIC `ns` (`exec_at`; no:
@@ -666,7 +696,7 @@ impl Unwinder {
     /// so its tables are built before those of processes listed at start.
     fn read_process(&mut self, pid: Pid, noted_at: Instant, urgent: bool) {
         let read_ns = crate::shared::clock::ktime_ns();
-        let Some(uid) = real_uid(pid) else {
+        let Some(uid) = crate::shared::accounts::real_uid(pid) else {
             return; // gone
         };
         let uid = self.accounts.account(uid);
@@ -674,11 +704,43 @@ impl Unwinder {
             return;
         };
         let now = Instant::now();
-        let mut mappings = Vec::new();
-        for m in maps {
-            if !m.perms.contains(procfs::process::MMPermissions::EXECUTE) {
-                continue;
+        let maps: Vec<_> = maps
+            .into_iter()
+            .filter(|m| m.perms.contains(procfs::process::MMPermissions::EXECUTE))
+            .collect();
+        if maps.is_empty() {
+            return; // a zombie or a kernel thread: nothing to unwind
+        }
+        let old = self.processes.remove(&pid);
+        // Exec'd since its mappings were read: what the runtimes hold of it
+        // is the old program's (a JVM's code cache is read once), and its
+        // places count in its user's share. Let go, placed again below from
+        // the new program's mappings. (A process is noticed twice, once by
+        // each BPF object, and again when the notice map forgets it: only
+        // an exec after the last read counts.)
+        if let Some(o) = &old
+            && self.exec_since(pid, o.read_ns)
+        {
+            for r in &mut self.runtimes {
+                r.forget(pid);
             }
+            if self.execs.len() < MAX_EXECS_KEPT {
+                self.execs.push(pid);
+            }
+        }
+        // A place first: a process refused one costs no table of its files.
+        if old.is_none() && self.processes.len() >= self.max_processes && !self.make_room(uid) {
+            self.stats.mappings_dropped += maps.len() as u64;
+            if self.refused.len() >= self.max_processes {
+                self.refused.clear();
+            }
+            self.refused.insert(pid, now);
+            return;
+        }
+        let mut mappings = Vec::new();
+        // Whether a file was refused a table for the account's share.
+        let mut short = false;
+        for m in maps {
             let table = match &m.pathname {
                 MMapPath::Path(path) if m.inode != 0 => {
                     let map_file = PathBuf::from(format!(
@@ -696,7 +758,7 @@ impl Unwinder {
                             .filter(|md| crate::shared::procmaps::same_inode(md, m.dev, m.inode))
                             .map(|md| (md, path.clone())),
                     };
-                    found.map(|(md, source)| {
+                    found.and_then(|(md, source)| {
                         let key = FileKey {
                             dev: md.dev(),
                             ino: md.ino(),
@@ -706,7 +768,12 @@ impl Unwinder {
                             || path.display().to_string(),
                             |n| n.to_string_lossy().into(),
                         );
-                        let id = self.table_for(key, name, BuildSource::File(source), urgent, uid);
+                        let Some(id) =
+                            self.table_for(key, name, BuildSource::File(source), urgent, uid)
+                        else {
+                            short = true;
+                            return None;
+                        };
                         self.map_inode(
                             id,
                             InodeKey {
@@ -714,14 +781,20 @@ impl Unwinder {
                                 ino: m.inode,
                             },
                         );
-                        id
+                        Some(id)
                     })
                 }
                 MMapPath::Vdso => {
-                    Some(self.table_for(VDSO_KEY, "[vdso]".into(), BuildSource::Vdso, urgent, uid))
+                    self.table_for(VDSO_KEY, "[vdso]".into(), BuildSource::Vdso, urgent, uid)
                 }
                 _ => None,
             };
+            // Held from here: a file of this process found later in the
+            // loop may evict idle tables (see `room_for_file`).
+            if let Some(e) = table.and_then(|t| self.tables.get_mut(&t)) {
+                e.refs += 1;
+                e.last_used = now;
+            }
             mappings.push(ProcMapping {
                 start: m.address.0,
                 end: m.address.1,
@@ -729,30 +802,19 @@ impl Unwinder {
                 table,
             });
         }
-        if mappings.is_empty() {
-            return; // a zombie or a kernel thread: nothing to unwind
-        }
         let mut sampled_at = None;
-        if let Some(old) = self.processes.remove(&pid) {
+        if let Some(old) = old {
             self.release(&old);
             self.count_out(old.uid);
             sampled_at = old.sampled_at;
-        } else if self.processes.len() >= self.max_processes && !self.make_room(uid) {
-            self.stats.mappings_dropped += mappings.len() as u64;
-            if self.refused.len() >= self.max_processes {
-                self.refused.clear();
-            }
-            self.refused.insert(pid, now);
-            return;
         }
         self.refused.remove(&pid);
-        *self.per_uid.entry(uid).or_default() += 1;
-        for t in mappings.iter().filter_map(|m| m.table) {
-            if let Some(e) = self.tables.get_mut(&t) {
-                e.refs += 1;
-                e.last_used = now;
-            }
+        if short {
+            self.short_of_files.insert(pid, uid);
+        } else {
+            self.short_of_files.remove(&pid);
         }
+        *self.per_uid.entry(uid).or_default() += 1;
         let state = ProcState {
             uid,
             read_ns,
@@ -780,7 +842,10 @@ impl Unwinder {
         }
     }
 
-    /// The table of a file, queued for building if new (first if `urgent`).
+    /// The table of a file, queued for building if new (first if `urgent`);
+    /// `None` when the file is new and its user has no place left for it
+    /// (see [`Unwinder::room_for_file`]): its mappings are unwound by frame
+    /// pointers.
     fn table_for(
         &mut self,
         key: FileKey,
@@ -788,18 +853,26 @@ impl Unwinder {
         source: BuildSource,
         urgent: bool,
         account: u32,
-    ) -> TableId {
+    ) -> Option<TableId> {
         if let Some(&id) = self.files.get(&key)
             && let Some(e) = self.tables.get_mut(&id)
         {
             if urgent && matches!(e.state, TableState::Building) {
                 self.jobs.hurry(id, account);
             }
-            if account == ROOT {
-                e.account = ROOT;
+            if account == ROOT && e.account != ROOT {
+                // Root's file now: its place is root's, not the user's.
+                let was = std::mem::replace(&mut e.account, ROOT);
+                self.uncharge(was);
+                *self.files_per_account.entry(ROOT).or_default() += 1;
             }
-            return id;
+            return Some(id);
         }
+        if !self.room_for_file(account) {
+            self.stats.files_refused_for_share += 1;
+            return None;
+        }
+        *self.files_per_account.entry(account).or_default() += 1;
         let id = self.next_id;
         self.next_id += 1;
         self.files.insert(key, id);
@@ -829,7 +902,127 @@ impl Unwinder {
             },
             urgent,
         );
-        id
+        Some(id)
+    }
+
+    /// Whether account `account` may have a table for one more file: root
+    /// always; another account while it holds under a quarter of
+    /// `file_tables`' places and all accounts but root under three
+    /// quarters. Past either, the idle tables (no live process maps them)
+    /// of the account over it, oldest first, give up their places early:
+    /// a sixteenth of its share at a time, so that a flood of new files
+    /// looks through the tables once per sixteenth, not once per file.
+    /// A user mapping tens of thousands of files (one process can map
+    /// 65,530) thus holds at most a quarter of the places, and root's
+    /// programs started later always find `file_tables` room for their
+    /// tables, which the BPF unwinder reads for mappings it has not been
+    /// given yet (a new process's first milliseconds, a dlopen).
+    fn room_for_file(&mut self, account: u32) -> bool {
+        let (share, mine, over_all) = self.file_places(account);
+        if account == ROOT || (mine < share && !over_all) {
+            return true;
+        }
+        if let Some((who, at)) = self.file_refusal
+            && who == account
+            && at.elapsed() < defaults::FILE_REFUSAL_PAUSE
+        {
+            return false;
+        }
+        // Over its own share, its own idle tables go; over all users', the
+        // idle tables of the user holding the most.
+        let whose = if mine >= share {
+            account
+        } else {
+            self.files_per_account
+                .iter()
+                .filter(|&(a, _)| *a != ROOT)
+                .max_by_key(|&(_, n)| *n)
+                .map_or(account, |(a, _)| *a)
+        };
+        let mut idle: Vec<(Instant, TableId)> = self
+            .tables
+            .iter()
+            .filter(|(_, e)| {
+                e.account == whose && e.refs == 0 && !matches!(e.state, TableState::Building)
+            })
+            .map(|(id, e)| (e.last_used, *id))
+            .collect();
+        if idle.is_empty() {
+            self.file_refusal = Some((account, Instant::now()));
+            return false;
+        }
+        idle.sort_unstable();
+        let batch: Vec<TableId> = idle
+            .into_iter()
+            .take((share as usize / 16).max(1))
+            .map(|(_, id)| id)
+            .collect();
+        self.stats.files_evicted_for_share += batch.len() as u64;
+        self.evict_many(&batch);
+        true
+    }
+
+    /// A share of `file_tables`' places, the places account `account`
+    /// holds, and whether all accounts but root hold their three quarters.
+    fn file_places(&self, account: u32) -> (u32, u32, bool) {
+        let share = (self.files_cap / 4).max(1);
+        let all_share = (self.files_cap / 4 * 3).max(1);
+        let mine = self.files_per_account.get(&account).copied().unwrap_or(0);
+        let all: u32 = self
+            .files_per_account
+            .iter()
+            .filter(|&(a, _)| *a != ROOT)
+            .map(|(_, n)| *n)
+            .sum();
+        (share, mine, all >= all_share)
+    }
+
+    /// Reads again, a few at a time, the processes some of whose files were
+    /// refused a table, once their account has room: under its share, or
+    /// holding idle tables that would give way. Without it a user's
+    /// process started while another of theirs held the share would stay
+    /// on frame pointers for life (its mappings are all known, so the BPF
+    /// unwinder never asks about it).
+    fn retry_short_of_files(&mut self) {
+        const PER_SCAN: usize = 64;
+        let mut room: HashMap<u32, bool> = HashMap::new();
+        let mut ready = Vec::new();
+        let short: Vec<(Pid, u32)> = self.short_of_files.iter().map(|(p, a)| (*p, *a)).collect();
+        for (pid, account) in short {
+            let has = *room.entry(account).or_insert_with(|| {
+                let (share, mine, over_all) = self.file_places(account);
+                (mine < share && !over_all)
+                    || self.tables.values().any(|e| {
+                        e.account == account
+                            && e.refs == 0
+                            && !matches!(e.state, TableState::Building)
+                    })
+            });
+            if has {
+                ready.push(pid);
+                if ready.len() == PER_SCAN {
+                    break;
+                }
+            }
+        }
+        for pid in ready {
+            match self.processes.get(&pid).map(|p| p.noted_at) {
+                Some(noted_at) => self.read_process(pid, noted_at, false),
+                None => {
+                    self.short_of_files.remove(&pid);
+                }
+            }
+        }
+    }
+
+    /// Takes a table's place off its account's count.
+    fn uncharge(&mut self, account: u32) {
+        if let Some(n) = self.files_per_account.get_mut(&account) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.files_per_account.remove(&account);
+            }
+        }
     }
 
     /// Whether tables are being built (a poll soon would upload them).
@@ -922,6 +1115,8 @@ impl Unwinder {
         if self.last_exit_scan.elapsed() >= defaults::EXIT_SCAN {
             self.last_exit_scan = Instant::now();
             self.forget_exited();
+            self.retry_refused();
+            self.retry_short_of_files();
         }
     }
 
@@ -984,6 +1179,7 @@ impl Unwinder {
                 _ => {
                     tracing::debug!("{name}: gone before its table was built; forgotten");
                     if let Some(e) = self.tables.remove(&built.id) {
+                        self.uncharge(e.account);
                         self.unpublish(built.id, &e.inodes);
                     }
                     self.files.retain(|_, t| *t != built.id);
@@ -1005,7 +1201,10 @@ impl Unwinder {
                     tracing::warn!(
                         "unwind table of {name} is over a quarter of the table budget ({e}): left to frame pointers; raise unwind_table_budget_mib"
                     );
-                    TableState::NoRoom { words: 0 }
+                    TableState::NoRoom {
+                        words: 0,
+                        rules_held: 0,
+                    }
                 } else {
                     tracing::debug!("no unwind table for {name}: {e}");
                     if built.refused {
@@ -1147,11 +1346,14 @@ impl Unwinder {
                     tracing::warn!("unwind table of {name} not packed: {e}");
                     self.stats.budget_refused += 1;
                     self.recent.note(Lately::Refused);
-                    let words = match e {
-                        packed::PackError::RulesFull => table.rows.len().max(1) as u32,
-                        _ => 0,
+                    let (words, rules_held) = match e {
+                        packed::PackError::RulesFull => (
+                            table.rows.len().max(1) as u32,
+                            self.rules.len().max(1) as u32,
+                        ),
+                        _ => (0, 0),
                     };
-                    return TableState::NoRoom { words };
+                    return TableState::NoRoom { words, rules_held };
                 }
             }
         };
@@ -1168,7 +1370,10 @@ impl Unwinder {
                 "unwind table of {name} ({} KiB) is over a quarter of the table budget: left to frame pointers; raise unwind_table_budget_mib",
                 len / 256
             );
-            return TableState::NoRoom { words: 0 };
+            return TableState::NoRoom {
+                words: 0,
+                rules_held: 0,
+            };
         }
         let was_waiting = self
             .tables
@@ -1205,7 +1410,10 @@ impl Unwinder {
                         len / 256
                     );
                 }
-                TableState::NoRoom { words: len }
+                TableState::NoRoom {
+                    words: len,
+                    rules_held: 0,
+                }
             }
         }
     }
@@ -1244,11 +1452,19 @@ impl Unwinder {
     /// [`defaults::NO_ROOM_RETRY`]: neither a full budget nor short
     /// processes coming and going make it build the same file over and over.
     fn retry_no_room(&mut self) {
+        // A table refused for want of rules waits until some are freed:
+        // built again while the rule table is as full, it would be refused
+        // again at every retry.
+        let rules = self.rules.len() as u32;
         let waiting: Vec<(TableId, u32)> = self
             .tables
             .iter()
             .filter_map(|(id, e)| match e.state {
-                TableState::NoRoom { words } if words > 0 && e.refs > 0 => Some((*id, words)),
+                TableState::NoRoom { words, rules_held }
+                    if words > 0 && e.refs > 0 && (rules_held == 0 || rules < rules_held) =>
+                {
+                    Some((*id, words))
+                }
                 _ => None,
             })
             .collect();
@@ -1506,7 +1722,10 @@ impl Unwinder {
         let mut owned = Vec::new();
         for (&tid, e) in self.tables.iter_mut() {
             if matches!(e.state, TableState::Ready { start: s, .. } if s == start) {
-                e.state = TableState::NoRoom { words: len };
+                e.state = TableState::NoRoom {
+                    words: len,
+                    rules_held: 0,
+                };
                 e.borrowed = false;
                 if let Some(b) = &e.build_id {
                     owned.push((b.clone(), tid));
@@ -1534,11 +1753,31 @@ impl Unwinder {
     }
 
     fn evict(&mut self, id: TableId) {
+        if self.evict_entry(id) {
+            self.files.retain(|_, t| *t != id);
+        }
+    }
+
+    /// Evicts tables `ids`, looking through the files once for them all.
+    fn evict_many(&mut self, ids: &[TableId]) {
+        let gone: HashSet<TableId> = ids
+            .iter()
+            .copied()
+            .filter(|&id| self.evict_entry(id))
+            .collect();
+        if !gone.is_empty() {
+            self.files.retain(|_, t| !gone.contains(t));
+        }
+    }
+
+    /// [`Unwinder::evict`] but for its file's key in `files`: whether the
+    /// table was there.
+    fn evict_entry(&mut self, id: TableId) -> bool {
         let Some(e) = self.tables.remove(&id) else {
-            return;
+            return false;
         };
+        self.uncharge(e.account);
         self.unpublish(id, &e.inodes);
-        self.files.retain(|_, t| *t != id);
         if let TableState::Ready { start, len } = e.state {
             let sharers: Vec<TableId> = self
                 .tables
@@ -1570,6 +1809,7 @@ impl Unwinder {
         }
         self.stats.evicted += 1;
         self.recent.note(Lately::Evicted);
+        true
     }
 
     /// Takes a table's block out of the row array: its rules (those no
@@ -1672,6 +1912,7 @@ impl Unwinder {
 
     /// Takes a process out of the BPF unwinder's maps.
     fn forget(&mut self, pid: Pid) {
+        self.short_of_files.remove(&pid);
         if let Some(state) = self.processes.remove(&pid) {
             self.release(&state);
             self.count_out(state.uid);
@@ -1769,8 +2010,27 @@ impl Unwinder {
             .filter(|(_, e)| e.refs == 0 && e.last_used.elapsed() >= defaults::IDLE_TABLE)
             .map(|(id, _)| *id)
             .collect();
-        for id in idle {
-            self.evict(id);
+        self.evict_many(&idle);
+    }
+
+    /// Reads again the processes refused a place in a full `proc_unwind`,
+    /// longest refused first, as many as places are free now: the BPF
+    /// unwinder asks only about processes it has, so a refused process
+    /// would otherwise wait for its next exec.
+    fn retry_refused(&mut self) {
+        if self.processes.len() >= self.max_processes || self.refused.is_empty() {
+            return;
+        }
+        let mut pids: Vec<(Instant, Pid)> = self.refused.iter().map(|(p, t)| (*t, *p)).collect();
+        pids.sort_unstable();
+        for (at, pid) in pids {
+            if self.processes.len() >= self.max_processes {
+                break;
+            }
+            // Out of the list first: a zombie (no mappings) is not put back,
+            // and a process refused again is, with the time of this read.
+            self.refused.remove(&pid);
+            self.read_process(pid, at, false);
         }
     }
 
@@ -1849,26 +2109,6 @@ impl Unwinder {
             r.place(pid, state.uid, &mapped, &code);
         }
     }
-}
-
-/// A process's real user id (from `/proc/PID/status`, not the owner of
-/// `/proc/PID`, which a process can turn to root by making itself
-/// undumpable); `None` when the process is gone.
-fn real_uid(pid: Pid) -> Option<u32> {
-    use std::io::Read;
-    let mut text = Vec::new();
-    // The Uid line comes within the first 1 KiB; bytes, not a String: the
-    // Name line is the process's own choice and need not be UTF-8.
-    File::open(format!("/proc/{pid}/status"))
-        .ok()?
-        .take(4096)
-        .read_to_end(&mut text)
-        .ok()?;
-    text.split(|&b| b == b'\n')
-        .find_map(|l| l.strip_prefix(b"Uid:"))
-        .and_then(|rest| std::str::from_utf8(rest).ok())
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|u| u.parse().ok())
 }
 
 /// runtime address - file virtual address for a mapping, from the PT_LOAD

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Instant;
 
 use crate::common::*;
 use emberd::profile::Profile;
@@ -408,6 +409,89 @@ fn one_user_cannot_fill_the_unwind_rule_table() {
         n >= 100 && share >= 0.99,
         "{:.1}% of root's {n} samples are whole with the rule table full ({full} rules held, {stripped} of the user's tables taken back), expected >= 99%:\n{ctx}",
         share * 100.0
+    );
+}
+
+/// One user's process maps 17,000 files of a page each as code (a loader
+/// or a JIT may: tests/workloads/many_files.py) and sleeps. The daemon
+/// kept a table entry, a build and a `file_tables` place per mapped file
+/// (16,384 places), so the user's files filled `file_tables`, and root's
+/// programs started later found no table there: the BPF unwinder reads
+/// `file_tables` for a process the agent has not read yet (its first
+/// milliseconds). Now one user holds at most a quarter of the places
+/// (refusals counted as `file_refused_for_share`), and root's short runs
+/// of a frameless program, started after, are whole from their first
+/// sample.
+#[test]
+fn one_users_mapped_files_cannot_fill_the_file_tables() {
+    require_root();
+    let _users = Users;
+    kill_user(HOSTILE);
+    let dir = Path::new("/tmp/emberd-share-files");
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir.join("mine")).unwrap();
+    std::os::unix::fs::chown(dir.join("mine"), Some(HOSTILE), Some(HOSTILE)).unwrap();
+    // Root's program: a new file, so its table is built (and placed in
+    // `file_tables`) after the user's files are.
+    let victim = dir.join("short_lived");
+    std::fs::copy(build_c_debian("short_lived"), &victim).unwrap();
+    let mut user = run_as(HOSTILE, Path::new("/usr/bin/python3"));
+    user.arg(workload("many_files.py"))
+        .arg(dir.join("mine/f"))
+        .arg("17000");
+    // Mapped before the daemon starts: it reads every process at start.
+    let _hostile = Workload::spawn_ready(&mut user, "mapped 17000");
+    let d = Daemon::start(&[], &[]);
+    wait(4000);
+    // The first run builds the table; the next 80 each start as a process
+    // the agent has not read yet.
+    let status = Command::new(&victim).arg("0.5").status().unwrap();
+    assert!(status.success(), "{} failed", victim.display());
+    wait(500);
+    let started = Instant::now();
+    let status = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            "for i in $(seq 80); do {} 0.05 || exit 1; done",
+            victim.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success(), "the short runs failed");
+    let secs = started.elapsed().as_secs() + 2;
+    wait(1500);
+    let m = d.get("/metrics").text();
+    let refused = metric(
+        &m,
+        "emberd_unwind_table_events_total{reason=\"file_refused_for_share\"}",
+    );
+    let r = d.get(&format!("/folded?seconds={secs}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let p = parse_folded(&r.text());
+    let hot = |f: &[&str]| f[0] == "short_lived" && f.contains(&"short_lived_hot");
+    let all = sum_where(&p, hot);
+    let whole = sum_where(&p, |f| {
+        hot(f) && has_seq(f, &["main", "short_lived_hot"]) && reaches_root(f)
+    });
+    let _ = std::fs::remove_dir_all(dir);
+    let share = whole as f64 / all.max(1) as f64;
+    eprintln!(
+        "{whole} of root's {all} samples in short_lived_hot whole; {refused} of the user's files refused a place"
+    );
+    assert!(
+        all >= 150,
+        "80 runs of 50 ms should give short_lived_hot about 400 samples, got {all}:\n{}",
+        top(&p, 8)
+    );
+    assert!(
+        share >= 0.99,
+        "{:.1}% of root's {all} samples of short runs are whole beside the user's 17,000 mapped files ({refused} refused a place), expected >= 99%:\n{}",
+        share * 100.0,
+        top(&p, 8)
+    );
+    assert!(
+        refused >= 12_000.0,
+        "the user's files past a quarter of the 16,384 places should be refused ({refused} counted)"
     );
 }
 

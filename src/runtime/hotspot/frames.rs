@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use super::Jvm;
 use super::codecache::{BlobKind, CodeHeap};
+use crate::runtime::attached::AttachedSet;
 use crate::runtime::{FrameNamer, NameStats};
 use crate::shared::{FastMap, Frame, FrameKind, Pid};
 
@@ -36,7 +37,8 @@ const TOP: u64 = 1 << 55;
 /// frames of about 150 bytes).
 pub const MAX_CACHED: usize = 16_384;
 /// JVMs attached to for naming at once (each holds a reader's pages,
-/// at most 256 KiB): past it the one named longest ago is let go.
+/// at most 256 KiB, and its methods): past it the account attached to the
+/// most lets go of the one named longest ago ([`AttachedSet`]).
 pub const MAX_ATTACHED: usize = 32;
 /// How long pages read from a JVM are trusted: within one drain.
 const FRESH: std::time::Duration = std::time::Duration::from_millis(100);
@@ -169,51 +171,51 @@ impl Attached {
 }
 
 /// Names of Java frames, per process.
-#[derive(Default)]
 pub struct JavaNames {
-    jvms: FastMap<Pid, Option<Attached>>,
+    jvms: AttachedSet<Attached>,
     cache: FastMap<(Pid, u64), Arc<[Frame]>>,
+    /// Processes with slots in `cache` (some may have been cleared since).
+    cached_pids: std::collections::HashSet<Pid>,
     named: u64,
     flushed: u64,
+}
+
+impl Default for JavaNames {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl JavaNames {
     /// An empty namer.
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            jvms: AttachedSet::new(MAX_ATTACHED),
+            cache: FastMap::default(),
+            cached_pids: Default::default(),
+            named: 0,
+            flushed: 0,
+        }
     }
 
     fn attached(&mut self, pid: Pid) -> Option<&mut Attached> {
-        if !self.jvms.contains_key(&pid) && self.jvms.len() >= MAX_ATTACHED {
-            let oldest = self
-                .jvms
-                .iter()
-                .min_by_key(|(_, a)| a.as_ref().map(|a| a.fresh_at))
-                .map(|(p, _)| *p);
-            if let Some(p) = oldest {
-                self.jvms.remove(&p);
-            }
-        }
-        self.jvms
-            .entry(pid)
-            .or_insert_with(|| {
-                let mut jvm = Jvm::find(pid)
-                    .inspect_err(|e| tracing::debug!("naming Java frames of {pid}: {e}"))
-                    .ok()?;
-                let heaps = jvm.heaps().ok()?;
-                let (code_low, _) = jvm.code_bounds().ok()?;
-                let call_stub = jvm.call_stub_return().ok()?;
-                Some(Attached {
-                    jvm,
-                    heaps,
-                    code_low,
-                    call_stub,
-                    fresh_at: std::time::Instant::now(),
-                    methods: FastMap::default(),
-                    method_bytes: 0,
-                })
+        self.jvms.get_or_attach(pid, || {
+            let mut jvm = Jvm::find(pid)
+                .inspect_err(|e| tracing::debug!("naming Java frames of {pid}: {e}"))
+                .ok()?;
+            let heaps = jvm.heaps().ok()?;
+            let (code_low, _) = jvm.code_bounds().ok()?;
+            let call_stub = jvm.call_stub_return().ok()?;
+            Some(Attached {
+                jvm,
+                heaps,
+                code_low,
+                call_stub,
+                fresh_at: std::time::Instant::now(),
+                methods: FastMap::default(),
+                method_bytes: 0,
             })
-            .as_mut()
+        })
     }
 
     /// The frames of `slot` of process `pid`, named now.
@@ -353,13 +355,24 @@ impl FrameNamer for JavaNames {
         // be named (a read past this drain's budget may succeed later).
         if slot & TAG_MASK != JAVA_INTERP && !f.iter().any(|x| x.kind == FrameKind::Marker) {
             self.cache.insert((pid, slot), f.clone());
+            self.cached_pids.insert(pid);
         }
         f
     }
 
     fn forget_exited(&mut self, is_live: &dyn Fn(Pid) -> bool) {
-        self.jvms.retain(|pid, _| is_live(*pid));
+        self.jvms.forget_exited(is_live);
         self.cache.retain(|(pid, _), _| is_live(*pid));
+        self.cached_pids.retain(|pid| is_live(*pid));
+    }
+
+    fn forget(&mut self, pid: Pid) {
+        self.jvms.forget(pid);
+        // A slot names a method of the old program's heap (whether or not
+        // its JVM is still attached).
+        if self.cached_pids.remove(&pid) {
+            self.cache.retain(|(p, _), _| *p != pid);
+        }
     }
 
     fn stats(&self) -> NameStats {
@@ -372,8 +385,7 @@ impl FrameNamer for JavaNames {
             cached_bytes: (self.cache.len() * 150
                 + self
                     .jvms
-                    .values()
-                    .flatten()
+                    .attached()
                     .map(|a| 512 + a.jvm.cached_bytes() + a.method_bytes)
                     .sum::<usize>()) as u64,
         }

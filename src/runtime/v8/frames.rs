@@ -24,6 +24,7 @@ use super::code::{CodeSearch, code_at};
 use super::heap::Heap;
 use super::lines::{NoLine, ScriptLines};
 use super::names::{function_info, short_script, start_position};
+use crate::runtime::attached::AttachedSet;
 use crate::runtime::{FrameNamer, NameStats};
 use crate::shared::{FastMap, Frame, FrameKind, Pid};
 
@@ -40,7 +41,8 @@ const PC_CHECK_BITS: u32 = 7;
 /// Slots whose frames are cached, all processes together.
 pub const MAX_CACHED: usize = 16_384;
 /// Node processes attached to for naming at once (each holds a reader's
-/// pages, at most 512 KiB): past it the one named longest ago is let go.
+/// pages, at most 512 KiB): past it the account attached to the most lets
+/// go of the one named longest ago ([`AttachedSet`]).
 pub const MAX_ATTACHED: usize = 32;
 /// How long pages read from a process are trusted: within one drain.
 const FRESH: Duration = Duration::from_millis(100);
@@ -132,10 +134,12 @@ struct NamedFunction {
 }
 
 /// Names of JavaScript frames, per process.
-#[derive(Default)]
 pub struct NodeNames {
-    processes: FastMap<Pid, Option<Attached>>,
+    processes: AttachedSet<Attached>,
     cache: FastMap<(Pid, u64), Named>,
+    /// Processes with entries in `cache`, `functions` or `lines` (some may
+    /// have been cleared since).
+    named_pids: std::collections::HashSet<Pid>,
     /// Functions named, by process and SharedFunctionInfo.
     functions: FastMap<(Pid, u64), NamedFunction>,
     /// Function and script names, shared by every frame that names them.
@@ -149,41 +153,43 @@ pub struct NodeNames {
     code_gone: u64,
 }
 
+impl Default for NodeNames {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl NodeNames {
     /// An empty namer.
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            processes: AttachedSet::new(MAX_ATTACHED),
+            cache: FastMap::default(),
+            named_pids: Default::default(),
+            functions: FastMap::default(),
+            texts: FastMap::default(),
+            lines: ScriptLines::default(),
+            named: 0,
+            moved: 0,
+            code_gone: 0,
+        }
     }
 
     fn attached(&mut self, pid: Pid) -> Option<&mut Attached> {
-        if !self.processes.contains_key(&pid) && self.processes.len() >= MAX_ATTACHED {
-            let oldest = self
-                .processes
-                .iter()
-                .min_by_key(|(_, a)| a.as_ref().map(|a| a.fresh_at))
-                .map(|(p, _)| *p);
-            if let Some(p) = oldest {
-                self.processes.remove(&p);
-            }
-        }
-        let a = self
-            .processes
-            .entry(pid)
-            .or_insert_with(|| {
-                NodeProcess::find(pid)
-                    .inspect_err(|e| tracing::debug!("naming JavaScript frames of {pid}: {e}"))
-                    .ok()
-                    .map(|process| Attached {
-                        process,
-                        fresh_at: Instant::now()
-                            .checked_sub(FRESH)
-                            .unwrap_or_else(Instant::now),
-                        drain: 0,
-                        code_search: CodeSearch::default(),
-                        code_left: super::CODE_READS_PER_DRAIN,
-                    })
-            })
-            .as_mut()?;
+        let a = self.processes.get_or_attach(pid, || {
+            NodeProcess::find(pid)
+                .inspect_err(|e| tracing::debug!("naming JavaScript frames of {pid}: {e}"))
+                .ok()
+                .map(|process| Attached {
+                    process,
+                    fresh_at: Instant::now()
+                        .checked_sub(FRESH)
+                        .unwrap_or_else(Instant::now),
+                    drain: 0,
+                    code_search: CodeSearch::default(),
+                    code_left: super::CODE_READS_PER_DRAIN,
+                })
+        })?;
         // The heap changes as the program runs: pages read at an earlier
         // drain say nothing of this one's frames.
         if a.fresh_at.elapsed() >= FRESH {
@@ -255,6 +261,7 @@ impl NodeNames {
         if self.functions.len() >= MAX_CACHED {
             self.functions.clear();
         }
+        self.named_pids.insert(pid);
         self.functions.insert(
             (pid, shared),
             NamedFunction {
@@ -377,6 +384,7 @@ impl NodeNames {
         if self.cache.len() >= MAX_CACHED {
             self.cache.clear();
         }
+        self.named_pids.insert(pid);
         self.cache.insert(
             (pid, slot),
             Named {
@@ -407,19 +415,31 @@ impl FrameNamer for NodeNames {
             return Self::marker("[v8: node unreadable]");
         }
         // Out of the map while it is read, so the caches can be updated.
-        let Some(mut a) = self.processes.remove(&pid).flatten() else {
+        let Some(mut a) = self.processes.take(pid) else {
             return Self::marker("[v8: node unreadable]");
         };
         let f = self.name(&mut a, pid, slot);
-        self.processes.insert(pid, Some(a));
+        self.processes.put_back(pid, a);
         f
     }
 
     fn forget_exited(&mut self, is_live: &dyn Fn(Pid) -> bool) {
-        self.processes.retain(|pid, _| is_live(*pid));
+        self.processes.forget_exited(is_live);
         self.cache.retain(|(pid, _), _| is_live(*pid));
         self.functions.retain(|(pid, _), _| is_live(*pid));
         self.lines.forget_exited(is_live);
+        self.named_pids.retain(|pid| is_live(*pid));
+    }
+
+    fn forget(&mut self, pid: Pid) {
+        self.processes.forget(pid);
+        // Its slots, functions and scripts were the old program's heap's
+        // (whether or not the process is still attached).
+        if self.named_pids.remove(&pid) {
+            self.cache.retain(|(p, _), _| *p != pid);
+            self.functions.retain(|(p, _), _| *p != pid);
+            self.lines.forget_exited(&|p| p != pid);
+        }
     }
 
     fn stats(&self) -> NameStats {
@@ -432,8 +452,7 @@ impl FrameNamer for NodeNames {
                 + self.lines.cached_bytes()
                 + self
                     .processes
-                    .values()
-                    .flatten()
+                    .attached()
                     .map(|a| 512 + a.process.mem.cached_bytes())
                     .sum::<usize>()) as u64,
         }
