@@ -272,11 +272,23 @@ fn hung_collector_is_not_ready_and_still_stops() {
         }
         wait(200);
     }
-    // The hang starts after 2 drains (~2 s); readiness must follow within 5 s.
-    let turned = turned.expect("/readyz still 200 10 s after the collector hung");
+    // The hang starts after 2 drains (~2 s, longer on a busy host: 9.3 s
+    // to the turn once in CI); readiness must follow within 5 s of the
+    // last drain, which the answer says.
+    let turned = turned.expect("/readyz still 200 12 s after the daemon was ready");
+    let r = d.get("/readyz");
+    let body = r.text();
+    let stale: f64 = body
+        .split("no drain completed for ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| {
+            panic!("/readyz's 503 should say how long ago the last drain was: {body:?}")
+        });
     assert!(
-        turned < Duration::from_secs(9),
-        "/readyz turned 503 only after {turned:?}"
+        (5.0..7.0).contains(&stale),
+        "/readyz turned 503 {turned:?} after the daemon was ready, its last drain {stale} s before (between 5 and 7 s asked): {body:?}"
     );
     assert_eq!(d.get("/healthz").status, 200, "liveness of the HTTP side");
     let t0 = Instant::now();
