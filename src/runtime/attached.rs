@@ -55,9 +55,9 @@ impl<A> AttachedSet<A> {
     ) -> Option<&mut A> {
         let now = Instant::now();
         if !self.held.contains_key(&pid) {
-            // A process gone before its uid is read counts as nobody's
-            // (not root's), and will not be attached anyway.
-            let account = real_uid(pid).map_or(u32::MAX, |u| self.accounts.account(u));
+            // Gone before its uid is read: it would not be attached, and
+            // costs no other process its place.
+            let account = self.accounts.account(real_uid(pid)?);
             if self.held.len() >= self.max
                 && let Some(p) = self.to_let_go(account)
             {

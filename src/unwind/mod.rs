@@ -332,9 +332,10 @@ pub struct UnwindStats {
     pub tables_evicted_cold: u64,
     /// Tables refused for being over [`defaults::FILE_SHARE`] of the budget.
     pub over_share: u64,
-    /// Mapped files given no table (their mappings unwound by frame
-    /// pointers) because their user held a quarter of `file_tables`' places,
-    /// or all users but root three quarters, none of them idle.
+    /// Refusals of a table to a mapped file (its mappings unwound by frame
+    /// pointers) because its user held a quarter of `file_tables`' places,
+    /// or all users but root three quarters, none of them idle: a file
+    /// counted at each read of a process mapping it.
     pub files_refused_for_share: u64,
     /// Tables no process mapped, evicted before [`defaults::IDLE_TABLE`]
     /// to give their user's (or the heaviest user's) place to a new file.
@@ -431,9 +432,9 @@ pub struct Unwinder {
     /// the BPF unwinder asks.
     refused: HashMap<Pid, Instant>,
     /// Processes some of whose files were refused a table for their
-    /// account's share (see [`Unwinder::room_for_file`]), by account: read
-    /// again once the account has room.
-    short_of_files: HashMap<Pid, u32>,
+    /// account's share (see [`Unwinder::room_for_file`]): their account
+    /// and when they were read; read again once the account has room.
+    short_of_files: HashMap<Pid, (u32, Instant)>,
     /// Processes found to have exec'd, for [`Unwinder::take_execs`].
     execs: Vec<Pid>,
     /// Tables whose rows were taken back since the last poll: the
@@ -728,15 +729,6 @@ impl Unwinder {
                 self.execs.push(pid);
             }
         }
-        // A place first: a process refused one costs no table of its files.
-        if old.is_none() && self.processes.len() >= self.max_processes && !self.make_room(uid) {
-            self.stats.mappings_dropped += maps.len() as u64;
-            if self.refused.len() >= self.max_processes {
-                self.refused.clear();
-            }
-            self.refused.insert(pid, now);
-            return;
-        }
         let mut mappings = Vec::new();
         // Whether a file was refused a table for the account's share.
         let mut short = false;
@@ -785,7 +777,10 @@ impl Unwinder {
                     })
                 }
                 MMapPath::Vdso => {
-                    self.table_for(VDSO_KEY, "[vdso]".into(), BuildSource::Vdso, urgent, uid)
+                    let id =
+                        self.table_for(VDSO_KEY, "[vdso]".into(), BuildSource::Vdso, urgent, uid);
+                    short |= id.is_none();
+                    id
                 }
                 _ => None,
             };
@@ -802,6 +797,22 @@ impl Unwinder {
                 table,
             });
         }
+        // A process refused a place in `proc_unwind` keeps its files'
+        // tables (within its user's share of them): the loop form finds
+        // them through `file_tables` for a pc the agent has not listed.
+        if old.is_none() && self.processes.len() >= self.max_processes && !self.make_room(uid) {
+            self.stats.mappings_dropped += mappings.len() as u64;
+            for t in mappings.iter().filter_map(|m| m.table) {
+                if let Some(e) = self.tables.get_mut(&t) {
+                    e.refs = e.refs.saturating_sub(1);
+                }
+            }
+            if self.refused.len() >= self.max_processes {
+                self.refused.clear();
+            }
+            self.refused.insert(pid, now);
+            return;
+        }
         let mut sampled_at = None;
         if let Some(old) = old {
             self.release(&old);
@@ -810,7 +821,7 @@ impl Unwinder {
         }
         self.refused.remove(&pid);
         if short {
-            self.short_of_files.insert(pid, uid);
+            self.short_of_files.insert(pid, (uid, now));
         } else {
             self.short_of_files.remove(&pid);
         }
@@ -928,23 +939,11 @@ impl Unwinder {
         {
             return false;
         }
-        // Over its own share, its own idle tables go; over all users', the
-        // idle tables of the user holding the most.
-        let whose = if mine >= share {
-            account
-        } else {
-            self.files_per_account
-                .iter()
-                .filter(|&(a, _)| *a != ROOT)
-                .max_by_key(|&(_, n)| *n)
-                .map_or(account, |(a, _)| *a)
-        };
+        let whose = self.gives_way_for(account, mine >= share);
         let mut idle: Vec<(Instant, TableId)> = self
             .tables
             .iter()
-            .filter(|(_, e)| {
-                e.account == whose && e.refs == 0 && !matches!(e.state, TableState::Building)
-            })
+            .filter(|(_, e)| e.account == whose && Self::idle(e))
             .map(|(id, e)| (e.last_used, *id))
             .collect();
         if idle.is_empty() {
@@ -960,6 +959,39 @@ impl Unwinder {
         self.stats.files_evicted_for_share += batch.len() as u64;
         self.evict_many(&batch);
         true
+    }
+
+    /// Whose idle tables give way for a new file of `account`: over its
+    /// own share (`over_own`), its own; over all users' three quarters,
+    /// those of the user holding the most.
+    fn gives_way_for(&self, account: u32, over_own: bool) -> u32 {
+        if over_own {
+            return account;
+        }
+        self.files_per_account
+            .iter()
+            .filter(|&(a, _)| *a != ROOT)
+            .max_by_key(|&(_, n)| *n)
+            .map_or(account, |(a, _)| *a)
+    }
+
+    /// A table no live process maps, not being built: one that may give
+    /// way.
+    fn idle(e: &TableEntry) -> bool {
+        e.refs == 0 && !matches!(e.state, TableState::Building)
+    }
+
+    /// Whether a new file of `account` would get a table now (see
+    /// [`Unwinder::room_for_file`]), without evicting anything.
+    fn has_file_room(&self, account: u32) -> bool {
+        let (share, mine, over_all) = self.file_places(account);
+        if account == ROOT || (mine < share && !over_all) {
+            return true;
+        }
+        let whose = self.gives_way_for(account, mine >= share);
+        self.tables
+            .values()
+            .any(|e| e.account == whose && Self::idle(e))
     }
 
     /// A share of `file_tables`' places, the places account `account`
@@ -985,29 +1017,47 @@ impl Unwinder {
     /// unwinder never asks about it).
     fn retry_short_of_files(&mut self) {
         const PER_SCAN: usize = 64;
-        let mut room: HashMap<u32, bool> = HashMap::new();
-        let mut ready = Vec::new();
-        let short: Vec<(Pid, u32)> = self.short_of_files.iter().map(|(p, a)| (*p, *a)).collect();
-        for (pid, account) in short {
-            let has = *room.entry(account).or_insert_with(|| {
-                let (share, mine, over_all) = self.file_places(account);
-                (mine < share && !over_all)
-                    || self.tables.values().any(|e| {
-                        e.account == account
-                            && e.refs == 0
-                            && !matches!(e.state, TableState::Building)
-                    })
-            });
-            if has {
-                ready.push(pid);
-                if ready.len() == PER_SCAN {
-                    break;
-                }
+        // Those tried longest ago first; an account is tried while its
+        // reads leave it room.
+        let mut short: Vec<(Instant, Pid, u32)> = self
+            .short_of_files
+            .iter()
+            .map(|(p, (a, at))| (*at, *p, *a))
+            .collect();
+        short.sort_unstable();
+        let mut full: HashSet<u32> = HashSet::new();
+        let mut read = 0;
+        for (_, pid, account) in short {
+            if read == PER_SCAN {
+                break;
             }
-        }
-        for pid in ready {
+            if full.contains(&account) {
+                continue;
+            }
+            if !self.has_file_room(account) {
+                full.insert(account);
+                continue;
+            }
             match self.processes.get(&pid).map(|p| p.noted_at) {
-                Some(noted_at) => self.read_process(pid, noted_at, false),
+                Some(noted_at) => {
+                    let before = self.short_of_files.get(&pid).map(|v| v.1);
+                    self.read_process(pid, noted_at, false);
+                    read += 1;
+                    match self.short_of_files.get(&pid).map(|v| v.1) {
+                        // Not read (a zombie, a main thread gone, maps over
+                        // their bound): not tried again until a refresh
+                        // reads it.
+                        at if at == before => {
+                            self.short_of_files.remove(&pid);
+                        }
+                        // Still short: what room there was went to others
+                        // (or its refusals are paused): not its others now.
+                        Some(_) => {
+                            full.insert(account);
+                        }
+                        None => {}
+                    }
+                }
                 None => {
                     self.short_of_files.remove(&pid);
                 }
