@@ -124,9 +124,13 @@ impl Receiver {
         std::fs::write(self.dir.join("mode"), mode).unwrap();
     }
 
+    /// The pushes recorded so far: the complete lines only (the receiver
+    /// may be writing one, tens of KiB, as they are read: a fresh clone's
+    /// run once read half of one).
     fn records(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.dir.join("pushes.jsonl"))
-            .unwrap_or_default()
+        let text = std::fs::read_to_string(self.dir.join("pushes.jsonl")).unwrap_or_default();
+        let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+        complete
             .lines()
             .map(|l| serde_json::from_str(l).expect("a JSON line"))
             .collect()
