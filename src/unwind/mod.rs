@@ -802,11 +802,7 @@ impl Unwinder {
         // them through `file_tables` for a pc the agent has not listed.
         if old.is_none() && self.processes.len() >= self.max_processes && !self.make_room(uid) {
             self.stats.mappings_dropped += mappings.len() as u64;
-            for t in mappings.iter().filter_map(|m| m.table) {
-                if let Some(e) = self.tables.get_mut(&t) {
-                    e.refs = e.refs.saturating_sub(1);
-                }
-            }
+            self.release(&mappings);
             if self.refused.len() >= self.max_processes {
                 self.refused.clear();
             }
@@ -815,7 +811,7 @@ impl Unwinder {
         }
         let mut sampled_at = None;
         if let Some(old) = old {
-            self.release(&old);
+            self.release(&old.mappings);
             self.count_out(old.uid);
             sampled_at = old.sampled_at;
         }
@@ -1067,12 +1063,7 @@ impl Unwinder {
 
     /// Takes a table's place off its account's count.
     fn uncharge(&mut self, account: u32) {
-        if let Some(n) = self.files_per_account.get_mut(&account) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.files_per_account.remove(&account);
-            }
-        }
+        count_down(&mut self.files_per_account, account);
     }
 
     /// Whether tables are being built (a poll soon would upload them).
@@ -1964,7 +1955,7 @@ impl Unwinder {
     fn forget(&mut self, pid: Pid) {
         self.short_of_files.remove(&pid);
         if let Some(state) = self.processes.remove(&pid) {
-            self.release(&state);
+            self.release(&state.mappings);
             self.count_out(state.uid);
         }
         let _ = self.procs_map.delete(&pid.0.to_ne_bytes());
@@ -1974,12 +1965,7 @@ impl Unwinder {
     }
 
     fn count_out(&mut self, uid: u32) {
-        if let Some(n) = self.per_uid.get_mut(&uid) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.per_uid.remove(&uid);
-            }
-        }
+        count_down(&mut self.per_uid, uid);
     }
 
     /// Makes room in a full `proc_unwind` for a process of account `uid`
@@ -2022,9 +2008,10 @@ impl Unwinder {
         true
     }
 
-    fn release(&mut self, state: &ProcState) {
+    /// Gives back the references `mappings` hold on their tables.
+    fn release(&mut self, mappings: &[ProcMapping]) {
         let now = Instant::now();
-        for t in state.mappings.iter().filter_map(|m| m.table) {
+        for t in mappings.iter().filter_map(|m| m.table) {
             if let Some(e) = self.tables.get_mut(&t) {
                 e.refs = e.refs.saturating_sub(1);
                 e.last_used = now;
@@ -2157,6 +2144,16 @@ impl Unwinder {
             .collect();
         for r in &mut self.runtimes {
             r.place(pid, state.uid, &mapped, &code);
+        }
+    }
+}
+
+/// Takes one off `account`'s count, forgetting the account at none.
+fn count_down(counts: &mut HashMap<u32, u32>, account: u32) {
+    if let Some(n) = counts.get_mut(&account) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            counts.remove(&account);
         }
     }
 }
