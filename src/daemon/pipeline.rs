@@ -40,6 +40,8 @@ const EARLY_PROCESSES_MAX: usize = 256;
 /// EARLY_PROCESSES_MAX only.
 struct Noticed {
     pid: Pid,
+    /// The account its reads are charged to.
+    account: u32,
     read_at: Option<Instant>,
     reads: u8,
     early: Option<EarlyMaps>,
@@ -114,6 +116,10 @@ fn note_for_unwinding(
     }
 }
 
+/// New processes read at one wake at most, of those waiting for their
+/// account's credit: the rest wait for the next (50 ms later).
+const MAX_DUE_PER_WAKE: usize = 64;
+
 /// Attaches the timer uprobes the unwinder found (Node processes).
 fn attach_timer_hooks(unwinder: &mut Unwinder, events: &mut Option<EventSampler>) {
     for hook in unwinder.take_timer_hooks() {
@@ -155,8 +161,9 @@ impl Pipeline {
         let mut sampler = CpuSampler::load(options)?;
         // `record -p`: the process is known before its first sample, so
         // its mappings are read now.
+        // Root's own request: never held back for its user's reading time.
         if let Some(pid) = sampler.options().pid {
-            symbolizer.note_process(pid);
+            symbolizer.note_process(pid, 0);
         }
         // The running processes' tables are built before anything samples
         // (CPU sampling used to start first and run through the events
@@ -222,6 +229,16 @@ impl Pipeline {
         self.events.as_ref().map(EventSampler::counters)
     }
 
+    /// Reads a new process of `account` for names and unwinding, and
+    /// charges the account the time.
+    fn note_new_process(&mut self, pid: Pid, account: u32) {
+        let started = Instant::now();
+        self.symbolizer.note_process(pid, account);
+        let tables = self.sampler.options().unwind_tables;
+        note_for_unwinding(pid, tables, &mut self.unwinder, &mut self.events);
+        self.unwinder.reads().charge(account, started.elapsed());
+    }
+
     /// Forgets the processes missing from `live`, a listing of `/proc` made
     /// at `listed`, before this drain (see [`Symbolizer::forget_exited`]).
     ///
@@ -242,12 +259,21 @@ impl Pipeline {
             // of notices (under churn a wake comes every 10 ms).
             if woke - self.last_refresh >= NEW_PROCESS_POLL {
                 self.last_refresh = woke;
-                self.symbolizer.refresh_new_processes();
+                self.symbolizer.refresh_new_processes(self.unwinder.reads());
             }
-            let tables = self.sampler.options().unwind_tables;
+            // Each process read at its account's pace (`shared::reads`):
+            // those past their credit wait in line, and come back here.
+            // Each read is charged before the next is admitted.
             for pid in pids {
-                self.symbolizer.note_process(pid);
-                note_for_unwinding(pid, tables, &mut self.unwinder, &mut self.events);
+                if let Some(account) = self.unwinder.admit(pid) {
+                    self.note_new_process(pid, account);
+                }
+            }
+            for _ in 0..MAX_DUE_PER_WAKE {
+                let Some(d) = self.unwinder.reads().next_due() else {
+                    break;
+                };
+                self.note_new_process(d.pid, d.account);
             }
             self.unwinder.poll(UNWIND_TABLE_WAIT);
             for pid in self.unwinder.take_execs() {
@@ -280,7 +306,10 @@ impl Pipeline {
             }
             // Until the drain, or the next notice; sooner while new
             // processes are re-read or their tables built.
-            let mut wait = if self.symbolizer.refreshing() || self.unwinder.building() {
+            let mut wait = if self.symbolizer.refreshing()
+                || self.unwinder.building()
+                || self.unwinder.reads().has_deferred()
+            {
                 NEW_PROCESS_POLL
             } else {
                 until - now
@@ -343,9 +372,15 @@ impl Pipeline {
             let mut idle = || {
                 let now = Instant::now();
                 for pid in new_processes.take().unwrap_or_default() {
+                    let Some(account) = unwinder.admit(pid) else {
+                        continue;
+                    };
+                    let started = Instant::now();
                     note_for_unwinding(pid, tables, unwinder, events);
+                    unwinder.reads().charge(account, started.elapsed());
                     noticed.push(Noticed {
                         pid,
+                        account,
                         read_at: None,
                         reads: 0,
                         early: None,
@@ -356,12 +391,14 @@ impl Pipeline {
                 // was named: all of its stacks `[exited]`).
                 for n in noticed.iter_mut().take(EARLY_PROCESSES_MAX) {
                     let due = n.read_at.is_none_or(|t| now - t >= EARLY_REREAD);
-                    if due && n.reads < EARLY_READS {
+                    if due && n.reads < EARLY_READS && unwinder.reads().may_read(n.account) {
                         n.read_at = Some(now);
                         n.reads += 1;
+                        let started = Instant::now();
                         if let Some(maps) = EarlyMaps::read(n.pid) {
                             n.early = Some(maps);
                         }
+                        unwinder.reads().charge(n.account, started.elapsed());
                     }
                 }
                 unwinder.poll(Duration::ZERO);
@@ -375,7 +412,10 @@ impl Pipeline {
             self.symbolizer.forget_runtime_names(pid);
         }
         for n in noticed {
-            self.symbolizer.note_process_read_early(n.pid, n.early);
+            let started = Instant::now();
+            self.symbolizer
+                .note_process_read_early(n.pid, n.account, n.early);
+            self.unwinder.reads().charge(n.account, started.elapsed());
         }
         Ok(Batch {
             samples,

@@ -11,7 +11,8 @@ use super::NameStats;
 use crate::shared::metrics::{MissLabel, advance, gauge_value};
 
 /// Advances a runtime's names family by the drains since `prev`:
-/// `reason="named"`, and `missed` for the frames shown as a marker.
+/// `reason="named"`, `missed` for the frames whose code or record was
+/// gone, `unreadable` for those a read of the process failed to name.
 pub fn advance_names(
     family: &Family<MissLabel, Counter>,
     now: &NameStats,
@@ -21,6 +22,7 @@ pub fn advance_names(
     for (reason, n, p) in [
         ("named", now.named, prev.named),
         (missed, now.evicted, prev.evicted),
+        ("unreadable", now.unreadable, prev.unreadable),
     ] {
         advance(&family.get_or_create(&MissLabel::new(reason)), n, p);
     }

@@ -154,6 +154,10 @@ pub struct NameStats {
     /// by the drain (the functions inlined into a JavaScript function's
     /// optimized code).
     pub partial: u64,
+    /// Frames shown as a marker because a read of the process failed
+    /// (a read past the drain's budget, a mapping gone), apart from code
+    /// the runtime really dropped.
+    pub unreadable: u64,
     /// Bytes held in its caches.
     pub cached_bytes: u64,
 }

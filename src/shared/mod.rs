@@ -11,6 +11,7 @@ pub mod ids;
 pub mod metrics;
 pub mod peer;
 pub mod procmaps;
+pub mod reads;
 pub mod secret;
 pub mod workload;
 

@@ -37,6 +37,7 @@ use kallsyms::KernelSymbols;
 
 use crate::collect::{RawSample, RawStack, StackEnd};
 use crate::runtime::{FrameNamer, NameStats};
+use crate::shared::reads::ReadMeter;
 use crate::shared::{FastMap, FastSet};
 use crate::shared::{Pid, Tid};
 use perfmap::PerfMap;
@@ -346,7 +347,7 @@ pub struct Symbolizer {
     /// Emptied frame vectors of stored samples, reused for the next
     /// drain's (see [`Symbolizer::recycle`]).
     spare_frames: Vec<Vec<Frame>>,
-    recent: Vec<(Pid, Instant)>,
+    recent: Vec<(Pid, Instant, u32)>,
     modules: HashMap<FileId, Arc<Module>>,
     /// The kernel's symbols, read when a kernel address is first named
     /// (`None` before, or if kallsyms cannot be read).
@@ -550,15 +551,16 @@ impl Symbolizer {
     /// Reads and remembers the mappings of a process that just appeared, so
     /// that its samples can be named even if it exits before the next drain.
     /// A new process is still mapping its libraries (ld.so), so its snapshot
-    /// is refreshed by [`Symbolizer::refresh_new_processes`] for a while.
-    pub fn note_process(&mut self, pid: Pid) {
+    /// is refreshed by [`Symbolizer::refresh_new_processes`] for a while,
+    /// each re-read charged to `account` (the caller charges this read).
+    pub fn note_process(&mut self, pid: Pid, account: u32) {
         let now = Instant::now();
         self.comms.remove(&pid);
         self.workloads.forget(pid);
         self.snapshot(pid, now);
-        self.recent.retain(|(p, _)| *p != pid);
+        self.recent.retain(|(p, _, _)| *p != pid);
         if self.recent.len() < MAX_RECENT {
-            self.recent.push((pid, now));
+            self.recent.push((pid, now, account));
         }
     }
 
@@ -577,14 +579,21 @@ impl Symbolizer {
     }
 
     /// Re-reads the mappings of processes noted in the last
-    /// [`RECENT_REFRESH`], while they live.
-    pub fn refresh_new_processes(&mut self) {
+    /// [`RECENT_REFRESH`], while they live, each while its account may
+    /// spend the agent's time (charged to it; skipped past its credit).
+    pub fn refresh_new_processes(&mut self, reads: &mut ReadMeter) {
         let now = Instant::now();
         self.recent
-            .retain(|(_, t)| now.duration_since(*t) < RECENT_REFRESH);
-        let pids: Vec<Pid> = self.recent.iter().map(|(p, _)| *p).collect();
-        for pid in pids {
+            .retain(|(_, t, _)| now.duration_since(*t) < RECENT_REFRESH);
+        let pids: Vec<(Pid, u32)> = self.recent.iter().map(|(p, _, a)| (*p, *a)).collect();
+        for (pid, account) in pids {
+            if !reads.may_read(account) {
+                reads.skip();
+                continue;
+            }
+            let started = Instant::now();
             self.snapshot(pid, now);
+            reads.charge(account, started.elapsed());
         }
     }
 
@@ -596,8 +605,8 @@ impl Symbolizer {
     /// [`Symbolizer::note_process`] of a process whose mappings were read
     /// early (see [`EarlyMaps`]): read again if it still lives, what was
     /// read early if it has gone meanwhile.
-    pub fn note_process_read_early(&mut self, pid: Pid, early: Option<EarlyMaps>) {
-        self.note_process(pid);
+    pub fn note_process_read_early(&mut self, pid: Pid, account: u32, early: Option<EarlyMaps>) {
+        self.note_process(pid, account);
         if let Some(early) = early
             && !self.snapshots.contains_key(&pid)
         {
@@ -1563,7 +1572,7 @@ mod tests {
         };
         child.kill().expect("kill sleep");
         child.wait().expect("reap sleep");
-        s.note_process_read_early(pid, Some(early));
+        s.note_process_read_early(pid, 0, Some(early));
         let kept = s.snapshots.get(&pid).expect("the early read is kept");
         assert_eq!(kept.comm.as_deref(), Some("sleep"));
         assert!(!kept.maps.mappings().is_empty());
@@ -1572,7 +1581,7 @@ mod tests {
         let me = Pid(std::process::id());
         let stale = EarlyMaps::read(me).expect("own maps");
         let before = stale.taken;
-        s.note_process_read_early(me, Some(stale));
+        s.note_process_read_early(me, 0, Some(stale));
         assert!(s.snapshots[&me].taken > before, "read again while it lives");
     }
 

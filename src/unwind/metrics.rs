@@ -51,6 +51,7 @@ pub struct UnwindMetrics {
     tables: Family<MapLabel, Gauge>,
     table_events: Family<MissLabel, Counter>,
     build_seconds: Counter<f64, AtomicU64>,
+    read_seconds: Counter<f64, AtomicU64>,
     last: Mutex<LastUnwind>,
 }
 
@@ -64,6 +65,7 @@ impl UnwindMetrics {
             tables: Family::default(),
             table_events: Family::default(),
             build_seconds: Counter::default(),
+            read_seconds: Counter::default(),
             last: Mutex::default(),
         };
         registry.register(
@@ -83,13 +85,18 @@ impl UnwindMetrics {
         );
         registry.register(
             "unwind_table_events",
-            "Unwind-table work: builds, failures (corrupt or unreadable files), files refused unread (not ELF, sections over the cap), files without CFI, corrupt FDEs skipped, budget refusals (budget_refused; over_file_share: one table over a quarter of the budget), evictions (evicted: no process maps it; table_evicted_cold: its processes had not run for 30 s; table_evicted_for_share), mapped files refused a table because their user held a quarter of the file places or all users but root three quarters (file_refused_for_share, a file counted at each read of its process), idle tables evicted early for a new file of their user (file_evicted_for_share), tables built again once room was made (no_room_retried), tables that took the rows of a file of the same build id and the same rows (rows_shared), files of a build id held with other rows, given their own table (build_id_rows_differ), mappings dropped",
+            "Unwind-table work: builds, failures (corrupt or unreadable files), files refused unread (not ELF, sections over the cap), files without CFI, corrupt FDEs skipped, budget refusals (budget_refused; over_file_share: one table over a quarter of the budget), evictions (evicted: no process maps it; table_evicted_cold: its processes had not run for 30 s; table_evicted_for_share), mapped files refused a table because their user held a quarter of the file places or all users but root three quarters (file_refused_for_share, a file counted at each read of its process), idle tables evicted early for a new file of their user (file_evicted_for_share), tables built again once room was made (no_room_retried), tables that took the rows of a file of the same build id and the same rows (rows_shared), files of a build id held with other rows, given their own table (build_id_rows_differ), new processes of a user past their share of the agent's reading time read later (process_read_deferred) or, past 4,096 waiting, not at all until the unwinder asks (process_read_dropped), re-reads skipped for it (process_reread_skipped), mappings dropped",
             m.table_events.clone(),
         );
         registry.register(
             "unwind_table_build_seconds",
             "Time the builder thread spent compiling unwind tables",
             m.build_seconds.clone(),
+        );
+        registry.register(
+            "process_read_seconds",
+            "Time the agent spent reading the mappings of processes of users other than root (each user may spend 100 ms a second, all of them 250 ms)",
+            m.read_seconds.clone(),
         );
         m
     }
@@ -220,11 +227,29 @@ impl UnwindMetrics {
                 stats.build_id_rows_differ,
                 p.build_id_rows_differ,
             ),
+            (
+                "process_read_deferred",
+                stats.reads.deferred,
+                p.reads.deferred,
+            ),
+            ("process_read_dropped", stats.reads.dropped, p.reads.dropped),
+            (
+                "process_reread_skipped",
+                stats.reads.skipped,
+                p.reads.skipped,
+            ),
         ] {
             let label = MissLabel::new(reason);
             advance(&self.table_events.get_or_create(&label), n, prev);
         }
         self.build_seconds
             .inc_by(stats.build_time.saturating_sub(p.build_time).as_secs_f64());
+        self.read_seconds.inc_by(
+            stats
+                .reads
+                .charged
+                .saturating_sub(p.reads.charged)
+                .as_secs_f64(),
+        );
     }
 }

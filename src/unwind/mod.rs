@@ -42,6 +42,7 @@ use crate::collect::UnwindMaps;
 use crate::runtime::{CodeRange, Finding, Mapped, Runtime};
 use crate::shared::Pid;
 use crate::shared::elf::{self, ElfHeader};
+use crate::shared::reads::{ReadMeter, ReadStats};
 use accounts::BpfAccounts;
 use queue::{BuildJob, JobQueue};
 use table::{ElfInfo, TableSource};
@@ -359,6 +360,9 @@ pub struct UnwindStats {
     pub refused_last_minute: u64,
     /// Tables evicted or taken back in the last minute.
     pub evicted_last_minute: u64,
+    /// What the per-account meter of reading time did
+    /// ([`crate::shared::reads`]).
+    pub reads: ReadStats,
 }
 
 /// What happened to a table lately, for the last minute's figures.
@@ -437,6 +441,9 @@ pub struct Unwinder {
     short_of_files: HashMap<Pid, (u32, Instant)>,
     /// Processes found to have exec'd, for [`Unwinder::take_execs`].
     execs: Vec<Pid>,
+    /// The agent's time reading processes, per account: a user's flood
+    /// of new processes is read at their account's pace, root's at once.
+    reads: ReadMeter,
     /// Tables whose rows were taken back since the last poll: the
     /// processes mapping them are uploaded again.
     stripped: HashSet<TableId>,
@@ -608,6 +615,7 @@ impl Unwinder {
             refused: HashMap::new(),
             short_of_files: HashMap::new(),
             execs: Vec::new(),
+            reads: ReadMeter::new(),
             stripped: HashSet::new(),
             jobs,
             done,
@@ -655,7 +663,46 @@ impl Unwinder {
         s.rules = self.rules.len() as u64;
         s.refused_last_minute = self.recent.count(Lately::Refused);
         s.evicted_last_minute = self.recent.count(Lately::Evicted);
+        s.reads = self.reads.stats();
         s
+    }
+
+    /// The meter of the agent's time reading processes, per account (the
+    /// pipeline charges it the symbolizer's reads too).
+    pub fn reads(&mut self) -> &mut ReadMeter {
+        &mut self.reads
+    }
+
+    /// The account process `pid` counts in (`None`: it is gone).
+    pub fn account_of(&self, pid: Pid) -> Option<u32> {
+        crate::shared::accounts::real_uid(pid).map(|uid| self.accounts.account(uid))
+    }
+
+    /// Whether a new process may be read now: its account, if so; if its
+    /// account is past its credit it is put in line
+    /// ([`ReadMeter::next_due`]) and `None` returned, as for a process
+    /// gone.
+    pub fn admit(&mut self, pid: Pid) -> Option<u32> {
+        let account = self.account_of(pid)?;
+        if self.reads.may_read(account) {
+            Some(account)
+        } else {
+            self.reads.defer(pid, account);
+            None
+        }
+    }
+
+    /// Reads process `pid` of `account` (see [`Unwinder::read_process`]) if
+    /// the account may read now, charging it the time; whether it was read.
+    fn read_metered(&mut self, pid: Pid, account: u32, noted_at: Instant, urgent: bool) -> bool {
+        if !self.reads.may_read(account) {
+            self.reads.skip();
+            return false;
+        }
+        let started = Instant::now();
+        self.read_process(pid, noted_at, urgent);
+        self.reads.charge(account, started.elapsed());
+        true
     }
 
     /// Notes that the processes of a drain's samples ran: their tables are
@@ -843,8 +890,16 @@ impl Unwinder {
             return;
         };
         for p in procs.flatten() {
-            if let Ok(pid) = u32::try_from(p.pid()) {
-                self.read_process(Pid(pid), Instant::now(), false);
+            let Ok(pid) = u32::try_from(p.pid()) else {
+                continue;
+            };
+            // A user's thousands of processes are read at their pace, after
+            // root's: the pipeline takes those deferred as for new ones.
+            let pid = Pid(pid);
+            if let Some(account) = self.admit(pid) {
+                let started = Instant::now();
+                self.read_process(pid, Instant::now(), false);
+                self.reads.charge(account, started.elapsed());
             }
         }
     }
@@ -1037,7 +1092,10 @@ impl Unwinder {
             match self.processes.get(&pid).map(|p| p.noted_at) {
                 Some(noted_at) => {
                     let before = self.short_of_files.get(&pid).map(|v| v.1);
-                    self.read_process(pid, noted_at, false);
+                    if !self.read_metered(pid, account, noted_at, false) {
+                        full.insert(account);
+                        continue;
+                    }
                     read += 1;
                     match self.short_of_files.get(&pid).map(|v| v.1) {
                         // Not read (a zombie, a main thread gone, maps over
@@ -1141,8 +1199,17 @@ impl Unwinder {
                     Instant::now(),
                 ),
             };
-            if !fresh {
-                self.read_process(pid, noted_at, true);
+            if fresh {
+                continue;
+            }
+            let account = match self.processes.get(&pid) {
+                Some(p) => Some(p.uid),
+                None => self.account_of(pid),
+            };
+            // Skipped while its account is past its credit: the BPF
+            // unwinder asks again at the process's next uncovered pc.
+            if let Some(account) = account {
+                self.read_metered(pid, account, noted_at, true);
             }
         }
         for r in &mut self.runtimes {
@@ -2064,10 +2131,17 @@ impl Unwinder {
             if self.processes.len() >= self.max_processes {
                 break;
             }
+            let Some(account) = self.account_of(pid) else {
+                self.refused.remove(&pid);
+                continue;
+            };
+            if !self.reads.may_read(account) {
+                continue;
+            }
             // Out of the list first: a zombie (no mappings) is not put back,
             // and a process refused again is, with the time of this read.
             self.refused.remove(&pid);
-            self.read_process(pid, at, false);
+            self.read_metered(pid, account, at, false);
         }
     }
 

@@ -1,8 +1,10 @@
-"""Writes N files of one page each under DIR (argv: DIR N), maps each as
-executable code (PROT_EXEC, as a loader or a JIT would), each a mapping and
-an inode of its own, prints "mapped N" and sleeps: what a local user can
-make of one process under the default vm.max_map_count, for a profiler
-that keeps something per mapped file."""
+"""Writes N files of one page each under DIR (argv: DIR N [CHURN]), maps
+each as executable code (PROT_EXEC, as a loader or a JIT would), each a
+mapping and an inode of its own, prints "mapped N" and sleeps: what a local
+user can make of one process under the default vm.max_map_count, for a
+profiler that keeps something per mapped file. With CHURN, it then forks
+children for ever, CHURN alive at a time, each living 20 ms: a new process
+of N mappings to read every few milliseconds, as a prefork server does."""
 
 import ctypes
 import os
@@ -31,5 +33,20 @@ for i in range(n):
         break
     got += 1
 print("mapped", got, flush=True)
+churn = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+if churn == 0:
+    while True:
+        signal.pause()
+alive = 0
+forks = 0
 while True:
-    signal.pause()
+    while alive < churn:
+        if os.fork() == 0:
+            libc.usleep(20000)
+            os._exit(0)
+        alive += 1
+        forks += 1
+        if forks % 500 == 0:
+            print("forked", forks, flush=True)
+    os.wait()
+    alive -= 1

@@ -5,7 +5,8 @@
 //! - a compiled frame carries its pc and the low bits of its compilation's
 //!   id: the blob now at that pc must be a compiled method with that id
 //!   (else the code was flushed and the frame is marked, never named after
-//!   whatever replaced it), and it is named after its method;
+//!   whatever replaced it; a read that fails is marked apart, as
+//!   unreadable, and counted), and it is named after its method;
 //! - a stub carries its pc: `[jvm: <blob name>]`, `[jvm: call stub]`.
 //!
 //! Each process's JVM is attached to once (its tables read), names are
@@ -14,8 +15,8 @@
 
 use std::sync::Arc;
 
-use super::Jvm;
 use super::codecache::{BlobKind, CodeHeap};
+use super::{HotSpotError, Jvm};
 use crate::runtime::attached::AttachedSet;
 use crate::runtime::{FrameNamer, NameStats};
 use crate::shared::{FastMap, Frame, FrameKind, Pid};
@@ -139,14 +140,14 @@ const MAX_METHODS: usize = 4096;
 impl Attached {
     /// The method at `method`, from the cache while its ConstMethod is the
     /// one it was named with (one read), else read again.
-    fn method(&mut self, method: u64) -> Option<Arc<Method>> {
-        let cm = self.jvm.const_method(method).ok()?;
+    fn method(&mut self, method: u64) -> Result<Arc<Method>, HotSpotError> {
+        let cm = self.jvm.const_method(method)?;
         if let Some((c, m)) = self.methods.get(&method)
             && *c == cm
         {
-            return Some(m.clone());
+            return Ok(m.clone());
         }
-        let name = self.jvm.method_name(method).ok()?;
+        let name = self.jvm.method_name(method)?;
         let lines = self.jvm.line_table(method).ok().flatten();
         let m = Arc::new(Method {
             qualified: name.qualified().into(),
@@ -161,7 +162,7 @@ impl Attached {
         if let Some((_, old)) = self.methods.insert(method, (cm, m.clone())) {
             self.method_bytes -= old.bytes();
         }
-        Some(m)
+        Ok(m)
     }
 
     /// The line of bytecode `bci` of `m`.
@@ -178,6 +179,8 @@ pub struct JavaNames {
     cached_pids: std::collections::HashSet<Pid>,
     named: u64,
     flushed: u64,
+    /// Frames marked because a read failed, apart from code flushed.
+    unreadable: u64,
 }
 
 impl Default for JavaNames {
@@ -195,6 +198,7 @@ impl JavaNames {
             cached_pids: Default::default(),
             named: 0,
             flushed: 0,
+            unreadable: 0,
         }
     }
 
@@ -206,6 +210,10 @@ impl JavaNames {
             let heaps = jvm.heaps().ok()?;
             let (code_low, _) = jvm.code_bounds().ok()?;
             let call_stub = jvm.call_stub_return().ok()?;
+            // Naming has a drain's budget from the start: what attaching
+            // left of its own is not enough to name a drain's new frames
+            // (the pages read are fresh, so the next renewal is FRESH away).
+            jvm.allow(READS_PER_DRAIN);
             Some(Attached {
                 jvm,
                 heaps,
@@ -244,7 +252,7 @@ impl JavaNames {
                 let method = ((slot & !TAG_MASK) >> BCI_BITS) << 3;
                 let bci = (slot & ((1 << BCI_BITS) - 1)) as u32;
                 match a.method(method) {
-                    Some(m) => {
+                    Ok(m) => {
                         let line = if bci == (1 << BCI_BITS) - 1 {
                             None
                         } else {
@@ -253,28 +261,44 @@ impl JavaNames {
                         self.named += 1;
                         Arc::from(vec![java_frame(&m, line, FrameKind::Java)])
                     }
-                    None => one("[java: method unreadable]".to_owned(), FrameKind::Marker),
+                    Err(e) => {
+                        unreadable(&mut self.unreadable, pid, "a method", &e);
+                        one("[java: method unreadable]".to_owned(), FrameKind::Marker)
+                    }
                 }
             }
             JAVA_COMPILED => {
                 let pc = a.code_low + (slot & ((1 << PC_BITS) - 1));
                 let id = (slot >> PC_BITS) & 0xff_ffff;
-                let blob = a.jvm.blob_at(&a.heaps, pc).ok().flatten();
+                let flushed = || {
+                    one(
+                        "[java: compiled code flushed]".to_owned(),
+                        FrameKind::Marker,
+                    )
+                };
+                let blob = match a.jvm.blob_at(&a.heaps, pc) {
+                    Ok(blob) => blob,
+                    Err(e) => {
+                        unreadable(&mut self.unreadable, pid, "its code cache", &e);
+                        return one("[java: code unreadable]".to_owned(), FrameKind::Marker);
+                    }
+                };
                 let Some(blob) =
                     blob.filter(|b| matches!(b.kind, BlobKind::Nmethod | BlobKind::NativeNmethod))
                 else {
                     self.flushed += 1;
-                    return one(
-                        "[java: compiled code flushed]".to_owned(),
-                        FrameKind::Marker,
-                    );
+                    return flushed();
                 };
-                if a.jvm.compile_id(&blob).ok().map(|c| c as u64 & 0xff_ffff) != Some(id) {
-                    self.flushed += 1;
-                    return one(
-                        "[java: compiled code flushed]".to_owned(),
-                        FrameKind::Marker,
-                    );
+                match a.jvm.compile_id(&blob) {
+                    Ok(c) if c as u64 & 0xff_ffff == id => {}
+                    Ok(_) => {
+                        self.flushed += 1;
+                        return flushed();
+                    }
+                    Err(e) => {
+                        unreadable(&mut self.unreadable, pid, "a compiled method", &e);
+                        return one("[java: code unreadable]".to_owned(), FrameKind::Marker);
+                    }
                 }
                 // The methods inlined at this pc, each its own frame (the
                 // compiled method itself first, as `_[j]`, the inlined
@@ -282,10 +306,15 @@ impl JavaNames {
                 let mut scopes = a.jvm.scopes(&blob, pc, slot & TOP == 0).unwrap_or_default();
                 scopes.reverse();
                 let mut frames = Vec::with_capacity(scopes.len().max(1));
+                let mut failed = None;
                 for (i, s) in scopes.iter().enumerate() {
-                    let Some(m) = a.method(s.method) else {
-                        frames.push(Frame::new("[java: method unreadable]", FrameKind::Marker));
-                        continue;
+                    let m = match a.method(s.method) {
+                        Ok(m) => m,
+                        Err(e) => {
+                            failed = Some(e);
+                            frames.push(Frame::new("[java: method unreadable]", FrameKind::Marker));
+                            continue;
+                        }
                     };
                     let line = s.bci.and_then(|b| a.line(&m, b));
                     let kind = if i == 0 {
@@ -296,12 +325,16 @@ impl JavaNames {
                     frames.push(java_frame(&m, line, kind));
                 }
                 if frames.is_empty() {
-                    match a.jvm.compiled_method(&blob).ok().and_then(|m| a.method(m)) {
-                        Some(m) => frames.push(java_frame(&m, None, FrameKind::Java)),
-                        None => {
+                    match a.jvm.compiled_method(&blob).and_then(|m| a.method(m)) {
+                        Ok(m) => frames.push(java_frame(&m, None, FrameKind::Java)),
+                        Err(e) => {
+                            unreadable(&mut self.unreadable, pid, "a compiled method", &e);
                             return one("[java: method unreadable]".to_owned(), FrameKind::Marker);
                         }
                     }
+                }
+                if let Some(e) = failed {
+                    unreadable(&mut self.unreadable, pid, "an inlined method", &e);
                 }
                 self.named += 1;
                 Arc::from(frames)
@@ -318,6 +351,19 @@ impl JavaNames {
                 one(name, FrameKind::User)
             }
         }
+    }
+}
+
+/// Counts a frame marked because a read of process `pid` failed, and says
+/// why: at warn level the 1st, 2nd, 4th, 8th... time (a budget spent or a
+/// mapping gone is then told apart from code really flushed), else at
+/// debug level.
+fn unreadable(count: &mut u64, pid: Pid, what: &str, e: &HotSpotError) {
+    *count += 1;
+    if count.is_power_of_two() {
+        tracing::warn!("naming Java frames of {pid}: reading {what}: {e} ({count} so far)");
+    } else {
+        tracing::debug!("naming Java frames of {pid}: reading {what}: {e}");
     }
 }
 
@@ -380,6 +426,7 @@ impl FrameNamer for JavaNames {
             partial: 0,
             named: self.named,
             evicted: self.flushed,
+            unreadable: self.unreadable,
             // The slots' frames, about 150 bytes each; each JVM's pages
             // and methods as held.
             cached_bytes: (self.cache.len() * 150

@@ -190,6 +190,7 @@ impl FrameNamer for PythonNames {
             partial: 0,
             named: s.named,
             evicted: s.evicted,
+            unreadable: 0,
             cached_bytes: s.cached_bytes,
         }
     }

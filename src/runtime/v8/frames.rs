@@ -447,6 +447,7 @@ impl FrameNamer for NodeNames {
             named: self.named,
             evicted: self.moved,
             partial: self.code_gone,
+            unreadable: 0,
             // About 200 bytes a slot and a text; each process's pages.
             cached_bytes: ((self.cache.len() + self.functions.len() + self.texts.len()) * 200
                 + self.lines.cached_bytes()
