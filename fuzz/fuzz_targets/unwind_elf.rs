@@ -3,7 +3,7 @@
 //! reaches it: `read_capped` on the file, then `build`; and `build_table`
 //! on the whole bytes, whose rows the parts `read_capped` reads must give
 //! alike; the shared bounded ELF reader (`shared::elf`) on the file; and the
-//! interpreter check (`python::inspect`) that reads through it.
+//! runtimes' check (`runtime::inspect`) that reads through it.
 #![no_main]
 
 use emberd::unwind::table::{self, CfaRule, UnwindTable};
@@ -61,11 +61,12 @@ fuzz_target!(|data: &[u8]| {
         h.dynamic_symbols(&f.file, &["main", "_PyRuntime"])
     });
     check_bound("shared::elf", peak, data.len(), 2, 64 << 10);
-    // The interpreter check reads the same headers and `.dynsym` on its
-    // own: within the file, whatever its header claims (a 4 KiB file
-    // claiming 3,200 headers of 65,535 bytes once took 400 MiB here).
-    let (_, peak) = peak_of(|| emberd::runtime::python::inspect(&f.file));
-    check_bound("python::inspect", peak, data.len(), 2, 64 << 10);
+    // The runtimes' check (Python, HotSpot, V8) reads the same headers and
+    // `.dynsym` on its own: within the file, whatever its header claims (a
+    // 4 KiB file claiming 3,200 headers of 65,535 bytes once took 400 MiB
+    // here).
+    let (_, peak) = peak_of(|| emberd::runtime::inspect(&f.file));
+    check_bound("runtime::inspect", peak, data.len(), 2, 64 << 10);
     let (read, peak) = peak_of(|| emberd::unwind::read_capped(&f.path));
     check_bound("read_capped", peak, data.len(), 2, 64 << 10);
     // Not ELF, or headers pointing outside the file: refused unread.

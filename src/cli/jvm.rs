@@ -17,9 +17,12 @@ const READ_BUDGET: u64 = 512 << 20;
 /// compiled method: `kind address name (file) line`.
 pub fn run(pid: u32, methods: bool) -> anyhow::Result<ExitCode> {
     let mut jvm = Jvm::find(Pid(pid))?;
+    // What attaching read: the naming of a drain has a budget of its own
+    // beyond it (`hotspot::frames`).
+    let attach_kib = jvm.bytes_read() >> 10;
     jvm.allow(READ_BUDGET);
     println!(
-        "pid {pid}: HotSpot {} (feature release {})",
+        "pid {pid}: HotSpot {} (feature release {}), {attach_kib} KiB read to attach",
         jvm.release, jvm.major
     );
     let heaps = jvm.heaps()?;

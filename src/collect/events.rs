@@ -1006,6 +1006,17 @@ impl EventSampler {
         })
     }
 
+    /// A handle on its `seen_tgids` (see
+    /// [`super::new_process::NewProcessRing::forget`]).
+    pub fn seen_tgids(&self) -> Result<libbpf_rs::MapHandle, CollectError> {
+        libbpf_rs::MapHandle::try_from(&self.skel.maps.seen_tgids).map_err(|source| {
+            CollectError::Drain {
+                map: "seen_tgids",
+                source,
+            }
+        })
+    }
+
     /// Flips the counts buffers and empties the old ones: counts, wake
     /// counts, and what they could not take (by thread, with the label the
     /// programs gave it).

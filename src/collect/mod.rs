@@ -567,6 +567,14 @@ impl CpuSampler {
         })
     }
 
+    /// A handle on its `seen_tgids` (see [`NewProcessRing::forget`]).
+    pub fn seen_tgids(&self) -> Result<MapHandle, CollectError> {
+        MapHandle::try_from(&self.skel.maps.seen_tgids).map_err(|source| CollectError::Drain {
+            map: "seen_tgids",
+            source,
+        })
+    }
+
     /// Flips the buffers and empties the one the program wrote until now.
     pub fn drain(&mut self) -> Result<Drain, CollectError> {
         let bss = self

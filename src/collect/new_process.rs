@@ -14,6 +14,9 @@ use super::{CollectError, Pid};
 /// The notice rings of both BPF objects, read and waited on together.
 pub struct NewProcessRing {
     ring: RingBuffer<'static>,
+    /// Each object's `seen_tgids`: a process deleted there is noticed
+    /// again.
+    seen: Vec<MapHandle>,
     pids: Rc<RefCell<Vec<Pid>>>,
     /// Set by an `EMBERD_DRAIN_NOW` notice: the events' counts buffer is
     /// half full.
@@ -38,8 +41,9 @@ fn drain_error(source: libbpf_rs::Error) -> CollectError {
 
 impl NewProcessRing {
     /// A reader of the rings `maps` (from [`super::CpuSampler::new_tgids`]
-    /// and [`super::events::EventSampler::new_tgids`]).
-    pub fn new(maps: Vec<MapHandle>) -> Result<Self, CollectError> {
+    /// and [`super::events::EventSampler::new_tgids`]), with the objects'
+    /// `seen_tgids` maps `seen`.
+    pub fn new(maps: Vec<MapHandle>, seen: Vec<MapHandle>) -> Result<Self, CollectError> {
         let pids = Rc::new(RefCell::new(Vec::new()));
         let drain = Rc::new(std::cell::Cell::new(false));
         let mut builder = RingBufferBuilder::new();
@@ -63,6 +67,7 @@ impl NewProcessRing {
         }
         Ok(Self {
             ring: builder.build().map_err(drain_error)?,
+            seen,
             pids,
             drain,
         })
@@ -83,6 +88,15 @@ impl NewProcessRing {
     /// Whether a drain was asked for and not yet taken.
     pub fn drain_requested(&self) -> bool {
         self.drain.get()
+    }
+
+    /// Forgets that process `pid` was noticed: its next sample or event
+    /// notices it again (one the agent could not read in its turn).
+    pub fn forget(&self, pid: Pid) {
+        use libbpf_rs::MapCore;
+        for map in &self.seen {
+            let _ = map.delete(&pid.0.to_ne_bytes());
+        }
     }
 
     /// Whether notices are waiting to be taken.

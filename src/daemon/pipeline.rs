@@ -29,15 +29,16 @@ pub const NEW_PROCESS_POLL: Duration = Duration::from_millis(50);
 const NEW_PROCESS_SETTLE: Duration = Duration::from_millis(10);
 /// A process noticed while a drain is named has its mappings read at once
 /// and again EARLY_READS - 1 times, EARLY_REREAD apart (its loader may
-/// still be mapping libraries), the first EARLY_PROCESSES_MAX of a drain:
-/// the symbolizer takes them after the drain if it has gone by then.
+/// still be mapping libraries), the first EARLY_PROCESSES_MAX of a drain
+/// (and every one of root's): the symbolizer takes them after the drain
+/// if it has gone by then.
 const EARLY_REREAD: Duration = Duration::from_millis(200);
 const EARLY_READS: u8 = 3;
 const EARLY_PROCESSES_MAX: usize = 256;
 
 /// A process noticed while a drain was being named. The list is as long
-/// as the drain's notices; maps are held for the first
-/// EARLY_PROCESSES_MAX only.
+/// as the drain's notices admitted; maps are held for the first
+/// EARLY_PROCESSES_MAX only, and root's.
 struct Noticed {
     pid: Pid,
     /// The account its reads are charged to.
@@ -209,7 +210,11 @@ impl Pipeline {
         if let Some(e) = &events {
             rings.push(e.new_tgids()?);
         }
-        let new_processes = NewProcessRing::new(rings)?;
+        let mut seen = vec![sampler.seen_tgids()?];
+        if let Some(e) = &events {
+            seen.push(e.seen_tgids()?);
+        }
+        let new_processes = NewProcessRing::new(rings, seen)?;
         let mut pipeline = Self {
             sampler,
             events,
@@ -227,6 +232,15 @@ impl Pipeline {
     /// Cumulative counters of the events programs, if loaded.
     pub fn event_counters(&self) -> Option<Result<EventCounters, CollectError>> {
         self.events.as_ref().map(EventSampler::counters)
+    }
+
+    /// Processes dropped from the reading line are noticed again at their
+    /// next sample or event (the BPF unwinder asks about none of them:
+    /// they hold no place).
+    fn notice_dropped_again(&mut self) {
+        for pid in self.unwinder.reads().take_dropped() {
+            self.new_processes.forget(pid);
+        }
     }
 
     /// Reads a new process of `account` for names and unwinding, and
@@ -262,19 +276,23 @@ impl Pipeline {
                 self.symbolizer.refresh_new_processes(self.unwinder.reads());
             }
             // Each process read at its account's pace (`shared::reads`):
-            // those past their credit wait in line, and come back here.
-            // Each read is charged before the next is admitted.
-            for pid in pids {
-                if let Some(account) = self.unwinder.admit(pid) {
-                    self.note_new_process(pid, account);
-                }
-            }
+            // those past their credit wait in line, and come back here,
+            // before the account's newer ones. Each read is charged before
+            // the next is admitted.
             for _ in 0..MAX_DUE_PER_WAKE {
                 let Some(d) = self.unwinder.reads().next_due() else {
                     break;
                 };
                 self.note_new_process(d.pid, d.account);
             }
+            for pid in pids {
+                // An earlier process's name and labels go, read or not.
+                self.symbolizer.forget_process_state(pid);
+                if let Some(account) = self.unwinder.admit(pid) {
+                    self.note_new_process(pid, account);
+                }
+            }
+            self.notice_dropped_again();
             self.unwinder.poll(UNWIND_TABLE_WAIT);
             for pid in self.unwinder.take_execs() {
                 self.symbolizer.forget_runtime_names(pid);
@@ -361,6 +379,10 @@ impl Pipeline {
         // `Noticed`); the symbolizer takes them after the drain.
         let tables = self.sampler.options().unwind_tables;
         let mut noticed: Vec<Noticed> = Vec::new();
+        // Every process noticed meanwhile, read or not (a few bytes each).
+        let mut notices: Vec<Pid> = Vec::new();
+        // Processes holding early maps (root's beyond the bound).
+        let mut held = 0usize;
         let (samples, events) = {
             let Self {
                 symbolizer,
@@ -372,24 +394,37 @@ impl Pipeline {
             let mut idle = || {
                 let now = Instant::now();
                 for pid in new_processes.take().unwrap_or_default() {
+                    notices.push(pid);
                     let Some(account) = unwinder.admit(pid) else {
                         continue;
                     };
                     let started = Instant::now();
                     note_for_unwinding(pid, tables, unwinder, events);
+                    // Their mappings too, while they live (a writer of 8 s
+                    // exited under TCG before a drain waiting for libc's
+                    // DWARF was named: all of its stacks `[exited]`): the
+                    // first read with the admission, the re-reads as the
+                    // account's credit allows. Root's first, whatever
+                    // others start.
+                    let early = (held < EARLY_PROCESSES_MAX || account == 0).then(|| {
+                        held += 1;
+                        EarlyMaps::read(pid)
+                    });
                     unwinder.reads().charge(account, started.elapsed());
-                    noticed.push(Noticed {
+                    let n = Noticed {
                         pid,
                         account,
-                        read_at: None,
-                        reads: 0,
-                        early: None,
-                    });
+                        read_at: Some(now),
+                        reads: u8::from(early.is_some()),
+                        early: early.flatten(),
+                    };
+                    if account == 0 {
+                        noticed.insert(0, n);
+                    } else {
+                        noticed.push(n);
+                    }
                 }
-                // Their mappings too, while they live (a writer of 8 s
-                // exited under TCG before a drain waiting for libc's DWARF
-                // was named: all of its stacks `[exited]`).
-                for n in noticed.iter_mut().take(EARLY_PROCESSES_MAX) {
+                for n in noticed.iter_mut().filter(|n| n.reads > 0) {
                     let due = n.read_at.is_none_or(|t| now - t >= EARLY_REREAD);
                     if due && n.reads < EARLY_READS && unwinder.reads().may_read(n.account) {
                         n.read_at = Some(now);
@@ -411,12 +446,23 @@ impl Pipeline {
         for pid in self.unwinder.take_execs() {
             self.symbolizer.forget_runtime_names(pid);
         }
+        // Root's first (`noticed` holds them first); another account's
+        // are read again only within its credit.
+        for pid in notices {
+            self.symbolizer.forget_process_state(pid);
+        }
         for n in noticed {
+            if !self.unwinder.reads().may_read(n.account) {
+                self.unwinder.reads().skip();
+                self.symbolizer.keep_early(n.pid, n.early);
+                continue;
+            }
             let started = Instant::now();
             self.symbolizer
                 .note_process_read_early(n.pid, n.account, n.early);
             self.unwinder.reads().charge(n.account, started.elapsed());
         }
+        self.notice_dropped_again();
         Ok(Batch {
             samples,
             missing_stacks: drain.missing_stacks,

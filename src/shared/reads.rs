@@ -11,10 +11,13 @@
 //! Each account (a uid, or the owner of its subordinate range) other than
 //! root may spend [`ACCOUNT_RATE`] of the agent's time a second, and all of
 //! them together [`OTHERS_RATE`]: past it, a new process is read later
-//! (deferred, oldest first, at most [`MAX_DEFERRED`] waiting) and a re-read
-//! is skipped until the account's credit is back. Root's processes are
-//! read at once, whatever others do: a flood delays them by at most what
-//! the others may spend at once ([`OTHERS_BURST`]) and one read.
+//! (deferred: an account's processes in the order noticed, at most
+//! [`MAX_DEFERRED_PER_ACCOUNT`] of one account and [`MAX_DEFERRED`] in
+//! all waiting; one pushed out is noticed again at its next sample) and a
+//! re-read is skipped until the account's credit is back. Root's
+//! processes are read at once, whatever others do: a flood delays them by
+//! at most what the others may spend at once ([`OTHERS_BURST`]) and one
+//! read.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -31,8 +34,12 @@ pub const OTHERS_RATE: Duration = Duration::from_millis(250);
 /// What all accounts but root may spend at once.
 pub const OTHERS_BURST: Duration = Duration::from_millis(300);
 /// New processes waiting for their account's credit, at most: past it the
-/// oldest is dropped (counted), to be read when the unwinder next asks.
+/// account waiting with the most gives up its oldest (counted; noticed
+/// again at its next sample, [`ReadMeter::take_dropped`]).
 pub const MAX_DEFERRED: usize = 4096;
+/// New processes of one account waiting, at most: past it the account's
+/// own oldest is dropped.
+pub const MAX_DEFERRED_PER_ACCOUNT: usize = 1024;
 /// Accounts whose credit is kept at most; one at full credit is the same
 /// as none, and is let go first.
 const MAX_ACCOUNTS: usize = 4096;
@@ -89,6 +96,11 @@ pub struct ReadMeter {
     others: Bucket,
     deferred: VecDeque<Deferred>,
     queued: HashSet<Pid>,
+    /// Processes waiting, by account.
+    waiting: HashMap<u32, usize>,
+    /// Processes dropped from the line since the last
+    /// [`ReadMeter::take_dropped`].
+    dropped: Vec<Pid>,
     stats: ReadStats,
 }
 
@@ -106,6 +118,8 @@ impl ReadMeter {
             others: Bucket::full(OTHERS_BURST),
             deferred: VecDeque::new(),
             queued: HashSet::new(),
+            waiting: HashMap::new(),
+            dropped: Vec::new(),
             stats: ReadStats::default(),
         }
     }
@@ -142,6 +156,10 @@ impl ReadMeter {
             }
             let full = ACCOUNT_BURST.as_secs_f64();
             self.accounts.retain(|_, b| b.credit < full);
+            // Thousands of accounts all in debt: they start afresh.
+            if self.accounts.len() >= MAX_ACCOUNTS {
+                self.accounts.clear();
+            }
         }
         let b = self
             .accounts
@@ -160,13 +178,48 @@ impl ReadMeter {
             return;
         }
         self.stats.deferred += 1;
-        if self.deferred.len() >= MAX_DEFERRED
-            && let Some(old) = self.deferred.pop_front()
+        let mine = self.waiting.get(&account).copied().unwrap_or(0);
+        if mine >= MAX_DEFERRED_PER_ACCOUNT {
+            self.drop_oldest_of(account);
+        } else if self.deferred.len() >= MAX_DEFERRED
+            && let Some((&most, _)) = self.waiting.iter().max_by_key(|&(_, n)| *n)
         {
-            self.queued.remove(&old.pid);
-            self.stats.dropped += 1;
+            self.drop_oldest_of(most);
         }
         self.deferred.push_back(Deferred { pid, account });
+        *self.waiting.entry(account).or_default() += 1;
+    }
+
+    fn drop_oldest_of(&mut self, account: u32) {
+        if let Some(i) = self.deferred.iter().position(|d| d.account == account)
+            && let Some(old) = self.deferred.remove(i)
+        {
+            self.out_of_line(old);
+            self.stats.dropped += 1;
+            self.dropped.push(old.pid);
+        }
+    }
+
+    fn out_of_line(&mut self, d: Deferred) {
+        self.queued.remove(&d.pid);
+        if let Some(n) = self.waiting.get_mut(&d.account) {
+            *n -= 1;
+            if *n == 0 {
+                self.waiting.remove(&d.account);
+            }
+        }
+    }
+
+    /// Whether processes of `account` wait in line: its new ones go behind
+    /// them.
+    pub fn waiting(&self, account: u32) -> bool {
+        self.waiting.contains_key(&account)
+    }
+
+    /// The processes dropped from the line since the last call: to be
+    /// noticed again at their next sample or event.
+    pub fn take_dropped(&mut self) -> Vec<Pid> {
+        std::mem::take(&mut self.dropped)
     }
 
     /// Counts a re-read skipped for its account's credit.
@@ -182,31 +235,40 @@ impl ReadMeter {
     /// The process waiting longest whose account may read now, out of the
     /// line (the caller reads it and charges the time).
     pub fn next_due(&mut self) -> Option<Deferred> {
-        let mut blocked: HashSet<u32> = HashSet::new();
+        if self.deferred.is_empty() || !self.others_may_read() {
+            return None;
+        }
+        // Accounts looked at: each waiting one once at most.
+        let mut blocked: Vec<u32> = Vec::new();
         let mut found = None;
         for (i, d) in self.deferred.iter().enumerate() {
             if blocked.contains(&d.account) {
+                if blocked.len() == self.waiting.len() {
+                    break;
+                }
                 continue;
             }
             if self.may_read_now(d.account) {
                 found = Some(i);
                 break;
             }
-            blocked.insert(d.account);
+            blocked.push(d.account);
         }
         let d = self.deferred.remove(found?)?;
-        self.queued.remove(&d.pid);
+        self.out_of_line(d);
         Some(d)
+    }
+
+    /// Whether all accounts but root together have credit left.
+    fn others_may_read(&self) -> bool {
+        let mut others = self.others;
+        others.refill(OTHERS_RATE, OTHERS_BURST, Instant::now());
+        others.credit > 0.0
     }
 
     /// [`ReadMeter::may_read`], for use while the queue is borrowed.
     fn may_read_now(&self, account: u32) -> bool {
         let now = Instant::now();
-        let mut others = self.others;
-        others.refill(OTHERS_RATE, OTHERS_BURST, now);
-        if others.credit <= 0.0 {
-            return false;
-        }
         self.accounts.get(&account).is_none_or(|b| {
             let mut b = *b;
             b.refill(ACCOUNT_RATE, ACCOUNT_BURST, now);
@@ -263,13 +325,29 @@ mod tests {
     }
 
     #[test]
-    fn the_line_is_bounded_and_drops_the_oldest() {
+    fn the_line_is_bounded_and_drops_the_floods_oldest() {
         let mut m = ReadMeter::new();
-        for i in 0..MAX_DEFERRED as u32 + 10 {
+        m.defer(Pid(1_000_000), 2000);
+        for i in 0..MAX_DEFERRED_PER_ACCOUNT as u32 + 10 {
             m.defer(Pid(i + 1), 1000);
         }
-        let s = m.stats();
-        assert_eq!(s.dropped, 10);
-        assert_eq!(m.next_due().map(|d| d.pid), Some(Pid(11)));
+        assert_eq!(m.stats().dropped, 10);
+        assert_eq!(
+            m.take_dropped(),
+            (1..=10).map(Pid).collect::<Vec<_>>(),
+            "the flooding account's oldest go, to be noticed again"
+        );
+        // Other accounts fill the rest of the line; past it, the account
+        // waiting with the most gives way, not the newcomer's.
+        for a in 0..3u32 {
+            for i in 0..MAX_DEFERRED_PER_ACCOUNT as u32 {
+                m.defer(Pid(2_000_000 + a * 10_000 + i), 3000 + a);
+            }
+        }
+        assert!(
+            m.waiting(2000),
+            "the quiet account's one process stays in line"
+        );
+        assert_eq!(m.next_due().map(|d| d.pid), Some(Pid(1_000_000)));
     }
 }

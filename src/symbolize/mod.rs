@@ -555,12 +555,39 @@ impl Symbolizer {
     /// each re-read charged to `account` (the caller charges this read).
     pub fn note_process(&mut self, pid: Pid, account: u32) {
         let now = Instant::now();
-        self.comms.remove(&pid);
-        self.workloads.forget(pid);
-        self.snapshot(pid, now);
+        self.forget_process_state(pid);
         self.recent.retain(|(p, _, _)| *p != pid);
+        if self.snapshot(pid, now).is_none() {
+            return; // gone: nothing to read again
+        }
+        // Root's new processes are re-read whatever others start: one
+        // of another account's gives way to it.
+        if self.recent.len() >= MAX_RECENT
+            && account == 0
+            && let Some(i) = self.recent.iter().position(|(_, _, a)| *a != 0)
+        {
+            self.recent.remove(i);
+        }
         if self.recent.len() < MAX_RECENT {
             self.recent.push((pid, now, account));
+        }
+    }
+
+    /// Forgets the name and labels kept of an earlier process of `pid`:
+    /// a new process has it now, read or not yet (its labels are read
+    /// again when its samples are named).
+    pub fn forget_process_state(&mut self, pid: Pid) {
+        self.comms.remove(&pid);
+        self.workloads.forget(pid);
+    }
+
+    /// Keeps the mappings of process `pid` read early (see [`EarlyMaps`]),
+    /// without reading them again: its account is past its reading
+    /// credit.
+    pub fn keep_early(&mut self, pid: Pid, early: Option<EarlyMaps>) {
+        self.forget_process_state(pid);
+        if let Some(early) = early {
+            self.keep_snapshot(pid, early.maps, early.comm, early.taken);
         }
     }
 

@@ -679,12 +679,12 @@ impl Unwinder {
     }
 
     /// Whether a new process may be read now: its account, if so; if its
-    /// account is past its credit it is put in line
-    /// ([`ReadMeter::next_due`]) and `None` returned, as for a process
-    /// gone.
+    /// account is past its credit, or has processes waiting already, it
+    /// is put in line behind them ([`ReadMeter::next_due`]) and `None`
+    /// returned, as for a process gone. Root's are read at once.
     pub fn admit(&mut self, pid: Pid) -> Option<u32> {
         let account = self.account_of(pid)?;
-        if self.reads.may_read(account) {
+        if account == 0 || (!self.reads.waiting(account) && self.reads.may_read(account)) {
             Some(account)
         } else {
             self.reads.defer(pid, account);

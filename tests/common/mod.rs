@@ -188,6 +188,11 @@ impl Workload {
     pub fn pid(&self) -> u32 {
         self.0.id()
     }
+
+    /// Whether it still runs (has not exited).
+    pub fn running(&mut self) -> bool {
+        matches!(self.0.try_wait(), Ok(None))
+    }
 }
 
 impl Drop for Workload {

@@ -55,7 +55,7 @@ impl JavaMetrics {
         );
         registry.register(
             "java_names",
-            "Java frames named at drains (reason=named), or whose compiled code was gone or replaced by the drain (reason=flushed: shown as [java: compiled code flushed])",
+            "Java frames named at drains (reason=named), or whose compiled code was gone or replaced by the drain (reason=flushed: shown as [java: compiled code flushed]), or that a read of the JVM failed to name (reason=unreadable: [java: code unreadable], [java: method unreadable]; the log says why)",
             m.names.clone(),
         );
         registry.register(
