@@ -12,7 +12,7 @@ use crate::collect::{CollectError, Counters, CpuSampler, SamplerOptions, UnwindC
 use crate::runtime::{NameStats, RuntimeOptions};
 use crate::shared::Pid;
 use crate::symbolize::{EarlyMaps, Misses, SymbolizedSample, Symbolizer, SymbolizerOptions};
-use crate::unwind::{UnwindStats, Unwinder};
+use crate::unwind::{Admission, UnwindStats, Unwinder};
 
 /// How often the BPF maps are drained and symbolized.
 pub const DRAIN_INTERVAL: Duration = Duration::from_secs(1);
@@ -120,6 +120,12 @@ fn note_for_unwinding(
 /// New processes read at one wake at most, of those waiting for their
 /// account's credit: the rest wait for the next (50 ms later).
 const MAX_DUE_PER_WAKE: usize = 64;
+
+/// `pids` in order, each once (both BPF objects notice a process).
+fn once_each(pids: Vec<Pid>) -> Vec<Pid> {
+    let mut seen = std::collections::HashSet::with_capacity(pids.len());
+    pids.into_iter().filter(|p| seen.insert(*p)).collect()
+}
 
 /// Attaches the timer uprobes the unwinder found (Node processes).
 fn attach_timer_hooks(unwinder: &mut Unwinder, events: &mut Option<EventSampler>) {
@@ -276,20 +282,32 @@ impl Pipeline {
                 self.symbolizer.refresh_new_processes(self.unwinder.reads());
             }
             // Each process read at its account's pace (`shared::reads`):
-            // those past their credit wait in line, and come back here,
-            // before the account's newer ones. Each read is charged before
-            // the next is admitted.
+            // root's first; those past their credit wait in line, and come
+            // back here before the account's newer ones. Each read is
+            // charged before the next is admitted.
+            let mut later = Vec::new();
+            for pid in once_each(pids) {
+                let started = Instant::now();
+                match self.unwinder.account_of(pid) {
+                    Some(0) => self.note_new_process(pid, 0),
+                    Some(account) => later.push((pid, account, started.elapsed())),
+                    // Gone: an earlier process's name and labels go.
+                    None => self.symbolizer.forget_process_state(pid),
+                }
+            }
             for _ in 0..MAX_DUE_PER_WAKE {
                 let Some(d) = self.unwinder.reads().next_due() else {
                     break;
                 };
                 self.note_new_process(d.pid, d.account);
             }
-            for pid in pids {
-                // An earlier process's name and labels go, read or not.
-                self.symbolizer.forget_process_state(pid);
-                if let Some(account) = self.unwinder.admit(pid) {
-                    self.note_new_process(pid, account);
+            for (pid, account, looked) in later {
+                match self.unwinder.admit_as(pid, account, looked) {
+                    Admission::Now(account) => self.note_new_process(pid, account),
+                    // What the symbolizer holds of the pid is an earlier
+                    // process's (or this one's before an exec): the new
+                    // one is read in its turn.
+                    _ => self.symbolizer.forget_process(pid),
                 }
             }
             self.notice_dropped_again();
@@ -379,8 +397,10 @@ impl Pipeline {
         // `Noticed`); the symbolizer takes them after the drain.
         let tables = self.sampler.options().unwind_tables;
         let mut noticed: Vec<Noticed> = Vec::new();
-        // Every process noticed meanwhile, read or not (a few bytes each).
-        let mut notices: Vec<Pid> = Vec::new();
+        // Root's, kept apart: read first after the drain.
+        let mut roots: Vec<Noticed> = Vec::new();
+        // Processes noticed meanwhile and not read (a few bytes each).
+        let mut notices: Vec<(Pid, Admission)> = Vec::new();
         // Processes holding early maps (root's beyond the bound).
         let mut held = 0usize;
         let (samples, events) = {
@@ -393,9 +413,25 @@ impl Pipeline {
             } = self;
             let mut idle = || {
                 let now = Instant::now();
-                for pid in new_processes.take().unwrap_or_default() {
-                    notices.push(pid);
-                    let Some(account) = unwinder.admit(pid) else {
+                // Those waiting in line first (their account's new ones
+                // wait behind them), then the new.
+                let mut due = Vec::new();
+                for _ in 0..MAX_DUE_PER_WAKE {
+                    match unwinder.reads().next_due() {
+                        Some(d) => due.push((d.pid, Admission::Now(d.account))),
+                        None => break,
+                    }
+                }
+                let new = once_each(new_processes.take().unwrap_or_default());
+                for pid in new {
+                    let admission = unwinder.admit(pid);
+                    if !matches!(admission, Admission::Now(_)) {
+                        notices.push((pid, admission));
+                    }
+                    due.push((pid, admission));
+                }
+                for (pid, admission) in due {
+                    let Admission::Now(account) = admission else {
                         continue;
                     };
                     let started = Instant::now();
@@ -419,12 +455,16 @@ impl Pipeline {
                         early: early.flatten(),
                     };
                     if account == 0 {
-                        noticed.insert(0, n);
+                        roots.push(n);
                     } else {
                         noticed.push(n);
                     }
                 }
-                for n in noticed.iter_mut().filter(|n| n.reads > 0) {
+                for n in roots
+                    .iter_mut()
+                    .chain(noticed.iter_mut())
+                    .filter(|n| n.reads > 0)
+                {
                     let due = n.read_at.is_none_or(|t| now - t >= EARLY_REREAD);
                     if due && n.reads < EARLY_READS && unwinder.reads().may_read(n.account) {
                         n.read_at = Some(now);
@@ -446,15 +486,25 @@ impl Pipeline {
         for pid in self.unwinder.take_execs() {
             self.symbolizer.forget_runtime_names(pid);
         }
-        // Root's first (`noticed` holds them first); another account's
-        // are read again only within its credit.
-        for pid in notices {
-            self.symbolizer.forget_process_state(pid);
+        // Root's first; another account's are read again only within its
+        // credit (one never read waits in line).
+        for (pid, admission) in notices {
+            match admission {
+                // Its turn comes: what is held of the pid is older.
+                Admission::Deferred => self.symbolizer.forget_process(pid),
+                // Gone: its snapshot, if any, is what names its samples.
+                _ => self.symbolizer.forget_process_state(pid),
+            }
         }
-        for n in noticed {
+        for n in roots.into_iter().chain(noticed) {
             if !self.unwinder.reads().may_read(n.account) {
-                self.unwinder.reads().skip();
-                self.symbolizer.keep_early(n.pid, n.early);
+                if n.reads == 0 {
+                    self.unwinder.reads().defer(n.pid, n.account);
+                    self.symbolizer.forget_process(n.pid);
+                } else {
+                    self.unwinder.reads().skip();
+                    self.symbolizer.keep_early(n.pid, n.early);
+                }
                 continue;
             }
             let started = Instant::now();

@@ -13,8 +13,9 @@
 //! them together [`OTHERS_RATE`]: past it, a new process is read later
 //! (deferred: an account's processes in the order noticed, at most
 //! [`MAX_DEFERRED_PER_ACCOUNT`] of one account and [`MAX_DEFERRED`] in
-//! all waiting; one pushed out is noticed again at its next sample) and a
-//! re-read is skipped until the account's credit is back. Root's
+//! all waiting; past them a process is set aside, and noticed again at its
+//! next sample or event once its account's line has room) and a re-read is
+//! skipped until the account's credit is back. Root's
 //! processes are read at once, whatever others do: a flood delays them by
 //! at most what the others may spend at once ([`OTHERS_BURST`]) and one
 //! read.
@@ -34,12 +35,15 @@ pub const OTHERS_RATE: Duration = Duration::from_millis(250);
 /// What all accounts but root may spend at once.
 pub const OTHERS_BURST: Duration = Duration::from_millis(300);
 /// New processes waiting for their account's credit, at most: past it the
-/// account waiting with the most gives up its oldest (counted; noticed
-/// again at its next sample, [`ReadMeter::take_dropped`]).
+/// account waiting with the most gives up its newest, set aside.
 pub const MAX_DEFERRED: usize = 4096;
-/// New processes of one account waiting, at most: past it the account's
-/// own oldest is dropped.
+/// New processes of one account waiting, at most: past it the newcomer is
+/// set aside (counted as dropped), to be noticed again as the line moves
+/// ([`ReadMeter::take_dropped`]), not in a loop of notices.
 pub const MAX_DEFERRED_PER_ACCOUNT: usize = 1024;
+/// Processes of one account set aside, at most: past it they are lost
+/// until they exec (or `seen_tgids` forgets them).
+pub const MAX_ASIDE_PER_ACCOUNT: usize = 4096;
 /// Accounts whose credit is kept at most; one at full credit is the same
 /// as none, and is let go first.
 const MAX_ACCOUNTS: usize = 4096;
@@ -81,9 +85,11 @@ pub struct Deferred {
 pub struct ReadStats {
     /// New processes whose read was deferred.
     pub deferred: u64,
-    /// Deferred processes dropped from a full queue.
+    /// New processes set aside past the line's bounds (noticed again as
+    /// it moves).
     pub dropped: u64,
-    /// Re-reads skipped (a young process's, one the unwinder asked for).
+    /// Re-reads skipped (a young process's, one read early while a drain
+    /// was named, one the unwinder asked for).
     pub skipped: u64,
     /// Agent time spent reading processes of accounts other than root.
     pub charged: Duration,
@@ -98,7 +104,10 @@ pub struct ReadMeter {
     queued: HashSet<Pid>,
     /// Processes waiting, by account.
     waiting: HashMap<u32, usize>,
-    /// Processes dropped from the line since the last
+    /// Processes past the line, by account: noticed again one for each
+    /// served from the line.
+    aside: HashMap<u32, VecDeque<Pid>>,
+    /// Processes to be noticed again, since the last
     /// [`ReadMeter::take_dropped`].
     dropped: Vec<Pid>,
     stats: ReadStats,
@@ -119,6 +128,7 @@ impl ReadMeter {
             deferred: VecDeque::new(),
             queued: HashSet::new(),
             waiting: HashMap::new(),
+            aside: HashMap::new(),
             dropped: Vec::new(),
             stats: ReadStats::default(),
         }
@@ -156,9 +166,14 @@ impl ReadMeter {
             }
             let full = ACCOUNT_BURST.as_secs_f64();
             self.accounts.retain(|_, b| b.credit < full);
-            // Thousands of accounts all in debt: they start afresh.
-            if self.accounts.len() >= MAX_ACCOUNTS {
-                self.accounts.clear();
+            // Thousands of accounts all in debt: the least indebted goes.
+            if self.accounts.len() >= MAX_ACCOUNTS
+                && let Some((&least, _)) = self
+                    .accounts
+                    .iter()
+                    .max_by(|a, b| a.1.credit.total_cmp(&b.1.credit))
+            {
+                self.accounts.remove(&least);
             }
         }
         let b = self
@@ -172,31 +187,41 @@ impl ReadMeter {
         self.stats.charged += spent;
     }
 
-    /// Puts a new process of `account` in line for a read (once).
+    /// Puts a new process of `account` in line for a read (once); past
+    /// the line's bounds, sets it aside.
     pub fn defer(&mut self, pid: Pid, account: u32) {
-        if !self.queued.insert(pid) {
+        if self.queued.contains(&pid) {
             return;
         }
         self.stats.deferred += 1;
         let mine = self.waiting.get(&account).copied().unwrap_or(0);
         if mine >= MAX_DEFERRED_PER_ACCOUNT {
-            self.drop_oldest_of(account);
-        } else if self.deferred.len() >= MAX_DEFERRED
+            self.set_aside(pid, account);
+            return;
+        }
+        if self.deferred.len() >= MAX_DEFERRED
             && let Some((&most, _)) = self.waiting.iter().max_by_key(|&(_, n)| *n)
         {
-            self.drop_oldest_of(most);
+            // The fullest account's newest steps out for the newcomer.
+            if let Some(i) = self.deferred.iter().rposition(|d| d.account == most)
+                && let Some(out) = self.deferred.remove(i)
+            {
+                self.out_of_line(out);
+                self.set_aside(out.pid, out.account);
+            }
         }
+        self.queued.insert(pid);
         self.deferred.push_back(Deferred { pid, account });
         *self.waiting.entry(account).or_default() += 1;
     }
 
-    fn drop_oldest_of(&mut self, account: u32) {
-        if let Some(i) = self.deferred.iter().position(|d| d.account == account)
-            && let Some(old) = self.deferred.remove(i)
-        {
-            self.out_of_line(old);
-            self.stats.dropped += 1;
-            self.dropped.push(old.pid);
+    /// Sets `pid` aside: it stays noticed (no notice loop) until a place
+    /// in its account's line frees.
+    fn set_aside(&mut self, pid: Pid, account: u32) {
+        self.stats.dropped += 1;
+        let aside = self.aside.entry(account).or_default();
+        if aside.len() < MAX_ASIDE_PER_ACCOUNT {
+            aside.push_back(pid);
         }
     }
 
@@ -216,8 +241,8 @@ impl ReadMeter {
         self.waiting.contains_key(&account)
     }
 
-    /// The processes dropped from the line since the last call: to be
-    /// noticed again at their next sample or event.
+    /// The processes set aside whose account's line has had room since
+    /// the last call: to be noticed again at their next sample or event.
     pub fn take_dropped(&mut self) -> Vec<Pid> {
         std::mem::take(&mut self.dropped)
     }
@@ -239,7 +264,7 @@ impl ReadMeter {
             return None;
         }
         // Accounts looked at: each waiting one once at most.
-        let mut blocked: Vec<u32> = Vec::new();
+        let mut blocked: HashSet<u32> = HashSet::new();
         let mut found = None;
         for (i, d) in self.deferred.iter().enumerate() {
             if blocked.contains(&d.account) {
@@ -252,10 +277,19 @@ impl ReadMeter {
                 found = Some(i);
                 break;
             }
-            blocked.push(d.account);
+            blocked.insert(d.account);
         }
         let d = self.deferred.remove(found?)?;
         self.out_of_line(d);
+        // A place in the account's line: one set aside is noticed again.
+        if let Some(aside) = self.aside.get_mut(&d.account) {
+            if let Some(pid) = aside.pop_front() {
+                self.dropped.push(pid);
+            }
+            if aside.is_empty() {
+                self.aside.remove(&d.account);
+            }
+        }
         Some(d)
     }
 
@@ -325,29 +359,52 @@ mod tests {
     }
 
     #[test]
-    fn the_line_is_bounded_and_drops_the_floods_oldest() {
+    fn the_line_is_bounded_and_sets_the_flood_aside() {
         let mut m = ReadMeter::new();
         m.defer(Pid(1_000_000), 2000);
-        for i in 0..MAX_DEFERRED_PER_ACCOUNT as u32 + 10 {
+        let cap = MAX_DEFERRED_PER_ACCOUNT as u32;
+        for i in 0..cap + 10 {
             m.defer(Pid(i + 1), 1000);
         }
-        assert_eq!(m.stats().dropped, 10);
         assert_eq!(
-            m.take_dropped(),
-            (1..=10).map(Pid).collect::<Vec<_>>(),
-            "the flooding account's oldest go, to be noticed again"
+            m.stats().dropped,
+            10,
+            "past its 1,024 the flood's newcomers are set aside"
+        );
+        assert!(
+            m.take_dropped().is_empty(),
+            "nothing noticed again before the line moves"
         );
         // Other accounts fill the rest of the line; past it, the account
-        // waiting with the most gives way, not the newcomer's.
+        // waiting with the most gives way, not the quiet one.
         for a in 0..3u32 {
-            for i in 0..MAX_DEFERRED_PER_ACCOUNT as u32 {
+            for i in 0..cap {
                 m.defer(Pid(2_000_000 + a * 10_000 + i), 3000 + a);
             }
         }
+        assert_eq!(m.stats().dropped, 11, "the line holds 4,096 in all");
         assert!(
             m.waiting(2000),
             "the quiet account's one process stays in line"
         );
         assert_eq!(m.next_due().map(|d| d.pid), Some(Pid(1_000_000)));
+        assert!(!m.waiting(2000), "served: out of the line");
+        // Serving the flood frees a place: one set aside is noticed again.
+        assert_eq!(m.next_due().map(|d| d.pid), Some(Pid(1)));
+        assert_eq!(m.take_dropped(), vec![Pid(cap + 1)]);
+    }
+
+    #[test]
+    fn an_account_in_debt_does_not_hold_up_the_next_in_line() {
+        let mut m = ReadMeter::new();
+        m.charge(1000, ACCOUNT_BURST + Duration::from_millis(50));
+        m.defer(Pid(1), 1000);
+        m.defer(Pid(2), 1001);
+        m.defer(Pid(3), 1000);
+        m.defer(Pid(4), 1002);
+        assert_eq!(m.next_due().map(|d| d.pid), Some(Pid(2)));
+        assert_eq!(m.next_due().map(|d| d.pid), Some(Pid(4)));
+        assert_eq!(m.next_due(), None, "1000's wait for its credit");
+        assert!(m.waiting(1000) && !m.waiting(1001));
     }
 }

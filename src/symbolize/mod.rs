@@ -581,6 +581,16 @@ impl Symbolizer {
         self.workloads.forget(pid);
     }
 
+    /// Forgets everything kept of an earlier process of `pid` (or of this
+    /// one before an exec), its snapshot too: a new process has it, to be
+    /// read in its turn.
+    pub fn forget_process(&mut self, pid: Pid) {
+        self.forget_process_state(pid);
+        if let Some(old) = self.snapshots.remove(&pid) {
+            self.snapshot_bytes -= old.bytes;
+        }
+    }
+
     /// Keeps the mappings of process `pid` read early (see [`EarlyMaps`]),
     /// without reading them again: its account is past its reading
     /// credit.

@@ -287,6 +287,17 @@ struct Built {
     elapsed: Duration,
 }
 
+/// What [`Unwinder::admit`] did with a new process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Read it now, charging this account.
+    Now(u32),
+    /// Put in line (or aside) for its account's credit.
+    Deferred,
+    /// Gone already: nothing to read.
+    Gone,
+}
+
 /// Figures of the unwind stage, for `/metrics`, `emberd check` and logs.
 #[derive(Debug, Clone, Default)]
 pub struct UnwindStats {
@@ -678,18 +689,28 @@ impl Unwinder {
         crate::shared::accounts::real_uid(pid).map(|uid| self.accounts.account(uid))
     }
 
-    /// Whether a new process may be read now: its account, if so; if its
-    /// account is past its credit, or has processes waiting already, it
-    /// is put in line behind them ([`ReadMeter::next_due`]) and `None`
-    /// returned, as for a process gone. Root's are read at once.
-    pub fn admit(&mut self, pid: Pid) -> Option<u32> {
-        let account = self.account_of(pid)?;
-        if account == 0 || (!self.reads.waiting(account) && self.reads.may_read(account)) {
-            Some(account)
-        } else {
-            self.reads.defer(pid, account);
-            None
+    /// Whether a new process may be read now. If its account is past its
+    /// credit, or has processes waiting already, it is put in line behind
+    /// them ([`ReadMeter::next_due`]), and this look is charged to the
+    /// account. Root's are read at once.
+    pub fn admit(&mut self, pid: Pid) -> Admission {
+        let started = Instant::now();
+        match self.account_of(pid) {
+            Some(account) => self.admit_as(pid, account, started.elapsed()),
+            None => Admission::Gone,
         }
+    }
+
+    /// [`Unwinder::admit`] of a process whose account is known, its lookup
+    /// having taken `looked`.
+    pub fn admit_as(&mut self, pid: Pid, account: u32, looked: Duration) -> Admission {
+        if account == 0 || (!self.reads.waiting(account) && self.reads.may_read(account)) {
+            return Admission::Now(account);
+        }
+        let started = Instant::now();
+        self.reads.defer(pid, account);
+        self.reads.charge(account, looked + started.elapsed());
+        Admission::Deferred
     }
 
     /// Reads process `pid` of `account` (see [`Unwinder::read_process`]) if
@@ -896,7 +917,7 @@ impl Unwinder {
             // A user's thousands of processes are read at their pace, after
             // root's: the pipeline takes those deferred as for new ones.
             let pid = Pid(pid);
-            if let Some(account) = self.admit(pid) {
+            if let Admission::Now(account) = self.admit(pid) {
                 let started = Instant::now();
                 self.read_process(pid, Instant::now(), false);
                 self.reads.charge(account, started.elapsed());
