@@ -240,6 +240,20 @@ impl Pipeline {
         self.events.as_ref().map(EventSampler::counters)
     }
 
+    /// For a process put in line: what the symbolizer holds of its pid,
+    /// if it predates the process (an earlier process's, or this one's
+    /// before an exec), goes; the process is read in its turn. A second
+    /// notice of a process already read keeps what was read.
+    fn forget_older(&mut self, pid: Pid) {
+        let older = match self.symbolizer.snapshot_taken(pid) {
+            Some(taken) => self.unwinder.new_since(pid, taken),
+            None => true,
+        };
+        if older {
+            self.symbolizer.forget_process(pid);
+        }
+    }
+
     /// Processes dropped from the reading line are noticed again at their
     /// next sample or event (the BPF unwinder asks about none of them:
     /// they hold no place).
@@ -304,10 +318,7 @@ impl Pipeline {
             for (pid, account, looked) in later {
                 match self.unwinder.admit_as(pid, account, looked) {
                     Admission::Now(account) => self.note_new_process(pid, account),
-                    // What the symbolizer holds of the pid is an earlier
-                    // process's (or this one's before an exec): the new
-                    // one is read in its turn.
-                    _ => self.symbolizer.forget_process(pid),
+                    _ => self.forget_older(pid),
                 }
             }
             self.notice_dropped_again();
@@ -413,37 +424,20 @@ impl Pipeline {
             } = self;
             let mut idle = || {
                 let now = Instant::now();
-                // Those waiting in line first (their account's new ones
-                // wait behind them), then the new.
-                let mut due = Vec::new();
-                for _ in 0..MAX_DUE_PER_WAKE {
-                    match unwinder.reads().next_due() {
-                        Some(d) => due.push((d.pid, Admission::Now(d.account))),
-                        None => break,
-                    }
-                }
-                let new = once_each(new_processes.take().unwrap_or_default());
-                for pid in new {
-                    let admission = unwinder.admit(pid);
-                    if !matches!(admission, Admission::Now(_)) {
-                        notices.push((pid, admission));
-                    }
-                    due.push((pid, admission));
-                }
-                for (pid, admission) in due {
-                    let Admission::Now(account) = admission else {
-                        continue;
-                    };
+                // As between drains: root's first, then those waiting in
+                // line, then the rest, each read and charged before the
+                // next is admitted.
+                let mut read = |pid: Pid, account: u32, unwinder: &mut Unwinder| {
                     let started = Instant::now();
                     note_for_unwinding(pid, tables, unwinder, events);
                     // Their mappings too, while they live (a writer of 8 s
                     // exited under TCG before a drain waiting for libc's
                     // DWARF was named: all of its stacks `[exited]`): the
                     // first read with the admission, the re-reads as the
-                    // account's credit allows. Root's first, whatever
-                    // others start.
-                    let early = (held < EARLY_PROCESSES_MAX || account == 0).then(|| {
-                        held += 1;
+                    // account's credit allows; root's whatever others
+                    // start, outside the bound.
+                    let early = (account == 0 || held < EARLY_PROCESSES_MAX).then(|| {
+                        held += usize::from(account != 0);
                         EarlyMaps::read(pid)
                     });
                     unwinder.reads().charge(account, started.elapsed());
@@ -459,6 +453,30 @@ impl Pipeline {
                     } else {
                         noticed.push(n);
                     }
+                };
+                let mut rest = Vec::new();
+                for pid in once_each(new_processes.take().unwrap_or_default()) {
+                    let started = Instant::now();
+                    match unwinder.account_of(pid) {
+                        Some(0) => read(pid, 0, unwinder),
+                        Some(account) => rest.push((pid, account, started.elapsed())),
+                        None => notices.push((pid, Admission::Gone)),
+                    }
+                }
+                for _ in 0..MAX_DUE_PER_WAKE {
+                    let Some(d) = unwinder.reads().next_due() else {
+                        break;
+                    };
+                    read(d.pid, d.account, unwinder);
+                }
+                for (pid, account, looked) in rest {
+                    match unwinder.admit_as(pid, account, looked) {
+                        Admission::Now(account) => read(pid, account, unwinder),
+                        other => notices.push((pid, other)),
+                    }
+                }
+                for pid in unwinder.reads().take_dropped() {
+                    new_processes.forget(pid);
                 }
                 for n in roots
                     .iter_mut()
@@ -490,8 +508,7 @@ impl Pipeline {
         // credit (one never read waits in line).
         for (pid, admission) in notices {
             match admission {
-                // Its turn comes: what is held of the pid is older.
-                Admission::Deferred => self.symbolizer.forget_process(pid),
+                Admission::Deferred => self.forget_older(pid),
                 // Gone: its snapshot, if any, is what names its samples.
                 _ => self.symbolizer.forget_process_state(pid),
             }
@@ -499,8 +516,9 @@ impl Pipeline {
         for n in roots.into_iter().chain(noticed) {
             if !self.unwinder.reads().may_read(n.account) {
                 if n.reads == 0 {
-                    self.unwinder.reads().defer(n.pid, n.account);
-                    self.symbolizer.forget_process(n.pid);
+                    // Read for unwinding, its names' read owed: first in
+                    // its account's line.
+                    self.unwinder.reads().defer_first(n.pid, n.account);
                 } else {
                     self.unwinder.reads().skip();
                     self.symbolizer.keep_early(n.pid, n.early);

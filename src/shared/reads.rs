@@ -13,9 +13,9 @@
 //! them together [`OTHERS_RATE`]: past it, a new process is read later
 //! (deferred: an account's processes in the order noticed, at most
 //! [`MAX_DEFERRED_PER_ACCOUNT`] of one account and [`MAX_DEFERRED`] in
-//! all waiting; past them a process is set aside, and noticed again at its
-//! next sample or event once its account's line has room) and a re-read is
-//! skipped until the account's credit is back. Root's
+//! all waiting; past them a process is set aside, [`MAX_ASIDE`] at most,
+//! and noticed again at its next sample or event once its account's line
+//! has room) and a re-read is skipped until the account's credit is back. Root's
 //! processes are read at once, whatever others do: a flood delays them by
 //! at most what the others may spend at once ([`OTHERS_BURST`]) and one
 //! read.
@@ -38,12 +38,18 @@ pub const OTHERS_BURST: Duration = Duration::from_millis(300);
 /// account waiting with the most gives up its newest, set aside.
 pub const MAX_DEFERRED: usize = 4096;
 /// New processes of one account waiting, at most: past it the newcomer is
-/// set aside (counted as dropped), to be noticed again as the line moves
-/// ([`ReadMeter::take_dropped`]), not in a loop of notices.
+/// set aside (counted as dropped), to be noticed again once the line has
+/// room ([`ReadMeter::take_dropped`]), not in a loop of notices.
 pub const MAX_DEFERRED_PER_ACCOUNT: usize = 1024;
-/// Processes of one account set aside, at most: past it they are lost
-/// until they exec (or `seen_tgids` forgets them).
-pub const MAX_ASIDE_PER_ACCOUNT: usize = 4096;
+/// Processes set aside, all accounts together, at most: past it the
+/// oldest is lost until it execs (or `seen_tgids` forgets it).
+pub const MAX_ASIDE: usize = 4096;
+/// Processes set aside noticed again at one wake, at most.
+const RELEASED_PER_WAKE: usize = 64;
+/// How long a process set aside and released holds a place in its
+/// account's line while its next notice comes (one asleep does not hold
+/// it for ever).
+const RELEASE_HOLD: Duration = Duration::from_secs(1);
 /// Accounts whose credit is kept at most; one at full credit is the same
 /// as none, and is let go first.
 const MAX_ACCOUNTS: usize = 4096;
@@ -104,12 +110,13 @@ pub struct ReadMeter {
     queued: HashSet<Pid>,
     /// Processes waiting, by account.
     waiting: HashMap<u32, usize>,
-    /// Processes past the line, by account: noticed again one for each
-    /// served from the line.
-    aside: HashMap<u32, VecDeque<Pid>>,
-    /// Processes to be noticed again, since the last
-    /// [`ReadMeter::take_dropped`].
-    dropped: Vec<Pid>,
+    /// Processes past the line, oldest first: noticed again as their
+    /// accounts' lines have room.
+    aside: VecDeque<Deferred>,
+    aside_pids: HashSet<Pid>,
+    /// Processes released from aside lately, by when, with their account:
+    /// the places in the line they are expected to take.
+    released: VecDeque<(Instant, u32)>,
     stats: ReadStats,
 }
 
@@ -128,8 +135,9 @@ impl ReadMeter {
             deferred: VecDeque::new(),
             queued: HashSet::new(),
             waiting: HashMap::new(),
-            aside: HashMap::new(),
-            dropped: Vec::new(),
+            aside: VecDeque::new(),
+            aside_pids: HashSet::new(),
+            released: VecDeque::new(),
             stats: ReadStats::default(),
         }
     }
@@ -190,7 +198,7 @@ impl ReadMeter {
     /// Puts a new process of `account` in line for a read (once); past
     /// the line's bounds, sets it aside.
     pub fn defer(&mut self, pid: Pid, account: u32) {
-        if self.queued.contains(&pid) {
+        if self.queued.contains(&pid) || self.aside_pids.contains(&pid) {
             return;
         }
         self.stats.deferred += 1;
@@ -215,14 +223,28 @@ impl ReadMeter {
         *self.waiting.entry(account).or_default() += 1;
     }
 
-    /// Sets `pid` aside: it stays noticed (no notice loop) until a place
-    /// in its account's line frees.
+    /// Sets `pid` aside: it stays noticed (no notice loop) until its
+    /// account's line has room.
     fn set_aside(&mut self, pid: Pid, account: u32) {
         self.stats.dropped += 1;
-        let aside = self.aside.entry(account).or_default();
-        if aside.len() < MAX_ASIDE_PER_ACCOUNT {
-            aside.push_back(pid);
+        if self.aside.len() >= MAX_ASIDE
+            && let Some(lost) = self.aside.pop_front()
+        {
+            self.aside_pids.remove(&lost.pid);
         }
+        self.aside_pids.insert(pid);
+        self.aside.push_back(Deferred { pid, account });
+    }
+
+    /// Puts a process back at the head of its account's line (read for
+    /// unwinding, its names' read still owed).
+    pub fn defer_first(&mut self, pid: Pid, account: u32) {
+        if self.queued.contains(&pid) || self.aside_pids.contains(&pid) {
+            return;
+        }
+        self.queued.insert(pid);
+        self.deferred.push_front(Deferred { pid, account });
+        *self.waiting.entry(account).or_default() += 1;
     }
 
     fn out_of_line(&mut self, d: Deferred) {
@@ -241,10 +263,46 @@ impl ReadMeter {
         self.waiting.contains_key(&account)
     }
 
-    /// The processes set aside whose account's line has had room since
-    /// the last call: to be noticed again at their next sample or event.
+    /// Processes set aside whose account's line has room now, oldest
+    /// first and a few at a time, out of the set: to be noticed again at
+    /// their next sample or event (one that has exited or sleeps holds up
+    /// none of the others).
     pub fn take_dropped(&mut self) -> Vec<Pid> {
-        std::mem::take(&mut self.dropped)
+        let mut out = Vec::new();
+        if self.aside.is_empty() {
+            return out;
+        }
+        let now = Instant::now();
+        while self
+            .released
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) >= RELEASE_HOLD)
+        {
+            self.released.pop_front();
+        }
+        // Places held by those released lately, by account.
+        let mut held: HashMap<u32, usize> = HashMap::new();
+        for (_, a) in &self.released {
+            *held.entry(*a).or_default() += 1;
+        }
+        let mut i = 0;
+        while i < self.aside.len() && out.len() < RELEASED_PER_WAKE {
+            let d = self.aside[i];
+            let mine = self.waiting.get(&d.account).copied().unwrap_or(0)
+                + held.get(&d.account).copied().unwrap_or(0);
+            if mine < MAX_DEFERRED_PER_ACCOUNT
+                && self.deferred.len() + self.released.len() < MAX_DEFERRED
+            {
+                *held.entry(d.account).or_default() += 1;
+                self.released.push_back((now, d.account));
+                self.aside.remove(i);
+                self.aside_pids.remove(&d.pid);
+                out.push(d.pid);
+            } else {
+                i += 1;
+            }
+        }
+        out
     }
 
     /// Counts a re-read skipped for its account's credit.
@@ -281,15 +339,6 @@ impl ReadMeter {
         }
         let d = self.deferred.remove(found?)?;
         self.out_of_line(d);
-        // A place in the account's line: one set aside is noticed again.
-        if let Some(aside) = self.aside.get_mut(&d.account) {
-            if let Some(pid) = aside.pop_front() {
-                self.dropped.push(pid);
-            }
-            if aside.is_empty() {
-                self.aside.remove(&d.account);
-            }
-        }
         Some(d)
     }
 
@@ -389,9 +438,17 @@ mod tests {
         );
         assert_eq!(m.next_due().map(|d| d.pid), Some(Pid(1_000_000)));
         assert!(!m.waiting(2000), "served: out of the line");
-        // Serving the flood frees a place: one set aside is noticed again.
+        // Two served: two places in the line, taken by those set aside
+        // first (the flood's oldest; the fullest account that gave way
+        // was any of three tied, 1000 among them).
         assert_eq!(m.next_due().map(|d| d.pid), Some(Pid(1)));
-        assert_eq!(m.take_dropped(), vec![Pid(cap + 1)]);
+        let released = m.take_dropped();
+        assert_eq!(released.first(), Some(&Pid(cap + 1)));
+        assert!(released.len() <= 2, "no more than the line has room for");
+        assert!(m.take_dropped().is_empty(), "released once");
+        // Set aside once only.
+        m.defer(Pid(cap + 5), 1000);
+        assert_eq!(m.stats().dropped, 11);
     }
 
     #[test]

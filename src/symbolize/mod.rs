@@ -581,6 +581,11 @@ impl Symbolizer {
         self.workloads.forget(pid);
     }
 
+    /// When the snapshot of `pid`'s mappings was read, if one is kept.
+    pub fn snapshot_taken(&self, pid: Pid) -> Option<Instant> {
+        self.snapshots.get(&pid).map(|s| s.taken)
+    }
+
     /// Forgets everything kept of an earlier process of `pid` (or of this
     /// one before an exec), its snapshot too: a new process has it, to be
     /// read in its turn.

@@ -85,7 +85,7 @@ impl UnwindMetrics {
         );
         registry.register(
             "unwind_table_events",
-            "Unwind-table work: builds, failures (corrupt or unreadable files), files refused unread (not ELF, sections over the cap), files without CFI, corrupt FDEs skipped, budget refusals (budget_refused; over_file_share: one table over a quarter of the budget), evictions (evicted: no process maps it; table_evicted_cold: its processes had not run for 30 s; table_evicted_for_share), mapped files refused a table because their user held a quarter of the file places or all users but root three quarters (file_refused_for_share, a file counted at each read of its process), idle tables evicted early for a new file of their user (file_evicted_for_share), tables built again once room was made (no_room_retried), tables that took the rows of a file of the same build id and the same rows (rows_shared), files of a build id held with other rows, given their own table (build_id_rows_differ), new processes of a user past their share of the agent's reading time read later (process_read_deferred) or, past 1,024 of theirs (4,096 of all) waiting, set aside and noticed again at a sample or event as the line moves (process_read_dropped), re-reads skipped for it (process_reread_skipped), mappings dropped",
+            "Unwind-table work: builds, failures (corrupt or unreadable files), files refused unread (not ELF, sections over the cap), files without CFI, corrupt FDEs skipped, budget refusals (budget_refused; over_file_share: one table over a quarter of the budget), evictions (evicted: no process maps it; table_evicted_cold: its processes had not run for 30 s; table_evicted_for_share), mapped files refused a table because their user held a quarter of the file places or all users but root three quarters (file_refused_for_share, a file counted at each read of its process), idle tables evicted early for a new file of their user (file_evicted_for_share), tables built again once room was made (no_room_retried), tables that took the rows of a file of the same build id and the same rows (rows_shared), files of a build id held with other rows, given their own table (build_id_rows_differ), new processes of a user past their share of the agent's reading time read later (process_read_deferred) or, past 1,024 of theirs (4,096 of all) waiting, set aside (4,096 at most, also counted as deferred) and noticed again at a sample or event as the line has room (process_read_dropped), re-reads skipped for it (process_reread_skipped), mappings dropped",
             m.table_events.clone(),
         );
         registry.register(
@@ -95,7 +95,7 @@ impl UnwindMetrics {
         );
         registry.register(
             "process_read_seconds",
-            "Time the agent spent reading the mappings of processes of users other than root (each user may spend 100 ms a second, all of them 250 ms)",
+            "Time the agent spent reading the mappings of processes of users other than root, and looking up the users of those it put in line (each user may spend 100 ms a second, all of them 250 ms)",
             m.read_seconds.clone(),
         );
         m

@@ -689,6 +689,26 @@ impl Unwinder {
         crate::shared::accounts::real_uid(pid).map(|uid| self.accounts.account(uid))
     }
 
+    /// Whether process `pid` started or exec'd after `at` (yes when that
+    /// cannot be told): what was read of its pid before is not its own.
+    pub fn new_since(&self, pid: Pid, at: Instant) -> bool {
+        let ago = at.elapsed();
+        let at_ns = crate::shared::clock::ktime_ns().saturating_sub(ago.as_nanos() as u64);
+        if self.exec_since(pid, at_ns) {
+            return true;
+        }
+        let Ok(stat) = procfs::process::Process::new(pid.0 as i32).and_then(|p| p.stat()) else {
+            return true;
+        };
+        let Ok(boot) = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME) else {
+            return true;
+        };
+        let hz = procfs::ticks_per_second() as f64;
+        let started = stat.starttime as f64 / hz;
+        let at_boot = boot.tv_sec() as f64 + boot.tv_nsec() as f64 / 1e9 - ago.as_secs_f64();
+        started > at_boot
+    }
+
     /// Whether a new process may be read now. If its account is past its
     /// credit, or has processes waiting already, it is put in line behind
     /// them ([`ReadMeter::next_due`]), and this look is charged to the
