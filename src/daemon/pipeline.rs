@@ -513,12 +513,11 @@ impl Pipeline {
                 _ => self.symbolizer.forget_process_state(pid),
             }
         }
+        let mut owed = Vec::new();
         for n in roots.into_iter().chain(noticed) {
             if !self.unwinder.reads().may_read(n.account) {
                 if n.reads == 0 {
-                    // Read for unwinding, its names' read owed: first in
-                    // its account's line.
-                    self.unwinder.reads().defer_first(n.pid, n.account);
+                    owed.push((n.pid, n.account));
                 } else {
                     self.unwinder.reads().skip();
                     self.symbolizer.keep_early(n.pid, n.early);
@@ -529,6 +528,17 @@ impl Pipeline {
             self.symbolizer
                 .note_process_read_early(n.pid, n.account, n.early);
             self.unwinder.reads().charge(n.account, started.elapsed());
+        }
+        // Read for unwinding, their names' read owed: first in their
+        // accounts' lines, in the order noticed, if they still run (what
+        // the symbolizer holds of a gone one names its samples).
+        for (pid, account) in owed.into_iter().rev() {
+            let started = Instant::now();
+            if self.unwinder.account_of(pid).is_some() {
+                self.forget_older(pid);
+                self.unwinder.reads().defer_first(pid, account);
+            }
+            self.unwinder.reads().charge(account, started.elapsed());
         }
         self.notice_dropped_again();
         Ok(Batch {

@@ -242,6 +242,12 @@ impl ReadMeter {
         if self.queued.contains(&pid) || self.aside_pids.contains(&pid) {
             return;
         }
+        self.stats.deferred += 1;
+        let mine = self.waiting.get(&account).copied().unwrap_or(0);
+        if mine >= MAX_DEFERRED_PER_ACCOUNT || self.deferred.len() >= MAX_DEFERRED {
+            self.set_aside(pid, account);
+            return;
+        }
         self.queued.insert(pid);
         self.deferred.push_front(Deferred { pid, account });
         *self.waiting.entry(account).or_default() += 1;
