@@ -71,9 +71,14 @@ impl Bucket {
     }
 
     fn refill(&mut self, rate: Duration, burst: Duration, now: Instant) {
-        let gained = now.duration_since(self.at).as_secs_f64() * rate.as_secs_f64();
-        self.credit = (self.credit + gained).min(burst.as_secs_f64());
+        self.credit = self.credit_at(rate, burst, now);
         self.at = now;
+    }
+
+    /// The credit at `now`, refilled since it was last charged.
+    fn credit_at(&self, rate: Duration, burst: Duration, now: Instant) -> f64 {
+        let gained = now.duration_since(self.at).as_secs_f64() * rate.as_secs_f64();
+        (self.credit + gained).min(burst.as_secs_f64())
     }
 }
 
@@ -144,22 +149,8 @@ impl ReadMeter {
 
     /// Whether a process of `account` may be read now: root always; any
     /// other while both its credit and all others' are above zero.
-    pub fn may_read(&mut self, account: u32) -> bool {
-        if account == 0 {
-            return true;
-        }
-        let now = Instant::now();
-        self.others.refill(OTHERS_RATE, OTHERS_BURST, now);
-        if self.others.credit <= 0.0 {
-            return false;
-        }
-        match self.accounts.get_mut(&account) {
-            Some(b) => {
-                b.refill(ACCOUNT_RATE, ACCOUNT_BURST, now);
-                b.credit > 0.0
-            }
-            None => true,
-        }
+    pub fn may_read(&self, account: u32) -> bool {
+        account == 0 || (self.others_may_read() && self.account_may_read(account))
     }
 
     /// Charges `spent` of the agent's time to `account` (nothing to root).
@@ -337,7 +328,7 @@ impl ReadMeter {
                 }
                 continue;
             }
-            if self.may_read_now(d.account) {
+            if self.account_may_read(d.account) {
                 found = Some(i);
                 break;
             }
@@ -350,19 +341,17 @@ impl ReadMeter {
 
     /// Whether all accounts but root together have credit left.
     fn others_may_read(&self) -> bool {
-        let mut others = self.others;
-        others.refill(OTHERS_RATE, OTHERS_BURST, Instant::now());
-        others.credit > 0.0
+        self.others
+            .credit_at(OTHERS_RATE, OTHERS_BURST, Instant::now())
+            > 0.0
     }
 
-    /// [`ReadMeter::may_read`], for use while the queue is borrowed.
-    fn may_read_now(&self, account: u32) -> bool {
-        let now = Instant::now();
-        self.accounts.get(&account).is_none_or(|b| {
-            let mut b = *b;
-            b.refill(ACCOUNT_RATE, ACCOUNT_BURST, now);
-            b.credit > 0.0
-        })
+    /// Whether `account`'s own credit is above zero (an account never
+    /// charged has its burst).
+    fn account_may_read(&self, account: u32) -> bool {
+        self.accounts
+            .get(&account)
+            .is_none_or(|b| b.credit_at(ACCOUNT_RATE, ACCOUNT_BURST, Instant::now()) > 0.0)
     }
 
     /// What the meter did so far.
