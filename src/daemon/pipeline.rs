@@ -28,12 +28,19 @@ pub const NEW_PROCESS_POLL: Duration = Duration::from_millis(50);
 /// batches, not one wake each.
 const NEW_PROCESS_SETTLE: Duration = Duration::from_millis(10);
 /// A process noticed while a drain is named has its mappings read at once
-/// and again EARLY_READS - 1 times, EARLY_REREAD apart (its loader may
-/// still be mapping libraries), the first EARLY_PROCESSES_MAX of a drain
-/// (and every one of root's): the symbolizer takes them after the drain
-/// if it has gone by then.
-const EARLY_REREAD: Duration = Duration::from_millis(200);
-const EARLY_READS: u8 = 3;
+/// and again as EARLY_REREAD says, each wait after the read before (its
+/// loader may still be mapping libraries), the
+/// first EARLY_PROCESSES_MAX of a drain (and every one of root's): the
+/// symbolizer takes them after the drain if it has gone by then. The
+/// first re-read comes soon: read at its notice, a process of 50 ms
+/// beside a fork storm had not mapped libc yet, and at 200 ms the re-read
+/// came after it exited (its libc frames `[exited]`).
+const EARLY_REREAD: [Duration; 3] = [
+    Duration::from_millis(10),
+    Duration::from_millis(40),
+    Duration::from_millis(200),
+];
+const EARLY_READS: u8 = EARLY_REREAD.len() as u8 + 1;
 const EARLY_PROCESSES_MAX: usize = 256;
 
 /// A process noticed while a drain was being named. The list is as long
@@ -483,7 +490,8 @@ impl Pipeline {
                     .chain(noticed.iter_mut())
                     .filter(|n| n.reads > 0)
                 {
-                    let due = n.read_at.is_none_or(|t| now - t >= EARLY_REREAD);
+                    let after = EARLY_REREAD[usize::from(n.reads.clamp(1, EARLY_READS - 1) - 1)];
+                    let due = n.read_at.is_none_or(|t| now - t >= after);
                     if due && n.reads < EARLY_READS && unwinder.reads().may_read(n.account) {
                         n.read_at = Some(now);
                         n.reads += 1;

@@ -384,6 +384,18 @@ pub fn top(profile: &Profile, n: usize) -> String {
         .collect()
 }
 
+/// The `n` heaviest stacks of `profile` for which `pred` holds, a line
+/// each: a failure message's list of what a test did not accept.
+pub fn top_where(profile: &Profile, n: usize, pred: impl Fn(&[&str]) -> bool) -> String {
+    let mut v = profile.sorted();
+    v.retain(|(s, _)| pred(&s.frames().collect::<Vec<_>>()));
+    v.sort_by_key(|(_, c)| std::cmp::Reverse(*c));
+    v.into_iter()
+        .take(n)
+        .map(|(s, c)| format!("{c:6} {}\n", s.as_str()))
+        .collect()
+}
+
 /// Sleeps, for workloads to warm up.
 pub fn wait(ms: u64) {
     std::thread::sleep(Duration::from_millis(ms));

@@ -522,14 +522,14 @@ fn roots_short_runs_beside_mapped_files(churn: Option<u32>) -> (Profile, f64, St
     let p = parse_folded(&r.text());
     let hot = |f: &[&str]| f[0] == "short_lived" && f.contains(&"short_lived_hot");
     let all = sum_where(&p, hot);
-    let whole = sum_where(&p, |f| {
-        hot(f) && has_seq(f, &["main", "short_lived_hot"]) && reaches_root(f)
-    });
+    let is_whole = |f: &[&str]| has_seq(f, &["main", "short_lived_hot"]) && reaches_root(f);
+    let whole = sum_where(&p, |f| hot(f) && is_whole(f));
     drop(hostile);
     let _ = std::fs::remove_dir_all(dir);
     let share = whole as f64 / all.max(1) as f64;
     eprintln!(
-        "{whole} of root's {all} samples in short_lived_hot whole; {refused} of the user's files refused a place"
+        "{whole} of root's {all} samples in short_lived_hot whole; {refused} of the user's files refused a place; not whole:\n{}",
+        top_where(&p, 12, |f| hot(f) && !is_whole(f))
     );
     // The user's forks and exits of a 17,000-mapping process take most of
     // the two CPUs (the kernel copies and unmaps each mapping): root's
@@ -542,10 +542,10 @@ fn roots_short_runs_beside_mapped_files(churn: Option<u32>) -> (Profile, f64, St
     );
     assert!(
         share >= 0.99,
-        "{:.1}% of root's {all} samples of short runs are whole beside the user's 17,000 mapped files ({refused} refused a place{}), expected >= 99%:\n{}",
+        "{:.1}% of root's {all} samples of short runs are whole beside the user's 17,000 mapped files ({refused} refused a place{}), expected >= 99%; those not whole:\n{}",
         share * 100.0,
         if churn.is_some() { ", forking" } else { "" },
-        top(&p, 8)
+        top_where(&p, 12, |f| hot(f) && !is_whole(f))
     );
     let deferred = metric(
         &m,
