@@ -140,13 +140,16 @@ struct {
 } file_tables SEC(".maps");
 
 /* Processes with a pc in none of their known mappings (dlopen, new JIT
- * region): the agent reads their mappings again. */
+ * region): the agent reads their mappings again. Root's go to a map of
+ * their own: any user's processes walking garbage return addresses
+ * (each walk of each asks) can keep this one full between the agent's
+ * polls, and root's request, refused, waited for a poll that found room. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
 	__type(key, __u32);   /* tgid */
 	__type(value, __u8);
-} unwind_refresh SEC(".maps");
+} unwind_refresh SEC(".maps"), unwind_refresh_root SEC(".maps");
 
 /* Set to 1 whenever unwind_refresh gains an entry. The agent polls many
  * times a second; finding unwind_refresh's first key walks all its buckets
@@ -489,7 +492,12 @@ static __always_inline long unwind_step_in(const int form)
 			__u32 zero = 0;
 			__u32 *pending;
 
-			bpf_map_update_elem(&unwind_refresh, &st->tgid, &one, BPF_ANY);
+			/* The walked task is the current one (a user stack is
+			 * read only of current), so its uid is current's. */
+			if ((__u32)bpf_get_current_uid_gid() == 0)
+				bpf_map_update_elem(&unwind_refresh_root, &st->tgid, &one, BPF_ANY);
+			else
+				bpf_map_update_elem(&unwind_refresh, &st->tgid, &one, BPF_ANY);
 			pending = bpf_map_lookup_elem(&unwind_refresh_pending, &zero);
 			if (pending)
 				*pending = 1;

@@ -647,6 +647,7 @@ fn load(
         (&mut open.maps.unwind_infos, &unwind.infos),
         (&mut open.maps.proc_unwind, &unwind.procs),
         (&mut open.maps.unwind_refresh, &unwind.refresh),
+        (&mut open.maps.unwind_refresh_root, &unwind.refresh_root),
         (
             &mut open.maps.unwind_refresh_pending,
             &unwind.refresh_pending,

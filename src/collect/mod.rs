@@ -343,6 +343,9 @@ pub struct UnwindMaps {
     pub procs: MapHandle,
     /// `unwind_refresh`: processes whose mappings must be read again.
     pub refresh: MapHandle,
+    /// `unwind_refresh_root`: the same for root's processes, apart, so no
+    /// user's requests leave root's no room.
+    pub refresh_root: MapHandle,
     /// `unwind_refresh_pending`: set when `unwind_refresh` gains an entry.
     pub refresh_pending: MapHandle,
     /// `py_procs`: each Python process's interpreter (`bpf/python.h`).
@@ -519,6 +522,7 @@ impl CpuSampler {
             infos: handle(&maps.unwind_infos, "unwind_infos")?,
             procs: handle(&maps.proc_unwind, "proc_unwind")?,
             refresh: handle(&maps.unwind_refresh, "unwind_refresh")?,
+            refresh_root: handle(&maps.unwind_refresh_root, "unwind_refresh_root")?,
             refresh_pending: handle(&maps.unwind_refresh_pending, "unwind_refresh_pending")?,
             py_procs: handle(&maps.py_procs, "py_procs")?,
             hs_procs: handle(&maps.hs_procs, "hs_procs")?,

@@ -416,6 +416,7 @@ pub struct Unwinder {
     /// `file_tables`: each table under the inodes it is mapped by.
     files_map: MapHandle,
     refresh_map: MapHandle,
+    refresh_root_map: MapHandle,
     refresh_pending: MapHandle,
     /// `exec_at`: when each process last exec'd.
     exec_at: MapHandle,
@@ -612,6 +613,7 @@ impl Unwinder {
             files_cap: maps.files.max_entries(),
             files_map: maps.files,
             refresh_map: maps.refresh,
+            refresh_root_map: maps.refresh_root,
             refresh_pending: maps.refresh_pending,
             exec_at: maps.exec_at,
             files: HashMap::new(),
@@ -1218,8 +1220,11 @@ impl Unwinder {
                 }
             }
         }
+        // Root's first.
         let asked = if self.take_refresh_flag() {
-            crate::collect::drain_tgids(&self.refresh_map)
+            let mut asked = crate::collect::drain_tgids(&self.refresh_root_map);
+            asked.extend(crate::collect::drain_tgids(&self.refresh_map));
+            asked
         } else {
             Vec::new()
         };

@@ -71,16 +71,21 @@ fn a_restart_keeps_the_history_and_the_diff_shows_the_change() {
     let dir = history_dir("restart");
     let dir_s = dir.to_str().unwrap();
     let bin = build_c_debian("phases");
+    // Each daemon's run, and the workload's first phase. 20 s: a window of
+    // 15 s at each end holds about 1,500 samples of a CPU, far more than
+    // the tenth of it the phase checks allow to go missing; the segment
+    // before the restart is the one the graceful stop writes.
+    const RUN: u64 = 20;
     let a = Daemon::start(&["--history-dir", dir_s], &[]);
     let t0 = unix_now();
     // phase_two lasts past the test's last window (killed when dropped),
     // so that its CPU time is read to that window's end.
-    let w = Workload::spawn(Command::new(&bin).args(["40", "60"]));
+    let w = Workload::spawn(Command::new(&bin).args([RUN.to_string(), (RUN + 20).to_string()]));
     // Its CPU time, which a busy host shares: each window's counts are
     // held to what it ran then (nine tenths in the phase's function).
     let meter = CpuMeter::start(w.pid());
     let ran = |from: u64, to: u64| meter.between(from as f64, to as f64);
-    wait(40_000);
+    wait(RUN * 1000);
     a.terminate();
     let mut a = a;
     let status = a.child.wait().unwrap();
@@ -95,14 +100,14 @@ fn a_restart_keeps_the_history_and_the_diff_shows_the_change() {
     );
     let b = Daemon::start(&["--history-dir", dir_s], &[]);
     let started = unix_now() + 1;
-    wait(40_000);
+    wait(RUN * 1000);
     let comm = enc("^phases$");
     let windows = format!(
         "before={},{}&after={},{}",
         t0 + 5,
-        t0 + 35,
+        t0 + RUN - 5,
         restart + 8,
-        restart + 35
+        restart + RUN - 5
     );
     let r = b.get(&format!("/diff.folded?{windows}&comm={comm}"));
     assert_eq!(r.status, 200, "{}", r.text());
@@ -111,7 +116,7 @@ fn a_restart_keeps_the_history_and_the_diff_shows_the_change() {
     assert_eq!((one.len(), two.len()), (2, 2), "{}", r.text());
     assert_covers_cpu(
         one[0],
-        ran(t0 + 5, t0 + 35),
+        ran(t0 + 5, t0 + RUN - 5),
         0.9,
         &format!("phase_one before the restart:\n{}", r.text()),
     );
@@ -122,7 +127,7 @@ fn a_restart_keeps_the_history_and_the_diff_shows_the_change() {
     );
     assert_covers_cpu(
         two[1],
-        ran(started.max(restart + 8), restart + 35),
+        ran(started.max(restart + 8), restart + RUN - 5),
         0.9,
         &format!("phase_two after the restart:\n{}", r.text()),
     );
@@ -134,15 +139,18 @@ fn a_restart_keeps_the_history_and_the_diff_shows_the_change() {
     // The window across the restart: both phases, the restart a gap. It
     // holds at least 5 s of each phase however long the stop and the start
     // took: phase_one until the workload switched (when the first daemon
-    // was stopped, t0 + 40 at the earliest), phase_two from the second
+    // was stopped, t0 + RUN at the earliest), phase_two from the second
     // daemon's start.
-    let (lo, hi) = ((restart - 10).min(t0 + 35), (restart + 15).max(started + 5));
+    let (lo, hi) = (
+        (restart - 10).min(t0 + RUN - 5),
+        (restart + 15).max(started + 5),
+    );
     let across = b.get(&format!("/folded?from={lo}&to={hi}&comm={comm}"));
     assert_eq!(across.status, 200, "{}", across.text());
     let text = across.text();
     assert_covers_cpu(
         samples_with(&text, "phase_one"),
-        ran(lo, t0 + 40),
+        ran(lo, t0 + RUN),
         0.9,
         &format!("phase_one before the restart, around it:\n{text}"),
     );
@@ -168,11 +176,11 @@ fn a_restart_keeps_the_history_and_the_diff_shows_the_change() {
         res.contains("disk") && res.contains("memory"),
         "the resolution header names both sources: {res:?}"
     );
-    let before_path = format!("/folded?from={}&to={}&comm={comm}", t0 + 5, t0 + 35);
+    let before_path = format!("/folded?from={}&to={}&comm={comm}", t0 + 5, t0 + RUN - 5);
     let before = samples_with(&b.get(&before_path).text(), "phase_one");
     assert_covers_cpu(
         before,
-        ran(t0 + 5, t0 + 35),
+        ran(t0 + 5, t0 + RUN - 5),
         0.9,
         "phase_one before the restart, alone",
     );
@@ -199,7 +207,7 @@ fn a_restart_keeps_the_history_and_the_diff_shows_the_change() {
     let svg = c.get(&format!(
         "/flamegraph.svg?from={}&to={}&comm={comm}",
         t0 + 5,
-        t0 + 35
+        t0 + RUN - 5
     ));
     assert_eq!(svg.status, 200);
     assert!(
