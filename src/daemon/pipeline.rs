@@ -29,12 +29,12 @@ pub const NEW_PROCESS_POLL: Duration = Duration::from_millis(50);
 const NEW_PROCESS_SETTLE: Duration = Duration::from_millis(10);
 /// A process noticed while a drain is named has its mappings read at once
 /// and again as EARLY_REREAD says, each wait after the read before (its
-/// loader may still be mapping libraries), the
-/// first EARLY_PROCESSES_MAX of a drain (and every one of root's): the
-/// symbolizer takes them after the drain if it has gone by then. The
-/// first re-read comes soon: read at its notice, a process of 50 ms
-/// beside a fork storm had not mapped libc yet, and at 200 ms the re-read
-/// came after it exited (its libc frames `[exited]`).
+/// loader may still be mapping libraries), the first EARLY_PROCESSES_MAX
+/// of a drain (and every one of root's): the symbolizer takes them after
+/// the drain if it has gone by then. The first re-read comes soon: read
+/// at its notice, a process of 50 ms beside a fork storm had not mapped
+/// libc yet, and at 200 ms the re-read came after it exited (its libc
+/// frames `[exited]`).
 const EARLY_REREAD: [Duration; 3] = [
     Duration::from_millis(10),
     Duration::from_millis(40),
