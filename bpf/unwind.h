@@ -151,7 +151,8 @@ struct {
 	__type(value, __u8);
 } unwind_refresh SEC(".maps"), unwind_refresh_root SEC(".maps");
 
-/* Set to 1 whenever unwind_refresh gains an entry. The agent polls many
+/* Set to 1 whenever unwind_refresh or unwind_refresh_root gains an entry
+ * (`unwind_refresh` below stands for either). The agent polls many
  * times a second; finding unwind_refresh's first key walks all its buckets
  * even when it is empty (6% of the idle daemon's CPU), where this is one
  * lookup. The agent clears it before walking the map, so a request made

@@ -346,7 +346,7 @@ pub struct UnwindMaps {
     /// `unwind_refresh_root`: the same for root's processes, apart, so no
     /// user's requests leave root's no room.
     pub refresh_root: MapHandle,
-    /// `unwind_refresh_pending`: set when `unwind_refresh` gains an entry.
+    /// `unwind_refresh_pending`: set when either refresh map gains an entry.
     pub refresh_pending: MapHandle,
     /// `py_procs`: each Python process's interpreter (`bpf/python.h`).
     pub py_procs: MapHandle,

@@ -34,7 +34,9 @@ const NEW_PROCESS_SETTLE: Duration = Duration::from_millis(10);
 /// the drain if it has gone by then. The first re-read comes soon: read
 /// at its notice, a process of 50 ms beside a fork storm had not mapped
 /// libc yet, and at 200 ms the re-read came after it exited (its libc
-/// frames `[exited]`).
+/// frames `[exited]`). The naming comes back to these reads each time a
+/// wait for the ELF reader passes `elf_worker::WAIT_SLICE` (50 ms), so
+/// the re-reads come about 50, 100 and 300 ms after the first in practice.
 const EARLY_REREAD: [Duration; 3] = [
     Duration::from_millis(10),
     Duration::from_millis(40),
@@ -488,11 +490,11 @@ impl Pipeline {
                 for n in roots
                     .iter_mut()
                     .chain(noticed.iter_mut())
-                    .filter(|n| n.reads > 0)
+                    .filter(|n| n.reads > 0 && n.reads < EARLY_READS)
                 {
-                    let after = EARLY_REREAD[usize::from(n.reads.clamp(1, EARLY_READS - 1) - 1)];
+                    let after = EARLY_REREAD[usize::from(n.reads - 1)];
                     let due = n.read_at.is_none_or(|t| now - t >= after);
-                    if due && n.reads < EARLY_READS && unwinder.reads().may_read(n.account) {
+                    if due && unwinder.reads().may_read(n.account) {
                         n.read_at = Some(now);
                         n.reads += 1;
                         let started = Instant::now();

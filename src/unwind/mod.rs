@@ -1276,7 +1276,7 @@ impl Unwinder {
 
     /// Whether the BPF unwinder asked for mappings to be read again since
     /// the last call (`unwind_refresh_pending`); clears the flag first, so a
-    /// request made while `unwind_refresh` is walked is seen next time. If
+    /// request made while the refresh maps are walked is seen next time. If
     /// the flag cannot be read, says yes: the walk is slower, not wrong.
     fn take_refresh_flag(&self) -> bool {
         let key = 0u32.to_ne_bytes();

@@ -376,12 +376,7 @@ pub fn has_seq(frames: &[&str], seq: &[&str]) -> bool {
 
 /// Prints a profile's heaviest stacks, for a failing assertion's context.
 pub fn top(profile: &Profile, n: usize) -> String {
-    let mut v = profile.sorted();
-    v.sort_by_key(|(_, c)| std::cmp::Reverse(*c));
-    v.into_iter()
-        .take(n)
-        .map(|(s, c)| format!("{c:6} {}\n", s.as_str()))
-        .collect()
+    top_where(profile, n, |_| true)
 }
 
 /// The `n` heaviest stacks of `profile` for which `pred` holds, a line

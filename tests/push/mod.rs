@@ -703,20 +703,49 @@ fn a_down_slow_or_failing_receiver_costs_only_its_bounded_queue() {
     );
     assert_eq!(delivered(&rx, "ok"), ok_before);
 
-    // Slow: every answer takes 30 s, past the 5 s deadline. Three windows
-    // of 5 s each span a hung push of each destination (a new one every
-    // 5 s at most): sampling and `/folded` must keep up through them.
+    // Slow: every answer takes 30 s, past the 5 s deadline. Each
+    // destination is still backing off from the 500s (its next try up to
+    // 30 s away): sampling and `/folded` are checked in 5 s windows until
+    // each destination has had a push hang to its deadline (counted
+    // failed when it gives up), at most 60 s.
+    let failed_pushes = |d: &Daemon| -> [f64; 2] {
+        let m = d.get("/metrics").text();
+        ["pyroscope", "otlp"].map(|dest| {
+            metric(
+                &m,
+                &format!("emberd_push_total{{destination=\"{dest}\",result=\"failed\"}}"),
+            )
+        })
+    };
+    let m = d.get("/metrics").text();
+    let dropped = metric(
+        &m,
+        "emberd_push_dropped_intervals_total{destination=\"pyroscope\",result=\"queue_full\"}",
+    );
+    let failed_before = failed_pushes(&d);
     rx.set_mode("slow");
-    for _ in 0..3 {
+    let slow = Instant::now();
+    loop {
         wait(5000);
         check(&d, "receiver slow");
+        let now = failed_pushes(&d);
+        if now[0] > failed_before[0] && now[1] > failed_before[1] {
+            break;
+        }
+        assert!(
+            slow.elapsed() < Duration::from_secs(60),
+            "no push of each destination hung to its deadline in 60 s: failed pushes {failed_before:?} then {now:?}"
+        );
     }
     let m = d.get("/metrics").text();
     let dropped_later = metric(
         &m,
         "emberd_push_dropped_intervals_total{destination=\"pyroscope\",result=\"queue_full\"}",
     );
-    assert!(dropped_later > dropped, "{m}");
+    assert!(
+        dropped_later > dropped,
+        "no interval dropped while pushes hung (queue bound 2): {dropped} then {dropped_later}\n{m}"
+    );
 
     // Well again: delivery resumes with what the queue kept.
     rx.set_mode("ok");
