@@ -497,10 +497,10 @@ impl RecordSummary {
         let c = &self.counters;
         let events = self.event_counters.map_or(String::new(), |e| {
             format!(
-                "\n[ events: {} switches, {} wakeups, {} page-fault samples; dropped: {} blocked-table full, {} counts full, {} stacks lost; sampled out: {} switch-outs (1 in N), {} short periods, {} short wakeups ]",
+                "\n[ events: {} switches, {} wakeups, {} page-fault samples; dropped: {} blocked-table full, {} counts full, {} stacks lost, {} runs nested in another; sampled out: {} switch-outs (1 in N), {} short periods, {} short wakeups ]",
                 e.switches, e.wakeups, e.pagefaults, e.blocked_full,
                 e.counts_full + e.wakeup_counts_full + e.offwake_counts_full + e.other_counts_full,
-                e.stacks_lost, e.sampled_out,
+                e.stacks_lost, e.nested_skipped, e.sampled_out,
                 e.short_offcpu_sampled_out, e.short_wakeups_sampled_out
             )
         });

@@ -252,9 +252,20 @@ pub fn record_folded_ran(out: &str, args: &[&str], cpu: impl Fn() -> f64) -> (Pr
 /// of the log to `on_line` as it comes (record says when it is attached
 /// and when it stopped sampling); asserts that it succeeded and returns
 /// the log.
-fn record_logged(path: &Path, args: &[&str], mut on_line: impl FnMut(&str)) -> String {
+fn record_logged(path: &Path, args: &[&str], on_line: impl FnMut(&str)) -> String {
+    record_logged_env(path, args, &[], on_line)
+}
+
+/// [`record_logged`] with `envs` set for emberd (its test hooks).
+fn record_logged_env(
+    path: &Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    mut on_line: impl FnMut(&str),
+) -> String {
     use std::io::BufRead;
     let mut rec = emberd()
+        .envs(envs.iter().copied())
         .env("EMBERD_LOG", "info")
         .arg("record")
         .args(args)
@@ -289,21 +300,44 @@ fn read_folded(path: &Path) -> Profile {
 /// the workload's work is recorded whole. Returns the folded profile and
 /// the workload's pid.
 pub fn record_attached(out: &str, workload: &mut Command, args: &[&str]) -> (Profile, u32) {
+    let (p, pid, _) = record_attached_env(out, workload, args, &[]);
+    (p, pid)
+}
+
+/// [`record_attached`] with `envs` set for emberd (its test hooks); also
+/// returns record's log, which ends with its summary (what was dropped or
+/// sampled out, and why).
+pub fn record_attached_env(
+    out: &str,
+    workload: &mut Command,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> (Profile, u32, String) {
     let path = scratch().join(out);
-    let pid = record_attached_to(&path, workload, args);
-    (read_folded(&path), pid)
+    let (pid, said) = record_attached_logged(&path, workload, args, envs);
+    (read_folded(&path), pid, said)
 }
 
 /// [`record_attached`] writing `path` in any of record's formats (pprof,
 /// SVG): returns the workload's pid once record has succeeded.
 pub fn record_attached_to(path: &Path, workload: &mut Command, args: &[&str]) -> u32 {
+    record_attached_logged(path, workload, args, &[]).0
+}
+
+/// [`record_attached_to`] with `envs` for emberd: the pid and record's log.
+fn record_attached_logged(
+    path: &Path,
+    workload: &mut Command,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> (u32, String) {
     // A name of this process's own, as a build's temporary file has.
     let go = building(&scratch().join("go"));
     let w = Workload::spawn(workload.env("EMBERD_TEST_GO", &go));
     let pid = w.pid();
     let pid_s = pid.to_string();
     let all: Vec<&str> = args.iter().copied().chain(["-p", &pid_s]).collect();
-    let said = record_logged(path, &all, |line| {
+    let said = record_logged_env(path, &all, envs, |line| {
         if line.contains("recording: attached") {
             std::fs::write(&go, b"").expect("creating the workload's go file");
         }
@@ -314,7 +348,7 @@ pub fn record_attached_to(path: &Path, workload: &mut Command, args: &[&str]) ->
         said.contains("recording: attached"),
         "emberd record never said it was attached: {said}"
     );
-    pid
+    (pid, said)
 }
 
 /// Starts Debian's `python3 -c SCRIPT ARGS...` as user nobody (no
@@ -915,6 +949,15 @@ pub fn unix_now() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs()
+}
+
+/// The wall clock as a window bound to the millisecond (`from=`, `to=`:
+/// unix seconds with three decimals).
+pub fn unix_now_ms_param() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    format!("{}.{:03}", t.as_secs(), t.subsec_millis())
 }
 
 /// Multi-column folded text: stack -> values.

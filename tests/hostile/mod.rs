@@ -468,23 +468,15 @@ fn full_counts_map_drops_are_counted_and_stacks_do_not_fill() {
 fn offcpu_with_pre_5_18_sched_switch() {
     require_root();
     let bin = build_c_debian("sleepy");
-    let w = Workload::spawn(Command::new(&bin).arg("2"));
-    let pid = w.pid().to_string();
-    let path = scratch().join(format!("compat-{pid}.folded"));
-    let out = emberd()
-        .env("EMBERD_TEST_SCHED_SWITCH_COMPAT", "1")
-        .args([
-            "record", "-e", "offcpu", "-s", "5", "-p", &pid, "--group", "thread", "-o",
-        ])
-        .arg(&path)
-        .output()
-        .expect("running emberd");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    // Attach-gated: the workload starts once record is attached. With a
+    // 2 s head start, a record slower to load beside other work (two
+    // spinners here: 18 of 36 runs) missed the first sleeps or all five.
+    let (p, pid, said) = record_attached_env(
+        "compat.folded",
+        &mut Command::new(&bin),
+        &["-e", "offcpu", "-s", "5", "--group", "thread"],
+        &[("EMBERD_TEST_SCHED_SWITCH_COMPAT", "1")],
     );
-    let p = parse_folded(&std::fs::read_to_string(&path).unwrap());
     let main_thread = format!("sleepy-{pid}/{pid}");
     let total = sum_where(&p, |f| {
         f[0] != main_thread && f.contains(&"__x64_sys_clock_nanosleep_[k]")
@@ -492,14 +484,15 @@ fn offcpu_with_pre_5_18_sched_switch() {
     let named = sum_where(&p, |f| {
         has_seq(f, &["sleeper_thread", "sleepy"]) && reaches_root(f)
     });
+    // Record's log ends with its summary: what was dropped or sampled out.
     assert!(
         (850_000..=1_150_000).contains(&total),
-        "about 1 s asleep expected, got {total} us:\n{}",
+        "about 1 s asleep expected, got {total} us:\n{}\n{said}",
         top(&p, 8)
     );
     assert!(
         named * 10 >= total * 9,
-        "90% of {total} us should be under sleeper_thread;sleepy, got {named}:\n{}",
+        "90% of {total} us should be under sleeper_thread;sleepy, got {named}:\n{}\n{said}",
         top(&p, 8)
     );
 }
