@@ -642,6 +642,9 @@ enum emberd_event_counter {
 	ECOUNTER_OTHER_COUNTS_FULL, /* counts buffer full: a page fault, block I/O or memory event is lost */
 	ECOUNTER_TIMER_ARMS,       /* uv_timer_start calls of node processes seen (bpf/node_timers.h) */
 	ECOUNTER_TIMER_WAITS,      /* off-CPU periods charged to the stack that armed their timer */
+	ECOUNTER_OFFCPU_BEGUN,     /* off-CPU periods begun: a thread left the CPU in a counted state and its state was kept */
+	ECOUNTER_OFFCPU_ENDED,     /* off-CPU periods ended: a thread with a kept period ran again (charged, sampled out or out of bounds) */
+	ECOUNTER_PREEMPTED_ASLEEP, /* pre-5.18 programs: a thread preempted on its way to sleep, counted as running (no period begun) */
 	ECOUNTER_MAX,
 };
 

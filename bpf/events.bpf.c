@@ -423,6 +423,7 @@ static __always_inline int on_switch_claimed(void *ctx, struct task_struct *prev
 				__u32 u = predicted_for(prev_pid);
 
 				note_process_cached(prev_tgid);
+				ecount(ECOUNTER_OFFCPU_BEGUN);
 				b->ts = now;
 				b->has_waker = 0;
 				b->tgid = prev_tgid;
@@ -453,6 +454,7 @@ static __always_inline int on_switch_claimed(void *ctx, struct task_struct *prev
 		__u32 slot = (__u32)next->pid % EMBERD_PREDICTED_SLOTS, *pp;
 
 		b->ts = 0;
+		ecount(ECOUNTER_OFFCPU_ENDED);
 		/* A brief block right after a long one keeps the next walk certain
 		 * (see the top of this file). */
 		if (pred == EMBERD_P_ONE) {
@@ -502,7 +504,9 @@ struct task_struct___state_old {
  * TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next)
  * (before 5.18): the state is read from prev itself, as the tracepoint does;
  * a preempted task counts as running whatever its state says, as the
- * tracepoint's own prev_state argument reports it.
+ * tracepoint's own prev_state argument reports it (counted when the state
+ * said it was going to sleep: such a period, if its wakeup comes before
+ * it runs again, is not charged).
  */
 static __always_inline unsigned int prev_state_of(_Bool preempt, struct task_struct *prev)
 {
@@ -512,6 +516,8 @@ static __always_inline unsigned int prev_state_of(_Bool preempt, struct task_str
 		state = BPF_CORE_READ((struct task_struct___state_new *)prev, __state);
 	else
 		state = BPF_CORE_READ((struct task_struct___state_old *)prev, state);
+	if (preempt && (state & config.state_mask))
+		ecount(ECOUNTER_PREEMPTED_ASLEEP);
 	return preempt ? 0 : state;
 }
 

@@ -497,8 +497,9 @@ impl RecordSummary {
         let c = &self.counters;
         let events = self.event_counters.map_or(String::new(), |e| {
             format!(
-                "\n[ events: {} switches, {} wakeups, {} page-fault samples; dropped: {} blocked-table full, {} counts full, {} stacks lost, {} runs nested in another; sampled out: {} switch-outs (1 in N), {} short periods, {} short wakeups ]",
-                e.switches, e.wakeups, e.pagefaults, e.blocked_full,
+                "\n[ events: {} switches, {} wakeups, {} page-fault samples; off-CPU periods: {} begun, {} ended, {} preempted on the way to sleep; dropped: {} blocked-table full, {} counts full, {} stacks lost, {} runs nested in another; sampled out: {} switch-outs (1 in N), {} short periods, {} short wakeups ]",
+                e.switches, e.wakeups, e.pagefaults, e.offcpu_begun, e.offcpu_ended,
+                e.preempted_asleep, e.blocked_full,
                 e.counts_full + e.wakeup_counts_full + e.offwake_counts_full + e.other_counts_full,
                 e.stacks_lost, e.nested_skipped, e.sampled_out,
                 e.short_offcpu_sampled_out, e.short_wakeups_sampled_out

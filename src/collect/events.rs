@@ -403,6 +403,14 @@ pub struct EventCounters {
     pub timer_arms: u64,
     /// Off-CPU periods charged to the stack that armed their timer.
     pub timer_waits: u64,
+    /// Off-CPU periods begun: a thread left the CPU in a counted state and
+    /// its state was kept (each ends in a charge, a sample-out or a bound).
+    pub offcpu_begun: u64,
+    /// Off-CPU periods ended: a thread with a kept period ran again.
+    pub offcpu_ended: u64,
+    /// Pre-5.18 programs: threads preempted on their way to sleep, counted
+    /// as running (no period begun).
+    pub preempted_asleep: u64,
     /// brk() calls that grew the heap.
     pub brk: u64,
     /// mmap() calls.
@@ -966,6 +974,9 @@ impl EventSampler {
             short_wakeups_sampled_out: v(c::ECOUNTER_SHORT_WAKEUP_SAMPLED_OUT),
             timer_arms: v(c::ECOUNTER_TIMER_ARMS),
             timer_waits: v(c::ECOUNTER_TIMER_WAITS),
+            offcpu_begun: v(c::ECOUNTER_OFFCPU_BEGUN),
+            offcpu_ended: v(c::ECOUNTER_OFFCPU_ENDED),
+            preempted_asleep: v(c::ECOUNTER_PREEMPTED_ASLEEP),
             brk: v(c::ECOUNTER_BRK),
             mmap: v(c::ECOUNTER_MMAP),
             munmap: v(c::ECOUNTER_MUNMAP),
