@@ -235,7 +235,7 @@ pub fn record_folded_env(out: &str, args: &[&str], env: &[(&str, &str)]) -> Prof
 pub fn record_folded_ran(out: &str, args: &[&str], cpu: impl Fn() -> f64) -> (Profile, f64) {
     let path = scratch().join(out);
     let (mut from, mut to) = (None, None);
-    let said = record_logged(&path, args, |line| {
+    let said = record_logged(&path, args, &[], |line| {
         if line.contains("recording: attached") {
             from = Some(cpu());
         } else if line.contains("recording: stopped") {
@@ -251,13 +251,8 @@ pub fn record_folded_ran(out: &str, args: &[&str], cpu: impl Fn() -> f64) -> (Pr
 /// Runs `emberd record ARGS -o PATH` with its info log, handing each line
 /// of the log to `on_line` as it comes (record says when it is attached
 /// and when it stopped sampling); asserts that it succeeded and returns
-/// the log.
-fn record_logged(path: &Path, args: &[&str], on_line: impl FnMut(&str)) -> String {
-    record_logged_env(path, args, &[], on_line)
-}
-
-/// [`record_logged`] with `envs` set for emberd (its test hooks).
-fn record_logged_env(
+/// the log. `envs` are set for emberd (its test hooks).
+fn record_logged(
     path: &Path,
     args: &[&str],
     envs: &[(&str, &str)],
@@ -337,7 +332,7 @@ fn record_attached_logged(
     let pid = w.pid();
     let pid_s = pid.to_string();
     let all: Vec<&str> = args.iter().copied().chain(["-p", &pid_s]).collect();
-    let said = record_logged_env(path, &all, envs, |line| {
+    let said = record_logged(path, &all, envs, |line| {
         if line.contains("recording: attached") {
             std::fs::write(&go, b"").expect("creating the workload's go file");
         }
