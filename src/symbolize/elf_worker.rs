@@ -9,7 +9,15 @@
 //! as `elf_timeout`), the stuck worker is abandoned and a fresh one takes
 //! over. A worker that was only slow (a cold cache, a slow disk, an emulated
 //! machine) and answers later is taken back, and its file read again: slow
-//! is not stuck. At most [`MAX_ABANDONED`] workers are abandoned at once;
+//! is not stuck. A file slow to read is slow for every worker that has not
+//! read it yet: read again under the same deadline by the worker that took
+//! over, it missed it again, for ever (under emulation libc's symbols took
+//! 2-3 s: 118 misses in 8 minutes, each holding a drain 1 s, and a process
+//! of the kernel matrix never named). So a file that answered late is
+//! waited for longer at its next read for a root's process
+//! ([`ElfWorker::patience`]); a user's file, which its owner could make
+//! answer just before any deadline, keeps [`FILE_DEADLINE`].
+//! At most [`MAX_ABANDONED`] workers are abandoned at once;
 //! past that, ELF symbolization is off until one answers (logged), and
 //! sampling goes on.
 //!
@@ -53,6 +61,9 @@ pub const WAIT_SLICE: Duration = Duration::from_millis(50);
 
 /// Stuck workers left behind before ELF symbolization is switched off.
 pub const MAX_ABANDONED: usize = 16;
+
+/// Files remembered as having answered late, before the set is emptied.
+const MAX_ANSWERED_LATE: usize = 4096;
 
 /// One file's addresses to name.
 #[derive(Debug)]
@@ -107,13 +118,25 @@ struct Worker {
     replies: Receiver<Reply>,
 }
 
+/// A worker abandoned past its deadline, and the read it was doing.
+struct Late {
+    id: FileId,
+    /// The path shown, for the log.
+    shown: Arc<str>,
+    asked: Instant,
+    worker: Worker,
+}
+
 /// The worker and what it learned about slow files.
 pub struct ElfWorker {
     worker: Option<Worker>,
     abandoned: usize,
     slow: HashSet<FileId>,
-    /// Abandoned workers and the file each was reading, until they answer.
-    late: Vec<(FileId, Worker)>,
+    /// Abandoned workers, until they answer.
+    late: Vec<Late>,
+    /// Files whose read answered after its deadline, and how long it took
+    /// (at most: the answer is noticed at the next request).
+    answered_late: HashMap<FileId, Duration>,
     dwarf_budget: usize,
     /// How long one file's read is waited for.
     deadline: Duration,
@@ -137,6 +160,7 @@ impl ElfWorker {
             abandoned: 0,
             slow: HashSet::new(),
             late: Vec::new(),
+            answered_late: HashMap::new(),
             dwarf_budget,
             deadline: FILE_DEADLINE,
         }
@@ -153,14 +177,28 @@ impl ElfWorker {
     fn reap_late(&mut self) {
         let mut i = 0;
         while i < self.late.len() {
-            match self.late[i].1.replies.try_recv() {
+            match self.late[i].worker.replies.try_recv() {
                 Err(mpsc::TryRecvError::Empty) => i += 1,
                 answered => {
-                    let (id, worker) = self.late.swap_remove(i);
+                    let Late {
+                        id,
+                        shown,
+                        asked,
+                        worker,
+                    } = self.late.swap_remove(i);
                     self.slow.remove(&id);
+                    let took = asked.elapsed();
+                    if answered.is_ok() {
+                        if self.answered_late.len() >= MAX_ANSWERED_LATE {
+                            self.answered_late.clear();
+                        }
+                        self.answered_late.insert(id, took);
+                    }
                     self.abandoned -= 1;
                     tracing::info!(
-                        "a mapped file whose symbols took over the deadline was read after all: its frames are named again"
+                        "the symbols of {shown}, which took over the deadline, were read after all \
+                         (within {:.1} s): its frames are named again",
+                        took.as_secs_f64()
                     );
                     // Its thread is alive with a warm cache unless it died.
                     if answered.is_ok() && self.worker.is_none() {
@@ -171,13 +209,33 @@ impl ElfWorker {
         }
     }
 
+    /// Whether file `id` answered after its deadline before: slow, not
+    /// stuck (the caller then says whether [`Self::patience`] applies).
+    pub fn answered_late(&mut self, id: &FileId) -> bool {
+        if !self.late.is_empty() {
+            self.reap_late();
+        }
+        self.answered_late.contains_key(id)
+    }
+
+    /// How long file `id` is waited for when `patient`: twice what its late
+    /// read took, between the deadline and [`RECORD_FILE_DEADLINE`]. Only
+    /// for root's processes: a user could have a file of their own answer
+    /// just before it, and hold every drain that long.
+    pub fn patience(&self, id: &FileId) -> Duration {
+        self.answered_late.get(id).map_or(self.deadline, |took| {
+            (*took * 2).clamp(self.deadline, RECORD_FILE_DEADLINE.max(self.deadline))
+        })
+    }
+
     /// Names `req.offsets` in file `id`, waiting at most its deadline
-    /// ([`FILE_DEADLINE`] unless set), and calling `idle` every
-    /// [`WAIT_SLICE`] meanwhile.
+    /// ([`FILE_DEADLINE`] unless set; [`Self::patience`] when `patient`),
+    /// and calling `idle` every [`WAIT_SLICE`] meanwhile.
     pub fn symbolize(
         &mut self,
         id: FileId,
         req: Request,
+        patient: bool,
         idle: &mut dyn FnMut(),
     ) -> Result<Reply, Failure> {
         if !self.late.is_empty() {
@@ -186,14 +244,20 @@ impl ElfWorker {
         if self.slow.contains(&id) {
             return Err(Failure::Timeout);
         }
-        let deadline = self.deadline;
+        let deadline = if patient {
+            self.patience(&id)
+        } else {
+            self.deadline
+        };
+        let asked = Instant::now();
+        let shown = req.shown.clone();
         let worker = self.worker()?;
         if worker.jobs.send(Job::Symbolize(req)).is_err() {
             // The worker died (a panic in blazesym): start another next time.
             self.worker = None;
             return Err(Failure::Timeout);
         }
-        let until = Instant::now() + deadline;
+        let until = asked + deadline;
         let answer = loop {
             let left = until.saturating_duration_since(Instant::now());
             match worker.replies.recv_timeout(left.min(WAIT_SLICE)) {
@@ -205,8 +269,13 @@ impl ElfWorker {
             Ok(reply) => Ok(reply),
             Err(RecvTimeoutError::Timeout) => {
                 self.slow.insert(id);
-                if let Some(w) = self.worker.take() {
-                    self.late.push((id, w));
+                if let Some(worker) = self.worker.take() {
+                    self.late.push(Late {
+                        id,
+                        shown: shown.clone(),
+                        asked,
+                        worker,
+                    });
                 }
                 self.abandoned += 1;
                 if self.abandoned >= MAX_ABANDONED {
@@ -217,7 +286,7 @@ impl ElfWorker {
                     );
                 } else {
                     tracing::warn!(
-                        "reading the symbols of a mapped file took over {deadline:?}: \
+                        "reading the symbols of {shown} took over {deadline:?}: \
                          its frames stay module+offset until the read returns"
                     );
                 }
@@ -832,6 +901,7 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
         .build();
     let stall = std::env::var("EMBERD_TEST_STALL_ELF").ok();
     let slow = std::env::var("EMBERD_TEST_SLOW_ELF").ok();
+    let mut slept: HashSet<Arc<str>> = HashSet::new();
     let mut budget = DwarfBudget::new(dwarf_budget);
     let mut plans: HashMap<PathBuf, Plan> = HashMap::new();
     let mut tables = SymbolTables::new(SYMBOL_TABLE_BUDGET);
@@ -851,23 +921,18 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
                 {
                     std::thread::sleep(Duration::from_secs(24 * 3600));
                 }
-                // Test hook: a file whose first read takes 3 s (a cold
-                // network filesystem), then answers as any other.
-                // Once per process, not per worker: the worker that takes
-                // over reads it at once.
-                static SLEPT: std::sync::Mutex<Vec<Arc<str>>> = std::sync::Mutex::new(Vec::new());
+                // Test hook: a file whose first read by each worker takes
+                // 3 s (a cold cache on a slow disk or an emulated machine,
+                // as libc's symbols under TCG), then answers as any other.
+                // Per worker, as a cold cache is: the worker that takes
+                // over reads it as slowly.
                 if slow
                     .as_deref()
                     .is_some_and(|s| !s.is_empty() && req.shown.contains(s))
-                    && SLEPT.lock().is_ok_and(|mut slept| {
-                        !slept.contains(&req.shown) && {
-                            slept.push(req.shown.clone());
-                            true
-                        }
-                    })
+                    && slept.insert(req.shown.clone())
                 {
                     tracing::info!(
-                        "test hook EMBERD_TEST_SLOW_ELF: the first read of {} takes 3 s",
+                        "test hook EMBERD_TEST_SLOW_ELF: this worker's first read of {} takes 3 s",
                         req.shown
                     );
                     std::thread::sleep(Duration::from_secs(3));
@@ -1106,7 +1171,7 @@ mod tests {
         let exe = std::env::current_exe().expect("own executable");
         let (id, req) = request(&exe, 0x100);
         worker
-            .symbolize(id, req, &mut || {})
+            .symbolize(id, req, false, &mut || {})
             .expect("naming an own address");
     }
 
@@ -1144,7 +1209,7 @@ mod tests {
         let mut worker = ElfWorker::new(8 << 20);
         let (id, req) = request(path, ld.offset + 0x100);
         let reply = worker
-            .symbolize(id, req, &mut || {})
+            .symbolize(id, req, false, &mut || {})
             .expect("naming an ld.so address");
         assert!(reply.frames.is_ok(), "{:?}", reply.frames);
         assert!(reply.dwarf_bytes > 0, "ld.so's DWARF is counted");
@@ -1231,7 +1296,7 @@ mod tests {
         let mut worker = ElfWorker::new(8 << 20);
         let (id, req) = request(&a, work - vaddr + start);
         let reply = worker
-            .symbolize(id, req, &mut || {})
+            .symbolize(id, req, false, &mut || {})
             .expect("naming work_a");
         let frames = reply.frames.expect("a read");
         let frame = frames[0].as_ref().expect("work_a named");

@@ -235,7 +235,7 @@ pub fn record_folded_env(out: &str, args: &[&str], env: &[(&str, &str)]) -> Prof
 pub fn record_folded_ran(out: &str, args: &[&str], cpu: impl Fn() -> f64) -> (Profile, f64) {
     let path = scratch().join(out);
     let (mut from, mut to) = (None, None);
-    let said = record_logged(&path, args, &[], |line| {
+    let said = record_logged(emberd(), &path, args, |line| {
         if line.contains("recording: attached") {
             from = Some(cpu());
         } else if line.contains("recording: stopped") {
@@ -251,16 +251,16 @@ pub fn record_folded_ran(out: &str, args: &[&str], cpu: impl Fn() -> f64) -> (Pr
 /// Runs `emberd record ARGS -o PATH` with its info log, handing each line
 /// of the log to `on_line` as it comes (record says when it is attached
 /// and when it stopped sampling); asserts that it succeeded and returns
-/// the log. `envs` are set for emberd (its test hooks).
+/// the log. `recorder` runs emberd (with its test hooks set, or under a
+/// wrapper that execs it); the record arguments are appended to it.
 fn record_logged(
+    mut recorder: Command,
     path: &Path,
     args: &[&str],
-    envs: &[(&str, &str)],
     mut on_line: impl FnMut(&str),
 ) -> String {
     use std::io::BufRead;
-    let mut rec = emberd()
-        .envs(envs.iter().copied())
+    let mut rec = recorder
         .env("EMBERD_LOG", "info")
         .arg("record")
         .args(args)
@@ -308,23 +308,38 @@ pub fn record_attached_env(
     args: &[&str],
     envs: &[(&str, &str)],
 ) -> (Profile, u32, String) {
+    let mut recorder = emberd();
+    recorder.envs(envs.iter().copied());
+    record_attached_by(recorder, out, workload, args)
+}
+
+/// [`record_attached_env`] with emberd run by `recorder` (a wrapper that
+/// execs it, such as `unshare`), to which `record ARGS -p PID -o PATH` is
+/// appended.
+pub fn record_attached_by(
+    recorder: Command,
+    out: &str,
+    workload: &mut Command,
+    args: &[&str],
+) -> (Profile, u32, String) {
     let path = scratch().join(out);
-    let (pid, said) = record_attached_logged(&path, workload, args, envs);
+    let (pid, said) = record_attached_logged(recorder, &path, workload, args);
     (read_folded(&path), pid, said)
 }
 
 /// [`record_attached`] writing `path` in any of record's formats (pprof,
 /// SVG): returns the workload's pid once record has succeeded.
 pub fn record_attached_to(path: &Path, workload: &mut Command, args: &[&str]) -> u32 {
-    record_attached_logged(path, workload, args, &[]).0
+    record_attached_logged(emberd(), path, workload, args).0
 }
 
-/// [`record_attached_to`] with `envs` for emberd: the pid and record's log.
+/// [`record_attached_to`] with emberd run by `recorder`: the pid and
+/// record's log.
 fn record_attached_logged(
+    recorder: Command,
     path: &Path,
     workload: &mut Command,
     args: &[&str],
-    envs: &[(&str, &str)],
 ) -> (u32, String) {
     // A name of this process's own, as a build's temporary file has.
     let go = building(&scratch().join("go"));
@@ -332,7 +347,7 @@ fn record_attached_logged(
     let pid = w.pid();
     let pid_s = pid.to_string();
     let all: Vec<&str> = args.iter().copied().chain(["-p", &pid_s]).collect();
-    let said = record_logged(path, &all, envs, |line| {
+    let said = record_logged(recorder, path, &all, |line| {
         if line.contains("recording: attached") {
             std::fs::write(&go, b"").expect("creating the workload's go file");
         }

@@ -331,8 +331,20 @@ fn go_tool_pprof_reads_profile() {
     require_root();
     let bin = build_c("cpu_70_30");
     let d = Daemon::start(&[], &[]);
-    let _w = Workload::spawn(Command::new(&bin).arg("10"));
+    let _w = Workload::spawn(Command::new(&bin).arg("20"));
     wait(6000);
+    // "The last 5 s" ends at the query, ahead of what the collector has
+    // named: in CI, beside a VM and a compile, it held nothing 6 s after
+    // the start ("Total samples = 0"). Asked once the daemon has named the
+    // workload, as a user does who sees it in the page first.
+    let t0 = Instant::now();
+    while !d.get("/folded?seconds=2").text().contains("hot_a") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the daemon named no hot_a of cpu_70_30 in 36 s"
+        );
+        wait(500);
+    }
     let url = format!("http://127.0.0.1:{}/debug/pprof/profile?seconds=5", d.port);
     let tmp = scratch().join("pprof-home");
     std::fs::create_dir_all(&tmp).unwrap();

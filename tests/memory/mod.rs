@@ -16,12 +16,20 @@ enum Hooks {
     Tracefs,
 }
 
-/// `emberd record ARGS -o OUT` under `hooks`; returns the profile and
-/// emberd's stderr (which names the hooks it chose).
-fn record_with(hooks: Hooks, out: &str, args: &[&str]) -> (Profile, String) {
-    let path = scratch().join(out);
+/// `emberd record ARGS -p PID -o OUT` under `hooks` of `workload` (which
+/// waits in `wait_delay_arg`), attach-gated ([`record_attached_by`]): the
+/// workload begins once record says it is attached, however long loading
+/// took (a fixed head start is lost when loading takes longer: the
+/// off-CPU test's 2 s, in 18 of 36 runs beside two spinners);
+/// returns the profile and emberd's log (which names the hooks it chose).
+fn record_with(
+    hooks: Hooks,
+    out: &str,
+    workload: &mut Command,
+    args: &[&str],
+) -> (Profile, String) {
     let bin = env!("CARGO_BIN_EXE_emberd");
-    let mut cmd = match hooks {
+    let recorder = match hooks {
         Hooks::Raw => {
             let mut c = Command::new(bin);
             c.env("EMBERD_TEST_NO_TRACEFS", "1");
@@ -43,20 +51,8 @@ fn record_with(hooks: Hooks, out: &str, args: &[&str]) -> (Profile, String) {
             c
         }
     };
-    let output = cmd
-        .arg("record")
-        .args(args)
-        .arg("-o")
-        .arg(&path)
-        .output()
-        .expect("running emberd (unshare is util-linux)");
-    let err = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(output.status.success(), "emberd record failed: {err}");
-    let text = std::fs::read(&path).expect("reading emberd's output");
-    (
-        emberd::render::folded::read(&text[..]).expect("valid folded stacks"),
-        err,
-    )
+    let (p, _, said) = record_attached_by(recorder, out, workload, args);
+    (p, said)
 }
 
 fn assert_within(what: &str, got: u64, want: u64, pct: u64, p: &Profile) {
@@ -76,12 +72,11 @@ fn brk_charges_heap_growth_to_grow_heap() {
     require_root();
     let bin = build_c_debian("grow_heap");
     for hooks in [Hooks::Raw, Hooks::Tracefs] {
-        let w = Workload::spawn(Command::new(&bin).arg("1.5"));
-        let pid = w.pid().to_string();
         let (p, err) = record_with(
             hooks,
             &format!("brk-{hooks:?}.folded"),
-            &["-e", "brk", "-s", "4", "-p", &pid],
+            &mut Command::new(&bin),
+            &["-e", "brk", "-s", "4"],
         );
         // The start log names the hooks in words (issue 42: no Debug structs).
         let want_hook = match hooks {
@@ -117,12 +112,11 @@ fn mmap_and_munmap_charge_bytes_to_their_callers() {
     let bin = build_c_debian("map_arena");
     let file_len = std::fs::metadata(&bin).unwrap().len().div_ceil(4096) * 4096;
     for hooks in [Hooks::Raw, Hooks::Tracefs] {
-        let w = Workload::spawn(Command::new(&bin).arg("1.5"));
-        let pid = w.pid().to_string();
         let (p, _) = record_with(
             hooks,
             &format!("mmap-{hooks:?}.folded"),
-            &["-e", "mmap", "-s", "4", "-p", &pid],
+            &mut Command::new(&bin),
+            &["-e", "mmap", "-s", "4"],
         );
         let anon = sum_where(&p, |f| {
             has_seq(f, &["main", "map_arena"]) && f.last() == Some(&"[anon]")
@@ -150,9 +144,11 @@ fn mmap_and_munmap_charge_bytes_to_their_callers() {
             "map_arena mapped nothing file-backed"
         );
     }
-    let w = Workload::spawn(Command::new(&bin).arg("1.5"));
-    let pid = w.pid().to_string();
-    let p = record_folded("munmap.folded", &["-e", "munmap", "-s", "4", "-p", &pid]);
+    let (p, _) = record_attached(
+        "munmap.folded",
+        &mut Command::new(&bin),
+        &["-e", "munmap", "-s", "4"],
+    );
     let unmapped = sum_where(&p, |f| {
         f.contains(&"main") && f.last().is_some_and(|l| l.ends_with("munmap"))
     });
@@ -184,24 +180,16 @@ fn blockio_charges_direct_write_latency_to_write_direct() {
         let data = dir.join(format!("{name}.data"));
         let truth = dir.join(format!("{name}.us"));
         let _ = std::fs::remove_file(&truth);
-        let w = Workload::spawn(Command::new(&bin).arg("1.5").arg(&data).arg(&truth));
-        let pid = w.pid().to_string();
-        let path = scratch().join(format!("blockio-{name}.folded"));
-        let mut cmd = emberd();
+        let mut recorder = emberd();
         if let Some(var) = env {
-            cmd.env(var, "1");
+            recorder.env(var, "1");
         }
-        let out = cmd
-            .args(["record", "-e", "blockio", "-s", "8", "-p", &pid, "-o"])
-            .arg(&path)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let (p, _, _) = record_attached_by(
+            recorder,
+            &format!("blockio-{name}.folded"),
+            Command::new(&bin).arg("1.5").arg(&data).arg(&truth),
+            &["-e", "blockio", "-s", "8"],
         );
-        let p = parse_folded(&std::fs::read_to_string(&path).unwrap());
         let truth = std::fs::read_to_string(&truth)
             .unwrap_or_else(|e| panic!("write_direct wrote no {}: {e}", truth.display()));
         let fields: Vec<u64> = truth
