@@ -14,9 +14,10 @@
 //! over, it missed it again, for ever (under emulation libc's symbols took
 //! 2-3 s: 118 misses in 8 minutes, each holding a drain 1 s, and a process
 //! of the kernel matrix never named). So a file that answered late is
-//! waited for longer at its next read for a root's process
-//! ([`ElfWorker::patience`]); a user's file, which its owner could make
-//! answer just before any deadline, keeps [`FILE_DEADLINE`].
+//! waited for longer at its next reads, whoever maps it
+//! ([`ElfWorker::patience`]), if root owns it and no user mounted its
+//! filesystem ([`Reply::waitable`]); a user's file, which its owner could
+//! make answer just before any deadline, keeps [`FILE_DEADLINE`].
 //! At most [`MAX_ABANDONED`] workers are abandoned at once;
 //! past that, ELF symbolization is off until one answers (logged), and
 //! sampling goes on.
@@ -97,6 +98,11 @@ pub struct Reply {
     pub dwarf_bytes: usize,
     /// Bytes of the compact symbol tables held after this request.
     pub symtab_bytes: usize,
+    /// How long the worker took over the request.
+    pub took: Duration,
+    /// Whether the file may be waited for past [`FILE_DEADLINE`] once it
+    /// answered late ([`waitable`]).
+    pub waitable: bool,
 }
 
 /// Why a request got no reply.
@@ -123,7 +129,6 @@ struct Late {
     id: FileId,
     /// The path shown, for the log.
     shown: Arc<str>,
-    asked: Instant,
     worker: Worker,
 }
 
@@ -134,12 +139,13 @@ pub struct ElfWorker {
     slow: HashSet<FileId>,
     /// Abandoned workers, until they answer.
     late: Vec<Late>,
-    /// Files whose read answered after its deadline, and how long it took
-    /// (at most: the answer is noticed at the next request).
+    /// Files whose read answered after its deadline and may be waited for
+    /// ([`Reply::waitable`]), and how long the worker took over it.
     answered_late: HashMap<FileId, Duration>,
     dwarf_budget: usize,
     /// How long one file's read is waited for.
     deadline: Duration,
+    hooks: Hooks,
 }
 
 impl std::fmt::Debug for ElfWorker {
@@ -163,6 +169,7 @@ impl ElfWorker {
             answered_late: HashMap::new(),
             dwarf_budget,
             deadline: FILE_DEADLINE,
+            hooks: Hooks::from_env(),
         }
     }
 
@@ -180,26 +187,33 @@ impl ElfWorker {
             match self.late[i].worker.replies.try_recv() {
                 Err(mpsc::TryRecvError::Empty) => i += 1,
                 answered => {
-                    let Late {
-                        id,
-                        shown,
-                        asked,
-                        worker,
-                    } = self.late.swap_remove(i);
+                    let Late { id, shown, worker } = self.late.swap_remove(i);
                     self.slow.remove(&id);
-                    let took = asked.elapsed();
-                    if answered.is_ok() {
-                        if self.answered_late.len() >= MAX_ANSWERED_LATE {
-                            self.answered_late.clear();
-                        }
-                        self.answered_late.insert(id, took);
-                    }
                     self.abandoned -= 1;
-                    tracing::info!(
-                        "the symbols of {shown}, which took over the deadline, were read after all \
-                         (within {:.1} s): its frames are named again",
-                        took.as_secs_f64()
-                    );
+                    match &answered {
+                        Ok(reply) => {
+                            if reply.waitable {
+                                if self.answered_late.len() >= MAX_ANSWERED_LATE {
+                                    self.answered_late.clear();
+                                }
+                                self.answered_late.insert(id, reply.took);
+                            }
+                            tracing::info!(
+                                "the symbols of {shown}, which took over the deadline, were read \
+                                 after all in {:.1} s: its frames are named again{}",
+                                reply.took.as_secs_f64(),
+                                if reply.waitable {
+                                    ", and it is waited for longer from now on"
+                                } else {
+                                    ""
+                                }
+                            );
+                        }
+                        Err(_) => tracing::warn!(
+                            "the ELF worker reading the symbols of {shown} past the deadline died: \
+                             the file is read again by another"
+                        ),
+                    }
                     // Its thread is alive with a warm cache unless it died.
                     if answered.is_ok() && self.worker.is_none() {
                         self.worker = Some(worker);
@@ -209,19 +223,10 @@ impl ElfWorker {
         }
     }
 
-    /// Whether file `id` answered after its deadline before: slow, not
-    /// stuck (the caller then says whether [`Self::patience`] applies).
-    pub fn answered_late(&mut self, id: &FileId) -> bool {
-        if !self.late.is_empty() {
-            self.reap_late();
-        }
-        self.answered_late.contains_key(id)
-    }
-
-    /// How long file `id` is waited for when `patient`: twice what its late
-    /// read took, between the deadline and [`RECORD_FILE_DEADLINE`]. Only
-    /// for root's processes: a user could have a file of their own answer
-    /// just before it, and hold every drain that long.
+    /// How long file `id` is waited for: the deadline, or for a file whose
+    /// read answered late and may be waited for ([`Reply::waitable`]),
+    /// twice what the worker took over that read, between the deadline and
+    /// [`RECORD_FILE_DEADLINE`].
     pub fn patience(&self, id: &FileId) -> Duration {
         self.answered_late.get(id).map_or(self.deadline, |took| {
             (*took * 2).clamp(self.deadline, RECORD_FILE_DEADLINE.max(self.deadline))
@@ -229,13 +234,12 @@ impl ElfWorker {
     }
 
     /// Names `req.offsets` in file `id`, waiting at most its deadline
-    /// ([`FILE_DEADLINE`] unless set; [`Self::patience`] when `patient`),
-    /// and calling `idle` every [`WAIT_SLICE`] meanwhile.
+    /// ([`FILE_DEADLINE`] unless set; see [`Self::patience`]), and calling
+    /// `idle` every [`WAIT_SLICE`] meanwhile.
     pub fn symbolize(
         &mut self,
         id: FileId,
         req: Request,
-        patient: bool,
         idle: &mut dyn FnMut(),
     ) -> Result<Reply, Failure> {
         if !self.late.is_empty() {
@@ -244,11 +248,7 @@ impl ElfWorker {
         if self.slow.contains(&id) {
             return Err(Failure::Timeout);
         }
-        let deadline = if patient {
-            self.patience(&id)
-        } else {
-            self.deadline
-        };
+        let deadline = self.patience(&id);
         let asked = Instant::now();
         let shown = req.shown.clone();
         let worker = self.worker()?;
@@ -273,7 +273,6 @@ impl ElfWorker {
                     self.late.push(Late {
                         id,
                         shown: shown.clone(),
-                        asked,
                         worker,
                     });
                 }
@@ -317,9 +316,10 @@ impl ElfWorker {
             let (jobs, job_rx) = mpsc::sync_channel(64);
             let (reply_tx, replies) = mpsc::sync_channel(1);
             let budget = self.dwarf_budget;
+            let hooks = self.hooks.clone();
             std::thread::Builder::new()
                 .name("emberd-elf".into())
-                .spawn(move || run(job_rx, reply_tx, budget))
+                .spawn(move || run(job_rx, reply_tx, budget, hooks))
                 .map_err(|_| Failure::Off)?;
             self.worker = Some(Worker { jobs, replies });
         }
@@ -893,14 +893,56 @@ pub fn fuzz_names(path: &Path, offsets: &[u64]) -> FuzzNames {
     }
 }
 
-fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
+/// Whether a file slow to read may be waited for past [`FILE_DEADLINE`]:
+/// root owns it, and it is not on FUSE, where a user's daemon (mounted
+/// with `allow_other`, or root could not read it at all) says who owns a
+/// file and takes as long as it likes over each read. Asked on the worker:
+/// a stat can block there too. A `/proc/PID/map_files` path is opened to
+/// the file mapped.
+fn waitable(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    file.metadata().is_ok_and(|m| m.uid() == 0)
+        && nix::sys::statfs::fstatfs(&file)
+            .is_ok_and(|s| s.filesystem_type() != nix::sys::statfs::FUSE_SUPER_MAGIC)
+}
+
+/// The worker's test hooks.
+#[derive(Debug, Clone)]
+struct Hooks {
+    /// `EMBERD_TEST_STALL_ELF`: a read of a path containing it never
+    /// returns.
+    stall: Option<String>,
+    /// `EMBERD_TEST_SLOW_ELF`: each worker's first read of a path
+    /// containing it takes `slow_for`.
+    slow: Option<String>,
+    slow_for: Duration,
+}
+
+impl Hooks {
+    fn from_env() -> Self {
+        let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
+        Self {
+            stall: var("EMBERD_TEST_STALL_ELF"),
+            slow: var("EMBERD_TEST_SLOW_ELF"),
+            slow_for: Duration::from_secs(3),
+        }
+    }
+}
+
+fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize, hooks: Hooks) {
     let mut blaze = blazesym::symbolize::Symbolizer::builder()
         .enable_code_info(true)
         .enable_inlined_fns(true)
         .enable_demangling(true)
         .build();
-    let stall = std::env::var("EMBERD_TEST_STALL_ELF").ok();
-    let slow = std::env::var("EMBERD_TEST_SLOW_ELF").ok();
+    let Hooks {
+        stall,
+        slow,
+        slow_for,
+    } = hooks;
     let mut slept: HashSet<Arc<str>> = HashSet::new();
     let mut budget = DwarfBudget::new(dwarf_budget);
     let mut plans: HashMap<PathBuf, Plan> = HashMap::new();
@@ -913,12 +955,10 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
                 evict_planned(&mut blaze, &mut plans, path);
             }
             Job::Symbolize(req) => {
+                let started = Instant::now();
                 // Test hook: behave as a read from a FUSE file whose daemon
                 // never answers.
-                if stall
-                    .as_deref()
-                    .is_some_and(|s| !s.is_empty() && req.shown.contains(s))
-                {
+                if stall.as_deref().is_some_and(|s| req.shown.contains(s)) {
                     std::thread::sleep(Duration::from_secs(24 * 3600));
                 }
                 // Test hook: a file whose first read by each worker takes
@@ -926,19 +966,22 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
                 // as libc's symbols under TCG), then answers as any other.
                 // Per worker, as a cold cache is: the worker that takes
                 // over reads it as slowly.
-                if slow
-                    .as_deref()
-                    .is_some_and(|s| !s.is_empty() && req.shown.contains(s))
+                if slow.as_deref().is_some_and(|s| req.shown.contains(s))
                     && slept.insert(req.shown.clone())
                 {
                     tracing::info!(
-                        "test hook EMBERD_TEST_SLOW_ELF: this worker's first read of {} takes 3 s",
-                        req.shown
+                        "test hook EMBERD_TEST_SLOW_ELF: this worker's first read of {} takes {:?}",
+                        req.shown,
+                        slow_for
                     );
-                    std::thread::sleep(Duration::from_secs(3));
+                    std::thread::sleep(slow_for);
                 }
                 // Even a stat can block on such a filesystem: resolve here.
                 let (path, scratch) = elf_path(req.pid, &req.mapping);
+                // Before the read: a short-lived process's map_files path
+                // is gone by its end (ld.so under TCG, every file there
+                // read through one).
+                let waitable = waitable(&path);
                 let module = req.module.clone().unwrap_or_else(|| {
                     let build_id = blazesym::helper::read_elf_build_id(&path)
                         .ok()
@@ -1021,12 +1064,14 @@ fn run(jobs: Receiver<Job>, replies: SyncSender<Reply>, dwarf_budget: usize) {
                     evict_planned(&mut blaze, &mut plans, path.clone());
                 }
                 let reply = Reply {
+                    waitable,
                     path,
                     scratch,
                     module,
                     frames,
                     dwarf_bytes: budget.total,
                     symtab_bytes: tables.bytes(),
+                    took: started.elapsed(),
                 };
                 if replies.send(reply).is_err() {
                     return;
@@ -1133,6 +1178,58 @@ mod tests {
         );
     }
 
+    /// A file slow to read for every cold worker (the slow-file hook: each
+    /// worker's first read of it takes 600 ms, three times the deadline)
+    /// misses its deadline, and once that read has answered it is waited
+    /// for by the worker that took over, as cold, if root owns it; a file
+    /// of a user's is not waited for past the deadline.
+    #[test]
+    fn a_file_that_answered_late_is_waited_for_if_root_owns_it() {
+        let dir = std::env::temp_dir().join(format!("emberd-slow-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("creating a scratch directory");
+        let roots = dir.join("roots");
+        let users = dir.join("users");
+        for f in [&roots, &users] {
+            std::fs::copy("/usr/bin/true", f).expect("copying /usr/bin/true");
+        }
+        std::os::unix::fs::chown(&users, Some(65534), Some(65534))
+            .expect("chown to nobody: this test runs as root");
+        let deadline = Duration::from_millis(200);
+        let mut worker = ElfWorker::new(8 << 20).with_deadline(deadline);
+        worker.hooks.slow = Some(dir.display().to_string());
+        worker.hooks.slow_for = Duration::from_millis(600);
+        let name = |worker: &mut ElfWorker, path: &Path| {
+            let (id, req) = request(path, 0x100);
+            (id, worker.symbolize(id, req, &mut || {}).map(|_| ()))
+        };
+        for (path, waited) in [(&roots, true), (&users, false)] {
+            let (id, first) = name(&mut worker, path);
+            assert_eq!(
+                first,
+                Err(Failure::Timeout),
+                "{}: the first read",
+                path.display()
+            );
+            // Another file read meanwhile: a fresh worker takes over.
+            let (_, other) = name(&mut worker, Path::new("/usr/bin/false"));
+            assert_eq!(other, Ok(()), "another file, by the worker that took over");
+            std::thread::sleep(Duration::from_millis(800));
+            let (_, again) = name(&mut worker, path);
+            if waited {
+                assert_eq!(again, Ok(()), "root's file, once its late read answered");
+                assert!(worker.patience(&id) >= Duration::from_millis(1200));
+            } else {
+                assert_eq!(
+                    again,
+                    Err(Failure::Timeout),
+                    "a user's file keeps the deadline"
+                );
+                assert_eq!(worker.patience(&id), deadline);
+            }
+        }
+        std::fs::remove_dir_all(&dir).expect("removing the scratch directory");
+    }
+
     /// Whether this process maps `path` (blazesym maps the files it reads).
     fn mapped(path: &Path) -> bool {
         let maps = std::fs::read_to_string("/proc/self/maps").expect("reading /proc/self/maps");
@@ -1171,7 +1268,7 @@ mod tests {
         let exe = std::env::current_exe().expect("own executable");
         let (id, req) = request(&exe, 0x100);
         worker
-            .symbolize(id, req, false, &mut || {})
+            .symbolize(id, req, &mut || {})
             .expect("naming an own address");
     }
 
@@ -1209,7 +1306,7 @@ mod tests {
         let mut worker = ElfWorker::new(8 << 20);
         let (id, req) = request(path, ld.offset + 0x100);
         let reply = worker
-            .symbolize(id, req, false, &mut || {})
+            .symbolize(id, req, &mut || {})
             .expect("naming an ld.so address");
         assert!(reply.frames.is_ok(), "{:?}", reply.frames);
         assert!(reply.dwarf_bytes > 0, "ld.so's DWARF is counted");
@@ -1296,7 +1393,7 @@ mod tests {
         let mut worker = ElfWorker::new(8 << 20);
         let (id, req) = request(&a, work - vaddr + start);
         let reply = worker
-            .symbolize(id, req, false, &mut || {})
+            .symbolize(id, req, &mut || {})
             .expect("naming work_a");
         let frames = reply.frames.expect("a read");
         let frame = frames[0].as_ref().expect("work_a named");

@@ -1095,11 +1095,8 @@ impl Symbolizer {
                 module: self.modules.get(&id).cloned(),
             };
             // Off this thread and under a deadline: the file may be on a
-            // filesystem that never answers (see elf_worker). One only
-            // slow is waited for longer for root's processes.
-            let patient =
-                self.elf.answered_late(&id) && crate::shared::accounts::real_uid(pid) == Some(0);
-            let reply = self.elf.symbolize(id, request, patient, idle);
+            // filesystem that never answers (see elf_worker).
+            let reply = self.elf.symbolize(id, request, idle);
             if let Ok(r) = &reply {
                 self.dwarf_bytes = r.dwarf_bytes;
                 self.symtab_bytes = r.symtab_bytes;

@@ -204,7 +204,7 @@ fn stalled_binary_does_not_stall_the_collector() {
 /// hook `EMBERD_TEST_SLOW_ELF`: 3 s, three times the deadline, as libc's
 /// symbols took under TCG): its frames read `module+0xoffset` at first,
 /// counted as `elf_timeout`, and are named once a read returns, without a
-/// restart; then it misses no more deadlines. Before, the worker that took
+/// restart, and stay named. Before, the worker that took
 /// over read it under the same deadline and missed it too, for ever: 118
 /// misses in 8 minutes on 5.10 under TCG, each holding a drain 1 s, and the
 /// kernel matrix's daemon part never named its process.
@@ -246,21 +246,17 @@ fn slow_binary_is_named_once_its_read_returns() {
         "25 s after the daemon started the binary's frames should be named:\n{}",
         top(&last, 8)
     );
-    let timeouts = || {
+    assert!(
         metric(
             &d.get("/metrics").text(),
             "emberd_symbolize_misses_total{reason=\"elf_timeout\"}",
-        )
-    };
-    let missed = timeouts();
-    assert!(missed > 0.0, "elf_timeout not counted");
+        ) > 0.0,
+        "elf_timeout not counted"
+    );
+    // Named for good: a miss would leave a drain's frames unnamed (the
+    // count of misses is the host's: another file may miss on a busy one).
     let named_at = unix_now();
     wait(6000);
-    assert_eq!(
-        timeouts(),
-        missed,
-        "the file missed its deadline again once named"
-    );
     let after = parse_folded(
         &d.get(&format!(
             "/folded?from={named_at}&to={}&group=pid",
