@@ -468,7 +468,8 @@ fn collect_loop(
         setup.runtimes,
         setup.symbolizer,
     ) {
-        Ok(p) => {
+        Ok(mut p) => {
+            p.set_heartbeat(shared.liveness.waiting.clone());
             let _ = started.send(Ok(p.sampler().cpus().to_vec()));
             p
         }

@@ -1,6 +1,7 @@
 //! The collect → symbolize step both `emberd record` and the daemon run once
 //! a second.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,7 @@ use crate::collect::new_process::NewProcessRing;
 use crate::collect::{CollectError, Counters, CpuSampler, SamplerOptions, UnwindCounters};
 use crate::runtime::{NameStats, RuntimeOptions};
 use crate::shared::Pid;
+use crate::shared::heartbeat::Heartbeat;
 use crate::symbolize::{EarlyMaps, Misses, SymbolizedSample, Symbolizer, SymbolizerOptions};
 use crate::unwind::{Admission, UnwindStats, Unwinder};
 
@@ -108,6 +110,10 @@ pub struct Pipeline {
     /// When the last drain started, or the last early drain of the
     /// events' buffers.
     last_drain: Instant,
+    /// Beaten while a drain waits on a bounded read (a file's symbols, the
+    /// kernel's): the daemon's `/readyz` tells such a drain from a stuck
+    /// collector by it.
+    heartbeat: Option<Arc<Heartbeat>>,
 }
 
 /// What a new process needs from the unwinder and the events programs
@@ -239,6 +245,7 @@ impl Pipeline {
             last_refresh: Instant::now(),
             last_drain: Instant::now(),
             events_drain_failures: 0,
+            heartbeat: None,
         };
         pipeline.watch_running_processes();
         Ok(pipeline)
@@ -429,9 +436,13 @@ impl Pipeline {
                 unwinder,
                 new_processes,
                 events,
+                heartbeat,
                 ..
             } = self;
             let mut idle = || {
+                if let Some(h) = heartbeat {
+                    h.beat();
+                }
                 let now = Instant::now();
                 // As between drains: root's first, then those waiting in
                 // line, then the rest, each read and charged before the
@@ -692,6 +703,12 @@ impl Pipeline {
     /// Cumulative symbolization misses.
     pub fn misses(&self) -> Misses {
         self.symbolizer.misses()
+    }
+
+    /// Beats `heartbeat` while a drain waits on a bounded read (every
+    /// 50 ms of the wait).
+    pub fn set_heartbeat(&mut self, heartbeat: Arc<Heartbeat>) {
+        self.heartbeat = Some(heartbeat);
     }
 
     /// The sampler (CPUs, options).

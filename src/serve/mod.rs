@@ -465,11 +465,21 @@ pub struct Liveness {
     /// Serving the history on disk without sampling (`no_sample`): ready
     /// with no drain.
     pub offline: AtomicBool,
+    /// Beaten by the collector while a drain waits on a bounded read (a
+    /// file's symbols: up to 10 s for one that answered late before).
+    pub waiting: std::sync::Arc<crate::shared::heartbeat::Heartbeat>,
 }
 
 /// `/readyz` fails when no drain completed for this long (drains run every
 /// second): a hung or failing collector is not ready, whatever else answers.
 pub const READY_STALE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A drain that waits on bounded reads (it beats [`Liveness::waiting`])
+/// keeps the daemon ready for this long at most: each file's wait is
+/// bounded, their sum is not (under emulation a first drain read libc,
+/// libm and emberd itself for 5-12 s each), and past a minute without
+/// stored samples the daemon is not doing its job, however alive.
+pub const READY_WAITING_MAX: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Default for Liveness {
     fn default() -> Self {
@@ -479,6 +489,7 @@ impl Default for Liveness {
             last_drain_ms: Default::default(),
             drains: Default::default(),
             offline: AtomicBool::new(false),
+            waiting: Default::default(),
         }
     }
 }
@@ -911,6 +922,16 @@ async fn readyz(State(st): State<AppState>) -> Response {
             .into_response();
     }
     let since = l.since_drain();
+    if since > READY_STALE && since <= READY_WAITING_MAX && l.waiting.since() <= READY_STALE {
+        return (
+            StatusCode::OK,
+            format!(
+                "ready: the drain under way has waited {:.1} s for files' symbols, each read bounded (see the log)\n",
+                since.as_secs_f64()
+            ),
+        )
+            .into_response();
+    }
     if since > READY_STALE {
         return (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -7,6 +7,7 @@ pub mod elf;
 pub mod events;
 pub mod frame;
 pub mod hash;
+pub mod heartbeat;
 pub mod ids;
 pub mod metrics;
 pub mod peer;

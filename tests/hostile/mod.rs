@@ -201,20 +201,47 @@ fn stalled_binary_does_not_stall_the_collector() {
 }
 
 /// A binary whose first read by each ELF worker is slow, not stuck (test
-/// hook `EMBERD_TEST_SLOW_ELF`: 3 s, three times the deadline, as libc's
-/// symbols took under TCG): its frames read `module+0xoffset` at first,
-/// counted as `elf_timeout`, and are named once a read returns, without a
-/// restart, and stay named. Before, the worker that took
-/// over read it under the same deadline and missed it too, for ever: 118
-/// misses in 8 minutes on 5.10 under TCG, each holding a drain 1 s, and the
-/// kernel matrix's daemon part never named its process.
+/// hook `EMBERD_TEST_SLOW_ELF`: 7 s here, as libc's symbols took 2-12 s
+/// under TCG): its frames read `module+0xoffset` at first, counted as
+/// `elf_timeout`, and are named once a read returns, without a restart,
+/// and stay named; `/readyz` stays 200 throughout. Before, the worker that
+/// took over read it under the same deadline and missed it too, for ever:
+/// 118 misses in 8 minutes on 5.10 under TCG, each holding a drain 1 s,
+/// and the kernel matrix's daemon part never named its process. Then the
+/// wait for it, once patient (up to 10 s), turned `/readyz` to 503 after
+/// 5 s: a slow drain was taken for a stuck collector.
 #[test]
 fn slow_binary_is_named_once_its_read_returns() {
     require_root();
     let bin = build_c_with("cpu_70_30", "slow-fs", DEBIAN_CFLAGS);
-    let d = Daemon::start(&[], &[("EMBERD_TEST_SLOW_ELF", "/slow-fs/")]);
-    let slow = Workload::spawn(Command::new(&bin).arg("40"));
+    // 7 s: past /readyz's 5 s, which the collector's wait for the read
+    // must not turn to 503 (the wait is bounded and beats).
+    let d = Daemon::start(
+        &[],
+        &[
+            ("EMBERD_TEST_SLOW_ELF", "/slow-fs/"),
+            ("EMBERD_TEST_SLOW_ELF_MS", "7000"),
+        ],
+    );
+    let slow = Workload::spawn(Command::new(&bin).arg("50"));
     let pid = slow.pid().to_string();
+    // /readyz, asked four times a second until the end: every answer not
+    // 200, with its body.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = {
+        let (done, port) = (done.clone(), d.port);
+        std::thread::spawn(move || {
+            let mut not_ready = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let r = http_get(port, "/readyz");
+                if r.status != 200 {
+                    not_ready.push(format!("{}: {}", r.status, r.text().trim()));
+                }
+                wait(250);
+            }
+            not_ready
+        })
+    };
     let of = |p: &emberd::profile::Profile, pred: &dyn Fn(&[&str]) -> bool| {
         sum_where(p, |f| {
             f.first().is_some_and(|r| r.ends_with(&format!("-{pid}"))) && pred(f)
@@ -234,16 +261,16 @@ fn slow_binary_is_named_once_its_read_returns() {
         "while its read is slow the binary's frames should read cpu_70_30+0x...:\n{}",
         top(&early, 8)
     );
-    // The first read returns 3 s after it was asked; the worker that took
-    // over is cold and takes 3 s too, waited for this time.
+    // The first read returns 7 s after it was asked; the worker that took
+    // over is cold and takes 7 s too, waited for this time.
     let mut last = parse_folded("");
-    while t0.elapsed() < Duration::from_secs(25) && (named(&last) == 0 || unnamed(&last) > 0) {
+    while t0.elapsed() < Duration::from_secs(35) && (named(&last) == 0 || unnamed(&last) > 0) {
         wait(1000);
         last = parse_folded(&d.get("/folded?seconds=2&group=pid").text());
     }
     assert!(
         named(&last) > 0 && unnamed(&last) == 0,
-        "25 s after the daemon started the binary's frames should be named:\n{}",
+        "35 s after the daemon started the binary's frames should be named:\n{}",
         top(&last, 8)
     );
     assert!(
@@ -274,6 +301,12 @@ fn slow_binary_is_named_once_its_read_returns() {
         0,
         "frames unnamed again after they were named:\n{}",
         top(&after, 8)
+    );
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let not_ready = poller.join().expect("the /readyz poller");
+    assert!(
+        not_ready.is_empty(),
+        "/readyz answered other than 200 while the collector waited on a bounded read: {not_ready:?}"
     );
     d.terminate();
 }
