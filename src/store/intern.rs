@@ -53,9 +53,6 @@ pub struct ThreadKey {
     pub container: NameId,
     /// The process's executable ("" if unknown).
     pub exe: NameId,
-    /// The account the process counts in ([`crate::symbolize::SymbolizedSample::account`];
-    /// 0 for rows read back from queries and disk, which are not folded).
-    pub account: u32,
 }
 
 use crate::shared::FastMap;

@@ -40,15 +40,6 @@ use crate::shared::Frame;
 use crate::shared::{Pid, Tid};
 use crate::symbolize::SymbolizedSample;
 
-/// The frame that stands for the stacks of a user account folded to make
-/// room ([`Store`]'s budget): their time is kept under it, per thread.
-pub const FOLDED_FOR_ACCOUNT: &str = "[stacks folded: their user filled the history]";
-
-/// A user account's stacks are folded for room only while it has more
-/// than this many quarters of the store's distinct stacks: hosts where no
-/// user dominates lose their oldest history, as before.
-pub const ACCOUNT_SHARE_QUARTERS: usize = 1;
-
 /// Defaults of [`StoreOptions`].
 pub mod defaults {
     use std::time::Duration;
@@ -195,14 +186,6 @@ impl Slot {
     fn drop_ticks(&mut self) {
         self.fine = false;
         self.ticks = Vec::new();
-    }
-
-    /// The key of every entry, sealed or not.
-    fn keys(&self) -> impl Iterator<Item = &EntryKey> {
-        self.sealed
-            .iter()
-            .map(|(k, _)| k)
-            .chain(self.entries.keys())
     }
 
     /// Every entry, sealed or not.
@@ -402,9 +385,6 @@ pub struct StoreStats {
     /// Slots whose per-tick samples were dropped for the budget (they
     /// keep their per-second totals).
     pub ticks_dropped_for_budget: u64,
-    /// Slots whose entries of one user account were folded to
-    /// [`FOLDED_FOR_ACCOUNT`] to stay within the budget.
-    pub folded_for_account: u64,
     /// Oldest data kept, unix seconds.
     pub oldest: Option<u64>,
 }
@@ -422,7 +402,6 @@ pub struct Store {
     tick_bytes: usize,
     dropped_for_budget: u64,
     ticks_dropped_for_budget: u64,
-    folded_for_account: u64,
     dropped_since_gc: usize,
     generation: u64,
     /// Processes running at the last look; `None`: every process is taken
@@ -442,7 +421,6 @@ impl Store {
             tick_bytes: 0,
             dropped_for_budget: 0,
             ticks_dropped_for_budget: 0,
-            folded_for_account: 0,
             dropped_since_gc: 0,
             generation: 0,
             live: None,
@@ -490,7 +468,6 @@ impl Store {
                 unit: self.interner.name_in(&mut memo, &s.workload.unit),
                 container: self.interner.name_in(&mut memo, &s.workload.container),
                 exe: self.interner.name_in(&mut memo, &s.workload.exe),
-                account: s.account,
             };
             let key = EntryKey {
                 thread: self.interner.thread(thread),
@@ -605,20 +582,6 @@ impl Store {
         if self.bytes() > self.options.memory_budget {
             self.gc();
         }
-        // Then whose: the user account holding most of the entries gives
-        // up its stacks (its time stays, under a marker), before the
-        // history of every process is cut. One user churning unique
-        // off-CPU stacks for 30 s otherwise cut the whole host's off-CPU
-        // history to its last 10 s.
-        while self.bytes() > self.options.memory_budget {
-            let Some(account) = self.heaviest_account() else {
-                break;
-            };
-            if !self.fold_account(account) {
-                break;
-            }
-            self.gc();
-        }
         // Collected: only what is left over is dropped.
         if self.bytes() > self.options.memory_budget {
             // Down to 90%: the collection after the drops rebuilds the
@@ -728,105 +691,6 @@ impl Store {
         changed
     }
 
-    /// The account of each thread the slots refer to.
-    fn accounts_of_threads(&self) -> FastMap<ThreadId, u32> {
-        let mut by_thread = FastMap::default();
-        for k in self.slots.iter().flat_map(Slot::keys) {
-            by_thread
-                .entry(k.thread)
-                .or_insert_with(|| self.interner.get_thread(k.thread).account);
-        }
-        by_thread
-    }
-
-    /// The user account (not root) with the most distinct stacks in the
-    /// store, if it has more than [`ACCOUNT_SHARE_QUARTERS`] quarters of
-    /// them. Distinct stacks, not entries: a stack's frames are most of
-    /// what it costs, and a service's few stacks come back every second
-    /// (its entries are many, its cost small), a churner's do not.
-    fn heaviest_account(&self) -> Option<u32> {
-        let mut seen: crate::shared::FastSet<(u32, StackId)> = Default::default();
-        let mut by_account: FastMap<u32, usize> = FastMap::default();
-        let mut total = 0usize;
-        let by_thread = self.accounts_of_threads();
-        for slot in &self.slots {
-            for k in slot.keys() {
-                let account = by_thread.get(&k.thread).copied().unwrap_or(0);
-                if seen.insert((account, k.stack)) {
-                    *by_account.entry(account).or_insert(0) += 1;
-                    total += 1;
-                }
-            }
-        }
-        by_account
-            .into_iter()
-            .filter(|&(account, _)| account != 0)
-            .max_by_key(|&(account, n)| (n, account))
-            .filter(|&(_, n)| n * 4 > total * ACCOUNT_SHARE_QUARTERS)
-            .map(|(account, _)| account)
-    }
-
-    /// Replaces the stacks of `account`'s entries, in every slot, by
-    /// [`FOLDED_FOR_ACCOUNT`] (their threads and counts stay; the ticks of
-    /// a slot changed go). Whether any entry changed.
-    fn fold_account(&mut self, account: u32) -> bool {
-        let mut memo = DrainMemo::default();
-        let mut ids = Vec::new();
-        let marker = self.interner.frames_in(
-            &mut memo,
-            &[Frame::new(
-                FOLDED_FOR_ACCOUNT,
-                crate::shared::FrameKind::Marker,
-            )],
-            &mut ids,
-        );
-        memo.clear();
-        let of: FastMap<ThreadId, bool> = self
-            .accounts_of_threads()
-            .into_iter()
-            .map(|(t, a)| (t, a == account))
-            .collect();
-        let theirs = |k: &EntryKey| of.get(&k.thread).copied().unwrap_or(false);
-        let mut changed_any = false;
-        for slot in self.slots.iter_mut() {
-            let changed = slot.keys().any(|k| theirs(k) && k.stack != marker);
-            if !changed {
-                continue;
-            }
-            self.entry_bytes -= slot.entry_bytes();
-            if !slot.sealed.is_empty() {
-                let sealed = std::mem::take(&mut slot.sealed);
-                let mut agg: FastMap<EntryKey, u64> = FastMap::default();
-                for (mut k, v) in sealed.into_vec() {
-                    if theirs(&k) {
-                        k.stack = marker;
-                    }
-                    *agg.entry(k).or_insert(0) += v;
-                }
-                let mut all: Vec<(EntryKey, u64)> = agg.into_iter().collect();
-                all.sort_unstable_by_key(|e| e.0);
-                slot.sealed = all.into_boxed_slice();
-            }
-            if !slot.entries.is_empty() {
-                for (mut k, v) in std::mem::take(&mut slot.entries) {
-                    if theirs(&k) {
-                        k.stack = marker;
-                    }
-                    *slot.entries.entry(k).or_insert(0) += v;
-                }
-            }
-            if !slot.ticks.is_empty() {
-                self.tick_bytes -= slot.tick_bytes();
-                slot.drop_ticks();
-            }
-            self.entry_bytes += slot.entry_bytes();
-            self.dropped_since_gc += 1;
-            self.folded_for_account += 1;
-            changed_any = true;
-        }
-        changed_any
-    }
-
     /// The thread an entry of a merged slot is kept under: itself while
     /// its process runs, else its names with pid and tid
     /// [`Pid::EXITED`](crate::shared::Pid::EXITED).
@@ -925,7 +789,6 @@ impl Store {
             stacks: self.interner.stack_count(),
             dropped_for_budget: self.dropped_for_budget,
             ticks_dropped_for_budget: self.ticks_dropped_for_budget,
-            folded_for_account: self.folded_for_account,
             oldest: self.oldest(),
         }
     }
@@ -1183,7 +1046,6 @@ mod tests {
                 .map(|f| Frame::new(*f, FrameKind::User))
                 .collect(),
             workload: Default::default(),
-            account: 0,
             count,
             at_ms: None,
         }
@@ -1370,74 +1232,6 @@ mod tests {
             .rows;
         assert_eq!(rows.len(), 1, "{rows:?}");
         assert_eq!(rows[0].pid, crate::shared::Pid::EXITED);
-    }
-
-    #[test]
-    fn a_user_churning_stacks_gives_up_its_stacks_before_anyones_history() {
-        // 200 s: root's service with one stack, and a user's process with
-        // 30 new stacks a second.
-        let fill = |st: &mut Store, account: u32| {
-            for i in 0..200u32 {
-                let mut batch = vec![sample(1, &["main", "serve"], 10)];
-                for j in 0..30 {
-                    let mut s = sample(2, &["main", &format!("churn{i}_{j}")], 1);
-                    s.account = account;
-                    batch.push(s);
-                }
-                st.insert(3_000_000 + u64::from(i), &batch);
-            }
-        };
-        let mut whole = Store::new(StoreOptions::default());
-        fill(&mut whole, 1000);
-        let budget = whole.bytes() / 4;
-        let options = StoreOptions {
-            memory_budget: budget,
-            ..Default::default()
-        };
-        let of = |st: &Store, pid: u32| {
-            st.query(&Selection {
-                from: 0,
-                to: u64::MAX,
-                pid: Some(pid),
-                ..Default::default()
-            })
-            .rows
-            .iter()
-            .map(|r| r.value)
-            .sum::<u64>()
-        };
-        // Root's own churn is root's history to give up, as before.
-        let mut roots = Store::new(options.clone());
-        fill(&mut roots, 0);
-        assert!(roots.stats().dropped_for_budget > 0);
-        assert!(of(&roots, 1) < 2000, "{}", of(&roots, 1));
-
-        let mut st = Store::new(options);
-        fill(&mut st, 1000);
-        assert!(st.bytes() <= budget, "{} of {budget}", st.bytes());
-        assert_eq!(st.stats().dropped_for_budget, 0, "folding made the room");
-        assert_eq!(of(&st, 1), 2000, "root's service, every second of it");
-        assert_eq!(of(&st, 2), 6000, "the user's time, kept");
-        let names = |pid: u32| -> Vec<Vec<String>> {
-            let r = st.query(&Selection {
-                from: 3_000_000,
-                to: 3_000_100,
-                pid: Some(pid),
-                ..Default::default()
-            });
-            r.rows
-                .iter()
-                .map(|row| r.frames(row.stack).map(|f| f.name.to_string()).collect())
-                .collect()
-        };
-        let user = names(2);
-        assert!(!user.is_empty());
-        assert!(
-            user.iter().all(|f| f == &[FOLDED_FOR_ACCOUNT]),
-            "the user's old stacks are folded: {:?}",
-            &user[..user.len().min(4)]
-        );
-        assert_eq!(names(1), [["main", "serve"]], "root's stack is whole");
     }
 
     #[test]
