@@ -457,9 +457,8 @@ async fn harden(req: Request, next: Next) -> Response {
 pub struct Liveness {
     /// Set once the BPF programs are attached, cleared on shutdown.
     pub attached: AtomicBool,
-    origin: std::time::Instant,
-    /// ms since `origin` of the last completed drain.
-    last_drain_ms: std::sync::atomic::AtomicU64,
+    /// Beaten at each completed drain.
+    drain: crate::shared::heartbeat::Heartbeat,
     /// Drains completed: the stores' generation, for the response cache.
     drains: std::sync::atomic::AtomicU64,
     /// Serving the history on disk without sampling (`no_sample`): ready
@@ -485,8 +484,7 @@ impl Default for Liveness {
     fn default() -> Self {
         Self {
             attached: AtomicBool::new(false),
-            origin: std::time::Instant::now(),
-            last_drain_ms: Default::default(),
+            drain: Default::default(),
             drains: Default::default(),
             offline: AtomicBool::new(false),
             waiting: Default::default(),
@@ -497,8 +495,7 @@ impl Default for Liveness {
 impl Liveness {
     /// Records a completed drain.
     pub fn drained(&self) {
-        let ms = self.origin.elapsed().as_millis() as u64;
-        self.last_drain_ms.store(ms, Ordering::SeqCst);
+        self.drain.beat();
         self.drains.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -507,12 +504,10 @@ impl Liveness {
         self.drains.load(Ordering::SeqCst)
     }
 
-    /// Time since the last completed drain.
+    /// Time since the last completed drain ([`std::time::Duration::MAX`]
+    /// before the first: the daemon marks one before it is attached).
     pub fn since_drain(&self) -> std::time::Duration {
-        let now = self.origin.elapsed().as_millis() as u64;
-        std::time::Duration::from_millis(
-            now.saturating_sub(self.last_drain_ms.load(Ordering::SeqCst)),
-        )
+        self.drain.since()
     }
 }
 
@@ -926,7 +921,7 @@ async fn readyz(State(st): State<AppState>) -> Response {
         return (
             StatusCode::OK,
             format!(
-                "ready: the drain under way has waited {:.1} s for files' symbols, each read bounded (see the log)\n",
+                "ready: the drain under way has waited {:.1} s for symbols to be read (see the log)\n",
                 since.as_secs_f64()
             ),
         )

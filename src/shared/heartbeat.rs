@@ -6,21 +6,20 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// The time of the last beat, as milliseconds since the heartbeat was made.
+/// The time of the last beat.
 #[derive(Debug)]
 pub struct Heartbeat {
     origin: Instant,
-    last_ms: AtomicU64,
-    /// No beat yet: [`Heartbeat::since`] is then unbounded.
-    beaten: std::sync::atomic::AtomicBool,
+    /// Milliseconds from `origin` to the last beat, plus one; 0: no beat
+    /// yet.
+    last: AtomicU64,
 }
 
 impl Default for Heartbeat {
     fn default() -> Self {
         Self {
             origin: Instant::now(),
-            last_ms: AtomicU64::new(0),
-            beaten: std::sync::atomic::AtomicBool::new(false),
+            last: AtomicU64::new(0),
         }
     }
 }
@@ -29,17 +28,18 @@ impl Heartbeat {
     /// Records a sign of life now.
     pub fn beat(&self) {
         let ms = self.origin.elapsed().as_millis() as u64;
-        self.last_ms.store(ms, Ordering::SeqCst);
-        self.beaten.store(true, Ordering::SeqCst);
+        self.last.store(ms + 1, Ordering::SeqCst);
     }
 
     /// Time since the last beat; [`Duration::MAX`] if there was none.
     pub fn since(&self) -> Duration {
-        if !self.beaten.load(Ordering::SeqCst) {
-            return Duration::MAX;
+        match self.last.load(Ordering::SeqCst) {
+            0 => Duration::MAX,
+            last => {
+                let now = self.origin.elapsed().as_millis() as u64 + 1;
+                Duration::from_millis(now.saturating_sub(last))
+            }
         }
-        let now = self.origin.elapsed().as_millis() as u64;
-        Duration::from_millis(now.saturating_sub(self.last_ms.load(Ordering::SeqCst)))
     }
 }
 
