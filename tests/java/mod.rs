@@ -23,10 +23,21 @@ use crate::jit::{JDKS, jdk_tool};
 const COMPARED: [&str; 3] = ["Jobs.outerJob", "Jobs.streamJob", "Jobs.holdLock"];
 
 /// `tests/workloads/Jobs.java` compiled by `jdk`'s javac into its own
-/// directory.
+/// directory, once a run: a compile takes 2-3 s and eight tests ask for
+/// it. The classes are kept while newer than the source and the test
+/// binary; a lock keeps tests running at once from replacing classes a JVM
+/// is loading.
 fn compile_jobs(jdk: &str) -> PathBuf {
-    let dir = scratch().join(format!("jobs-{}", jdk.rsplit('/').next().unwrap_or("jdk")));
-    javac(jdk, &dir, &workload("Jobs.java"));
+    let name = format!("jobs-{}", jdk.rsplit('/').next().unwrap_or("jdk"));
+    let dir = scratch().join(&name);
+    let src = workload("Jobs.java");
+    let lock = std::fs::File::create(scratch().join(format!(".{name}.lock")))
+        .expect("creating the compile lock");
+    lock.lock().expect("locking the compile lock");
+    if !newer_than_sources(&dir.join("Jobs.class"), &src) {
+        let _ = std::fs::remove_dir_all(&dir);
+        javac(jdk, &dir, &src);
+    }
     dir
 }
 
