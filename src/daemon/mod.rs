@@ -594,9 +594,11 @@ impl Collector {
             self.shared.metrics.store.observe_heap(&stats);
         }
         let metrics = &self.shared.metrics;
-        metrics
-            .store
-            .observe(&inserted.totals, inserted.dropped_before);
+        metrics.store.observe(
+            &inserted.totals,
+            inserted.dropped_before,
+            inserted.folded_before,
+        );
         if let Some(t) = batch.started {
             metrics.observe_drain_time(t.elapsed());
         }

@@ -403,6 +403,7 @@ mod tests {
                 })
                 .collect(),
             workload: Default::default(),
+            account: 0,
             count: u64::from(pid + tid),
             at_ms: None,
         }

@@ -254,6 +254,7 @@ pub fn in_use(records: &[Record], sel: &Selection) -> (QueryResult, QueryResult)
                 process_comm: r.process_comm.clone(),
                 frames: r.frames.to_vec(),
                 workload: r.workload.clone(),
+                account: 0,
                 count: value(r),
                 at_ms: None,
             })
@@ -279,6 +280,7 @@ mod tests {
                 process_comm: "t".into(),
                 frames: vec![Frame::new(func, FrameKind::User)],
                 workload: Default::default(),
+                account: 0,
                 count: bytes,
                 at_ms: None,
             },

@@ -54,6 +54,9 @@ pub struct Inserted {
     pub totals: StoreStats,
     /// Slots the stores had dropped for the budget before it, summed.
     pub dropped_before: u64,
+    /// Slots the stores had folded one account's stacks in before it,
+    /// summed.
+    pub folded_before: u64,
 }
 
 /// A poisoned lock still holds a usable store: a panic while rendering
@@ -160,7 +163,9 @@ impl History {
             if let Some(live) = live {
                 st.set_live_pids(live.clone());
             }
-            done.dropped_before += st.stats().dropped_for_budget;
+            let before = st.stats();
+            done.dropped_before += before.dropped_for_budget;
+            done.folded_before += before.folded_for_account;
             st.insert(now_unix, samples);
             let s = st.stats();
             done.totals.bytes += s.bytes;
@@ -168,6 +173,7 @@ impl History {
             done.totals.slots += s.slots;
             done.totals.stacks += s.stacks;
             done.totals.dropped_for_budget += s.dropped_for_budget;
+            done.totals.folded_for_account += s.folded_for_account;
         };
         add(&mut write(&self.cpu), &cpu);
         let mut by_kind: HashMap<EventKind, Vec<SymbolizedSample>> = HashMap::new();

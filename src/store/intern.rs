@@ -53,6 +53,9 @@ pub struct ThreadKey {
     pub container: NameId,
     /// The process's executable ("" if unknown).
     pub exe: NameId,
+    /// The account the process counts in ([`crate::symbolize::SymbolizedSample::account`];
+    /// 0 for rows read back from queries and disk, which are not folded).
+    pub account: u32,
 }
 
 use crate::shared::FastMap;
@@ -410,6 +413,24 @@ impl Interner {
     pub fn get_thread(&self, id: ThreadId) -> ThreadKey {
         *self.threads.get(id.0)
     }
+
+    /// The stack `id` extends (its caller's) and its last frame; `None`
+    /// for the empty stack.
+    pub fn stack_parent(&self, id: StackId) -> Option<(StackId, FrameId)> {
+        (id.0 != 0).then(|| {
+            let n = self.nodes.get(id.0);
+            (StackId(n.parent), n.frame)
+        })
+    }
+
+    /// Estimated bytes a frame holds: its entry and its name's text.
+    pub fn frame_bytes(&self, id: FrameId) -> usize {
+        let f = self.frames.get(id.0);
+        std::mem::size_of::<StoredFrame>() + self.names.get(f.name).len()
+    }
+
+    /// Estimated bytes of one stack node.
+    pub const NODE_BYTES: usize = std::mem::size_of::<Node>() + 5;
 
     /// The frame of an id (its strings shared, not copied).
     pub fn get_frame(&self, id: FrameId) -> Frame {

@@ -89,6 +89,7 @@ impl Merger {
                 unit: self.interner.name(&row.workload.unit),
                 container: self.interner.name(&row.workload.container),
                 exe: self.interner.name(&row.workload.exe),
+                account: 0,
             };
             let thread = self.interner.thread(t);
             let stack = match stacks.get(&row.stack) {
@@ -159,6 +160,7 @@ impl Merger {
                             unit: self.interner.name(&arc(b.thread_unit[t])),
                             container: self.interner.name(&arc(b.thread_container[t])),
                             exe: self.interner.name(&arc(b.thread_exe[t])),
+                            account: 0,
                         };
                         self.interner.thread(key)
                     })

@@ -51,6 +51,7 @@ pub struct StoreMetrics {
     bytes: Gauge,
     slots: Gauge,
     dropped_for_budget: Counter,
+    folded_for_account: Counter,
     heap: Family<MapLabel, Gauge>,
     last_heap: Mutex<HeapStats>,
     disk: DiskMetrics,
@@ -66,6 +67,7 @@ impl StoreMetrics {
             bytes: Gauge::default(),
             slots: Gauge::default(),
             dropped_for_budget: Counter::default(),
+            folded_for_account: Counter::default(),
             heap: Family::default(),
             last_heap: Mutex::default(),
             disk: DiskMetrics::default(),
@@ -157,6 +159,11 @@ impl StoreMetrics {
             m.dropped_for_budget.clone(),
         );
         registry.register(
+            "store_slots_folded_for_account",
+            "Slots whose stacks of one user account (holding most of the stores) were folded to stay within the memory budget, before anyone's history was dropped",
+            m.folded_for_account.clone(),
+        );
+        registry.register(
             "malloc_heap_records",
             "Sampled allocations the daemon keeps for the in-use view (map=live|freed)",
             m.heap.clone(),
@@ -164,14 +171,19 @@ impl StoreMetrics {
         m
     }
 
-    /// Updates the store metrics after an insert; `dropped_before` is the
-    /// store's budget-drop count before it.
-    pub fn observe(&self, stats: &StoreStats, dropped_before: u64) {
+    /// Updates the store metrics after an insert; `dropped_before` and
+    /// `folded_before` are the stores' counts before it.
+    pub fn observe(&self, stats: &StoreStats, dropped_before: u64, folded_before: u64) {
         self.observe_gauges(stats);
         advance(
             &self.dropped_for_budget,
             stats.dropped_for_budget,
             dropped_before,
+        );
+        advance(
+            &self.folded_for_account,
+            stats.folded_for_account,
+            folded_before,
         );
     }
 

@@ -6,9 +6,12 @@
 //! second of their drain. Slots older than
 //! [`StoreOptions::fine_for`] are merged into 10 s slots and those older than
 //! [`StoreOptions::medium_for`] into 60 s slots, so "the last hour" is about
-//! 100 slots to read, not 3600. Slots older than the retention, and the
-//! oldest slots whenever the estimated size passes the budget, are dropped;
-//! frames and stacks no slot refers to any more are then collected.
+//! 100 slots to read, not 3600. Slots older than the retention are
+//! dropped. Past the estimated budget go, in order: per-tick samples, the
+//! pids of exited processes, the stack detail of a user account whose
+//! stacks cost over half of the store's (oldest slots first; its time is
+//! kept), and the oldest slots; frames and stacks no slot refers to any
+//! more are then collected.
 //!
 //! As time resolution, so identity: when slots merge, samples of processes
 //! that have exited (not in the [`LivePids`] the daemon last read) are kept
@@ -39,6 +42,22 @@ pub use intern::{FrameId, Interner, NameId, StackId, ThreadId, ThreadKey};
 use crate::shared::Frame;
 use crate::shared::{Pid, Tid};
 use crate::symbolize::SymbolizedSample;
+
+/// The frame that stands for the stacks of a user account folded to make
+/// room ([`Store`]'s budget): their time is kept under it, per thread.
+pub const FOLDED_FOR_ACCOUNT: &str = "[stacks folded: their user filled the history]";
+
+/// A user account's stacks are folded for room only while it holds more
+/// than half of the store's distinct stacks: then it is what fills the
+/// store. Where no user holds most, everyone's oldest slots go, as before.
+/// (A quarter, tried first, folded a busy host's ordinary service whenever
+/// its full event store had a few users in it.)
+pub const ACCOUNT_SHARE_HALVES: usize = 1;
+
+/// Passes a fold for room takes at most: the account's slots are folded
+/// oldest first, a quarter of them a pass, each pass ending in one
+/// collection (an interner rebuild), until the store is down to 90%.
+const FOLD_PASSES: usize = 4;
 
 /// Defaults of [`StoreOptions`].
 pub mod defaults {
@@ -89,8 +108,9 @@ pub struct StoreOptions {
     /// How long samples are kept (default [`defaults::RETENTION`]).
     pub retention: Duration,
     /// Estimated byte budget (default [`defaults::MEMORY_BUDGET`]): when
-    /// it is passed, per-tick samples go first (oldest first), then the
-    /// oldest slots until the store is at 90% of it.
+    /// it is passed, per-tick samples go first (oldest first), then exited
+    /// processes' pids, then the stack detail of a user account holding
+    /// most of it, then the oldest slots until the store is at 90% of it.
     pub memory_budget: usize,
     /// Age up to which slots stay one second long (default 5 min).
     pub fine_for: Duration,
@@ -186,6 +206,14 @@ impl Slot {
     fn drop_ticks(&mut self) {
         self.fine = false;
         self.ticks = Vec::new();
+    }
+
+    /// The key of every entry, sealed or not.
+    fn keys(&self) -> impl Iterator<Item = &EntryKey> {
+        self.sealed
+            .iter()
+            .map(|(k, _)| k)
+            .chain(self.entries.keys())
     }
 
     /// Every entry, sealed or not.
@@ -385,6 +413,9 @@ pub struct StoreStats {
     /// Slots whose per-tick samples were dropped for the budget (they
     /// keep their per-second totals).
     pub ticks_dropped_for_budget: u64,
+    /// Slots whose entries of one user account were folded to
+    /// [`FOLDED_FOR_ACCOUNT`] to stay within the budget.
+    pub folded_for_account: u64,
     /// Oldest data kept, unix seconds.
     pub oldest: Option<u64>,
 }
@@ -402,6 +433,9 @@ pub struct Store {
     tick_bytes: usize,
     dropped_for_budget: u64,
     ticks_dropped_for_budget: u64,
+    folded_for_account: u64,
+    /// End (store seconds) of the newest slot folded for an account.
+    folded_until: u64,
     dropped_since_gc: usize,
     generation: u64,
     /// Processes running at the last look; `None`: every process is taken
@@ -421,6 +455,8 @@ impl Store {
             tick_bytes: 0,
             dropped_for_budget: 0,
             ticks_dropped_for_budget: 0,
+            folded_for_account: 0,
+            folded_until: 0,
             dropped_since_gc: 0,
             generation: 0,
             live: None,
@@ -468,6 +504,7 @@ impl Store {
                 unit: self.interner.name_in(&mut memo, &s.workload.unit),
                 container: self.interner.name_in(&mut memo, &s.workload.container),
                 exe: self.interner.name_in(&mut memo, &s.workload.exe),
+                account: s.account,
             };
             let key = EntryKey {
                 thread: self.interner.thread(thread),
@@ -516,7 +553,9 @@ impl Store {
     }
 
     /// Merges aged slots, drops expired ones, and enforces the budget:
-    /// sub-second detail goes first (oldest first), then whole slots.
+    /// sub-second detail goes first (oldest first), then exited pids, then
+    /// the detail of an account holding most of the store, then whole
+    /// slots.
     fn compact(&mut self, now: u64) {
         let fine = self.options.fine_for.as_secs();
         let medium = self.options.medium_for.as_secs();
@@ -582,12 +621,26 @@ impl Store {
         if self.bytes() > self.options.memory_budget {
             self.gc();
         }
-        // Collected: only what is left over is dropped.
-        if self.bytes() > self.options.memory_budget {
-            // Down to 90%: the collection after the drops rebuilds the
-            // whole interner, which should not happen at every drain of a
-            // store that is full.
-            let target = self.options.memory_budget / 10 * 9;
+        // Then whose: the user account whose stacks cost most of the store
+        // gives up the detail of its oldest slots first (its time stays,
+        // under a marker), before the history of every process is cut.
+        // One user churning unique off-CPU stacks for 30 s otherwise cut
+        // the whole host's off-CPU history to its last 10 s. Down to 90%,
+        // folds and drops alike: a collection rebuilds the whole interner,
+        // which should not happen at every drain of a store that is full.
+        let target = self.options.memory_budget / 10 * 9;
+        let mut folded = false;
+        if self.bytes() > self.options.memory_budget
+            && let Some(account) = self.heaviest_account()
+        {
+            self.fold_account(account, target);
+            folded = true;
+        }
+        // Collected: only what is left over is dropped; after a fold, down
+        // to the same 90% (an account folded whole frees only its newest
+        // seconds at the next fold, and the store would be over its budget
+        // again at the next drain).
+        if self.bytes() > self.options.memory_budget || (folded && self.bytes() > target) {
             while self.bytes() > target && self.slots.len() > 1 {
                 self.drop_oldest();
                 self.dropped_for_budget += 1;
@@ -691,6 +744,148 @@ impl Store {
         changed
     }
 
+    /// The account of each thread the slots refer to.
+    fn accounts_of_threads(&self) -> FastMap<ThreadId, u32> {
+        let mut by_thread = FastMap::default();
+        for k in self.slots.iter().flat_map(Slot::keys) {
+            by_thread
+                .entry(k.thread)
+                .or_insert_with(|| self.interner.get_thread(k.thread).account);
+        }
+        by_thread
+    }
+
+    /// The user account (not root) whose stacks cost the store the most,
+    /// if it holds over [`ACCOUNT_SHARE_HALVES`] halves of what all
+    /// accounts' stacks cost. A stack costs its nodes and its frames' texts,
+    /// each counted once per account (what the account alone would keep);
+    /// a service's few stacks come back every second and cost little
+    /// however many samples they have, a churner's are new and deep.
+    /// Counted by bytes, not stacks: a few very deep unique chains filled
+    /// the store while their count stayed under a service's.
+    fn heaviest_account(&self) -> Option<u32> {
+        let by_thread = self.accounts_of_threads();
+        let mut stacks: crate::shared::FastSet<(u32, StackId)> = Default::default();
+        for k in self.slots.iter().flat_map(Slot::keys) {
+            stacks.insert((by_thread.get(&k.thread).copied().unwrap_or(0), k.stack));
+        }
+        let mut nodes: crate::shared::FastSet<(u32, StackId)> = Default::default();
+        let mut frames: crate::shared::FastSet<(u32, FrameId)> = Default::default();
+        let mut by_account: FastMap<u32, usize> = FastMap::default();
+        for (account, leaf) in stacks {
+            let mut bytes = 0;
+            let mut node = leaf;
+            while nodes.insert((account, node)) {
+                let Some((parent, frame)) = self.interner.stack_parent(node) else {
+                    break;
+                };
+                bytes += Interner::NODE_BYTES;
+                if frames.insert((account, frame)) {
+                    bytes += self.interner.frame_bytes(frame);
+                }
+                node = parent;
+            }
+            *by_account.entry(account).or_insert(0) += bytes;
+        }
+        let total: usize = by_account.values().sum();
+        by_account
+            .into_iter()
+            .filter(|&(account, _)| account != 0)
+            .max_by_key(|&(account, n)| (n, account))
+            .filter(|&(_, n)| n * 2 > total * ACCOUNT_SHARE_HALVES)
+            .map(|(account, _)| account)
+    }
+
+    /// Replaces the stacks of `account`'s entries by
+    /// [`FOLDED_FOR_ACCOUNT`] (their threads and counts stay; the ticks of
+    /// a slot changed go), in its oldest slots first, until the store is
+    /// down to `target` bytes or every slot is folded: its newest detail is
+    /// the last it gives up.
+    fn fold_account(&mut self, account: u32, target: usize) {
+        let mut per_pass = 0;
+        for _ in 0..FOLD_PASSES {
+            // A collection renumbers threads and stacks: looked up again
+            // at each pass.
+            let mut memo = DrainMemo::default();
+            let mut ids = Vec::new();
+            let marker = self.interner.frames_in(
+                &mut memo,
+                &[Frame::new(
+                    FOLDED_FOR_ACCOUNT,
+                    crate::shared::FrameKind::Marker,
+                )],
+                &mut ids,
+            );
+            memo.clear();
+            let theirs: crate::shared::FastSet<ThreadId> = self
+                .accounts_of_threads()
+                .into_iter()
+                .filter(|&(_, a)| a == account)
+                .map(|(t, _)| t)
+                .collect();
+            let slots: Vec<usize> = (0..self.slots.len())
+                .filter(|&i| {
+                    self.slots[i]
+                        .keys()
+                        .any(|k| theirs.contains(&k.thread) && k.stack != marker)
+                })
+                .collect();
+            if slots.is_empty() {
+                break;
+            }
+            if per_pass == 0 {
+                per_pass = slots.len().div_ceil(FOLD_PASSES);
+            }
+            for &i in slots.iter().take(per_pass) {
+                self.fold_slot_for(i, &theirs, marker);
+            }
+            self.gc();
+            if self.bytes() <= target {
+                break;
+            }
+        }
+    }
+
+    /// Slot `i`'s entries of the threads `theirs` under the stack `marker`.
+    fn fold_slot_for(
+        &mut self,
+        i: usize,
+        theirs: &crate::shared::FastSet<ThreadId>,
+        marker: StackId,
+    ) {
+        let slot = &mut self.slots[i];
+        self.entry_bytes -= slot.entry_bytes();
+        if !slot.sealed.is_empty() {
+            let sealed = std::mem::take(&mut slot.sealed);
+            let mut agg: FastMap<EntryKey, u64> = FastMap::default();
+            for (mut k, v) in sealed.into_vec() {
+                if theirs.contains(&k.thread) {
+                    k.stack = marker;
+                }
+                *agg.entry(k).or_insert(0) += v;
+            }
+            let mut all: Vec<(EntryKey, u64)> = agg.into_iter().collect();
+            all.sort_unstable_by_key(|e| e.0);
+            slot.sealed = all.into_boxed_slice();
+        }
+        if !slot.entries.is_empty() {
+            for (mut k, v) in std::mem::take(&mut slot.entries) {
+                if theirs.contains(&k.thread) {
+                    k.stack = marker;
+                }
+                *slot.entries.entry(k).or_insert(0) += v;
+            }
+        }
+        if !slot.ticks.is_empty() {
+            self.tick_bytes -= slot.tick_bytes();
+            slot.drop_ticks();
+        }
+        self.entry_bytes += slot.entry_bytes();
+        self.folded_until = self.folded_until.max(slot.start + slot.len);
+        self.dropped_since_gc += 1;
+        self.folded_for_account += 1;
+    }
+
     /// The thread an entry of a merged slot is kept under: itself while
     /// its process runs, else its names with pid and tid
     /// [`Pid::EXITED`](crate::shared::Pid::EXITED).
@@ -773,6 +968,13 @@ impl Store {
             + self.slots.len() * std::mem::size_of::<Slot>()
     }
 
+    /// Up to when (store seconds) some of the store's slots lost an
+    /// account's stacks for the budget; `None` if none ever did. The disk
+    /// history, written before, has them whole.
+    pub fn folded_until(&self) -> Option<u64> {
+        (self.folded_until > 0).then_some(self.folded_until)
+    }
+
     /// Where the store's history begins (store seconds): the start of its
     /// oldest slot, as every drain makes one; `None` before the first.
     pub fn oldest(&self) -> Option<u64> {
@@ -789,6 +991,7 @@ impl Store {
             stacks: self.interner.stack_count(),
             dropped_for_budget: self.dropped_for_budget,
             ticks_dropped_for_budget: self.ticks_dropped_for_budget,
+            folded_for_account: self.folded_for_account,
             oldest: self.oldest(),
         }
     }
@@ -1046,6 +1249,7 @@ mod tests {
                 .map(|f| Frame::new(*f, FrameKind::User))
                 .collect(),
             workload: Default::default(),
+            account: 0,
             count,
             at_ms: None,
         }
@@ -1232,6 +1436,118 @@ mod tests {
             .rows;
         assert_eq!(rows.len(), 1, "{rows:?}");
         assert_eq!(rows[0].pid, crate::shared::Pid::EXITED);
+    }
+
+    #[test]
+    fn a_user_churning_stacks_gives_up_its_stacks_before_anyones_history() {
+        // 200 s: root's service with one stack, and a user's process with
+        // 30 new stacks a second.
+        // Returns the inserts after which more slots were folded.
+        let fill = |st: &mut Store, account: u32| {
+            let mut folds = 0;
+            for i in 0..200u32 {
+                let mut batch = vec![sample(1, &["main", "serve"], 10)];
+                for j in 0..30 {
+                    let mut s = sample(2, &["main", &format!("churn{i}_{j}")], 1);
+                    s.account = account;
+                    batch.push(s);
+                }
+                let before = st.stats().folded_for_account;
+                st.insert(3_000_000 + u64::from(i), &batch);
+                folds += usize::from(st.stats().folded_for_account > before);
+            }
+            folds
+        };
+        let mut whole = Store::new(StoreOptions::default());
+        fill(&mut whole, 1000);
+        let budget = whole.bytes() / 4;
+        let options = StoreOptions {
+            memory_budget: budget,
+            ..Default::default()
+        };
+        let of = |st: &Store, pid: u32| {
+            st.query(&Selection {
+                from: 0,
+                to: u64::MAX,
+                pid: Some(pid),
+                ..Default::default()
+            })
+            .rows
+            .iter()
+            .map(|r| r.value)
+            .sum::<u64>()
+        };
+        // Root's own churn is root's history to give up, as before.
+        let mut roots = Store::new(options.clone());
+        fill(&mut roots, 0);
+        assert!(roots.stats().dropped_for_budget > 0);
+        assert!(of(&roots, 1) < 2000, "{}", of(&roots, 1));
+
+        let mut st = Store::new(options);
+        let folds = fill(&mut st, 1000);
+        // Down to 90% a fold: 17 of the 200 inserts folded (measured).
+        assert!(folds <= 25, "{folds} of 200 inserts folded");
+        assert!(st.bytes() <= budget, "{} of {budget}", st.bytes());
+        assert_eq!(st.stats().dropped_for_budget, 0, "folding made the room");
+        assert_eq!(of(&st, 1), 2000, "root's service, every second of it");
+        assert_eq!(of(&st, 2), 6000, "the user's time, kept");
+        let names = |pid: u32, from: u64, to: u64| -> Vec<Vec<String>> {
+            let r = st.query(&Selection {
+                from,
+                to,
+                pid: Some(pid),
+                ..Default::default()
+            });
+            r.rows
+                .iter()
+                .map(|row| r.frames(row.stack).map(|f| f.name.to_string()).collect())
+                .collect()
+        };
+        let user = names(2, 3_000_000, 3_000_100);
+        assert!(!user.is_empty());
+        assert!(
+            user.iter().all(|f| f == &[FOLDED_FOR_ACCOUNT]),
+            "the user's old stacks are folded: {:?}",
+            &user[..user.len().min(4)]
+        );
+        // Oldest first: its newest second keeps its detail.
+        let newest = names(2, 3_000_199, 3_000_200);
+        assert_eq!(newest.len(), 30, "the user's newest second: {newest:?}");
+        assert!(newest.iter().all(|f| f[1].starts_with("churn199_")));
+        assert_eq!(
+            names(1, 3_000_000, 3_000_200),
+            [["main", "serve"]],
+            "root's stack is whole"
+        );
+    }
+
+    #[test]
+    fn users_none_holding_most_of_the_stacks_lose_the_oldest_slots_as_before() {
+        // Two users churning alike, with root's service: neither holds
+        // over half of the distinct stacks, so nothing is folded.
+        let fill = |st: &mut Store| {
+            for i in 0..200u32 {
+                let mut batch = vec![sample(1, &["main", "serve"], 10)];
+                for (pid, account) in [(2, 1000), (3, 1001)] {
+                    for j in 0..15 {
+                        let mut s = sample(pid, &["main", &format!("churn{pid}_{i}_{j}")], 1);
+                        s.account = account;
+                        batch.push(s);
+                    }
+                }
+                st.insert(3_000_000 + u64::from(i), &batch);
+            }
+        };
+        let mut whole = Store::new(StoreOptions::default());
+        fill(&mut whole);
+        let mut st = Store::new(StoreOptions {
+            memory_budget: whole.bytes() / 4,
+            ..Default::default()
+        });
+        fill(&mut st);
+        assert_eq!(st.stats().folded_for_account, 0);
+        assert!(st.stats().dropped_for_budget > 0);
+        assert!(st.oldest().unwrap() > 3_000_000);
     }
 
     #[test]

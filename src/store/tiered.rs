@@ -82,16 +82,16 @@ impl<'a> EventStore<'a> {
 
     /// Where the disk's part of a window read now ends: at
     /// [`Archive::claims_until`], or later where memory holds nothing (the
-    /// seconds before a restart).
+    /// seconds before a restart) or holds an account's stacks folded for
+    /// its budget (seconds the disk may have written whole; where it has
+    /// not, memory still answers).
     fn disk_end(self, archive: &Archive) -> u64 {
         let now = crate::shared::clock::now();
-        let oldest = self
-            .memory
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .oldest()
-            .unwrap_or(now);
-        archive.claims_until(now).max(oldest)
+        let (oldest, folded) = {
+            let m = self.memory.read().unwrap_or_else(|e| e.into_inner());
+            (m.oldest().unwrap_or(now), m.folded_until().unwrap_or(0))
+        };
+        archive.claims_until(now).max(oldest).max(folded.min(now))
     }
 
     /// The rows of `sel`: memory's part under a short read lock, the

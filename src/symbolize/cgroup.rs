@@ -168,6 +168,8 @@ fn hex_id(comp: &str) -> Option<&str> {
 struct Known {
     workload: Workload,
     read: Instant,
+    /// The account its real uid counts in (`shared::accounts`).
+    account: u32,
 }
 
 /// Labels of processes, read at most every [`WORKLOAD_MAX_AGE`].
@@ -176,6 +178,8 @@ pub struct Workloads {
     known: HashMap<Pid, Known>,
     /// Strings shared by every process of a unit or container.
     names: HashSet<Arc<str>>,
+    /// The host's subuid ranges, read at the first process.
+    accounts: Option<crate::shared::accounts::Accounts>,
 }
 
 impl Workloads {
@@ -196,6 +200,18 @@ impl Workloads {
                 .map(|k| k.workload.clone())
                 .unwrap_or_default();
         };
+        let accounts = self
+            .accounts
+            .get_or_insert_with(crate::shared::accounts::Accounts::system);
+        accounts.refresh();
+        let account = if pid.0 == 0 {
+            0
+        } else {
+            crate::shared::accounts::real_uid(pid)
+                .map_or(crate::shared::accounts::ACCOUNT_UNKNOWN, |uid| {
+                    accounts.account(uid)
+                })
+        };
         if self.known.len() >= WORKLOADS_MAX && !self.known.contains_key(&pid) {
             self.known
                 .retain(|_, k| now.duration_since(k.read) < WORKLOAD_MAX_AGE);
@@ -209,9 +225,22 @@ impl Workloads {
             Known {
                 workload: fresh.clone(),
                 read: now,
+                account,
             },
         );
         fresh
+    }
+
+    /// The account of `pid` as its last [`Workloads::get`] read it;
+    /// [`ACCOUNT_UNKNOWN`](crate::shared::accounts::ACCOUNT_UNKNOWN) if
+    /// it was never read (gone first).
+    pub fn account(&self, pid: Pid) -> u32 {
+        if pid.0 == 0 {
+            return 0;
+        }
+        self.known
+            .get(&pid)
+            .map_or(crate::shared::accounts::ACCOUNT_UNKNOWN, |k| k.account)
     }
 
     /// Forgets `pid` (it exec'd: systemd and runtimes move a child into its

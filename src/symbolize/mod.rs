@@ -137,6 +137,10 @@ pub struct SymbolizedSample {
     pub frames: Vec<Frame>,
     /// The process's service labels (unit, container, executable).
     pub workload: crate::shared::Workload,
+    /// The account the process counts in (its real uid, or the login user
+    /// owning its subuid range; `shared::accounts`): the store gives up
+    /// the heaviest user account's stack detail before anyone's history.
+    pub account: u32,
     /// Number of samples.
     pub count: u64,
     /// Store time (ms) of the 20 ms tick the samples fell in (CPU samples);
@@ -849,6 +853,7 @@ impl Symbolizer {
                     })
                     .clone();
                 let workload = self.workloads.get(s.pid, now);
+                let account = self.workloads.account(s.pid);
                 // Sized once: growing it frame by frame was most of the
                 // collector's allocation calls.
                 let depth = |st: &RawStack| match st {
@@ -869,6 +874,7 @@ impl Symbolizer {
                     process_comm,
                     frames,
                     workload,
+                    account,
                     count: s.count,
                     at_ms: s.at_ms,
                 }
@@ -1584,6 +1590,7 @@ mod tests {
             process_comm: "p".into(),
             frames: Vec::with_capacity(n),
             workload: Default::default(),
+            account: 0,
             count: 1,
             at_ms: None,
         };

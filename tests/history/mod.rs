@@ -558,6 +558,7 @@ fn a_week_replayed_keeps_the_newest_within_age_and_budget_and_the_page_spans_it(
                 process_comm: comms[p as usize].clone(),
                 frames,
                 workload: Default::default(),
+                account: 0,
                 count,
                 at_ms: None,
             });

@@ -818,3 +818,78 @@ fn one_users_code_churn_cannot_evict_another_users_python_names() {
         "the churner's own frames within its share should still be named"
     );
 }
+
+/// One user (uid 65530) churning unique off-CPU stacks (`py_churn.py`:
+/// tens of thousands of new Python functions a second, each chain napping)
+/// fills the off-CPU store's budget. Before, the store dropped its oldest
+/// slots for everyone: root's napping service lost all but the last 9-10 s
+/// of its off-CPU history. Now the user's own stacks are folded first
+/// (their time kept under `[stacks folded: their user filled the
+/// history]`), and root's history stays whole.
+#[test]
+fn one_users_stack_churn_cannot_cut_another_users_history() {
+    require_root();
+    let _users = Users;
+    kill_user(HOSTILE);
+    let dir = Path::new("/tmp/emberd-share-history");
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let churn = dir.join("py_churn.py");
+    std::fs::copy(workload("py_churn.py"), &churn).unwrap();
+    // 4 MiB for all the stores: the churn fills it within seconds. In
+    // memory only (no history_dir): with a history on disk, written
+    // before the drops, the disk still answered for root's first 10 s.
+    let d = Daemon::start(&["--memory-budget-mib", "4"], &[]);
+    // Root's service: naps of 100 ms in holdout_nap for 45 s.
+    let nap = build_c_debian("holdout_nap");
+    let service = Workload::spawn(Command::new(&nap).args(["450", "100"]));
+    wait(2000);
+    let from = unix_now();
+    wait(10_000);
+    let _hostile = Workload::spawn(
+        run_as(HOSTILE, Path::new("/usr/bin/python3"))
+            .arg(&churn)
+            .arg("25"),
+    );
+    wait(28_000);
+    // The first 10 s of the service's naps, 20 s after the churn began.
+    let r = d.get(&format!(
+        "/folded?event=offcpu&pid={}&from={from}&to={}",
+        service.pid(),
+        from + 10
+    ));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let p = parse_folded(&r.text());
+    let napped = sum_where(&p, |f| has_seq(f, &["main", "holdout_nap"]));
+    let m = d.get("/metrics").text();
+    let dropped = metric(&m, "emberd_store_slots_dropped_for_budget_total");
+    eprintln!(
+        "root's service: {napped} us napping in its first 10 s of history; slots dropped for the budget: {dropped}, folded for an account: {}",
+        metric(&m, "emberd_store_slots_folded_for_account_total")
+    );
+    assert!(
+        napped >= 8_000_000,
+        "root's service napped 10 s in its first 10 s: the store kept {napped} us of it \
+         (another user's stack churn cut its history; {dropped} slots dropped for the budget):\n{}",
+        top(&p, 6)
+    );
+    // The churner's own time is kept, folded.
+    let r = d.get(&format!(
+        "/folded?event=offcpu&comm=^python3$&from={}&to={}",
+        from + 10,
+        from + 20
+    ));
+    let p = parse_folded(&r.text());
+    let folded = sum_where(&p, |f| {
+        f.contains(&"[stacks folded: their user filled the history]")
+    });
+    assert!(
+        folded > 0,
+        "the churner's old stacks should be folded under their marker:\n{}",
+        top(&p, 6)
+    );
+    eprintln!(
+        "the churner's seconds 10-20: {folded} of {} us folded",
+        p.total()
+    );
+}
