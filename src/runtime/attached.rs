@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use crate::shared::accounts::{Accounts, real_uid};
+use crate::shared::accounts::Accounts;
 use crate::shared::{FastMap, Pid};
 
 /// Root's account: let go of only when root holds every place.
@@ -57,7 +57,7 @@ impl<A> AttachedSet<A> {
         if !self.held.contains_key(&pid) {
             // Gone before its uid is read: it would not be attached, and
             // costs no other process its place.
-            let account = self.accounts.account(real_uid(pid)?);
+            let account = self.accounts.of_pid(pid)?;
             if self.held.len() >= self.max
                 && let Some(p) = self.to_let_go(account)
             {

@@ -118,6 +118,12 @@ impl Accounts {
         account_in(&self.ranges, uid)
     }
 
+    /// The account process `pid` counts in, by its real uid (`None`: it is
+    /// gone).
+    pub fn of_pid(&self, pid: Pid) -> Option<u32> {
+        real_uid(pid).map(|uid| self.account(uid))
+    }
+
     /// Reads the file again if it changed (looked at no more than every
     /// [`RECHECK`]); whether it was read again.
     pub fn refresh(&mut self) -> bool {

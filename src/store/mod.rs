@@ -47,13 +47,6 @@ use crate::symbolize::SymbolizedSample;
 /// room ([`Store`]'s budget): their time is kept under it, per thread.
 pub const FOLDED_FOR_ACCOUNT: &str = "[stacks folded: their user filled the history]";
 
-/// A user account's stacks are folded for room only while it holds more
-/// than half of the store's distinct stacks: then it is what fills the
-/// store. Where no user holds most, everyone's oldest slots go, as before.
-/// (A quarter, tried first, folded a busy host's ordinary service whenever
-/// its full event store had a few users in it.)
-pub const ACCOUNT_SHARE_HALVES: usize = 1;
-
 /// Passes a fold for room takes at most: the account's slots are folded
 /// oldest first, a quarter of them a pass, each pass ending in one
 /// collection (an interner rebuild), until the store is down to 90%.
@@ -258,6 +251,24 @@ impl Slot {
     fn tick_bytes(&self) -> usize {
         self.ticks.capacity() * TICK_BYTES
     }
+}
+
+/// Sealed entries with their keys rewritten by `f`, those that become the
+/// same summed, sorted as sealed entries are.
+fn rekeyed(
+    sealed: Box<[(EntryKey, u64)]>,
+    mut f: impl FnMut(EntryKey) -> EntryKey,
+) -> Box<[(EntryKey, u64)]> {
+    if sealed.is_empty() {
+        return sealed;
+    }
+    let mut agg: FastMap<EntryKey, u64> = FastMap::default();
+    for (k, v) in sealed.into_vec() {
+        *agg.entry(f(k)).or_insert(0) += v;
+    }
+    let mut all: Vec<(EntryKey, u64)> = agg.into_iter().collect();
+    all.sort_unstable_by_key(|e| e.0);
+    all.into_boxed_slice()
 }
 
 /// One slot's total in a [`Store::timeline`].
@@ -720,18 +731,15 @@ impl Store {
         let mut memo = FastMap::default();
         self.entry_bytes -= self.slots[i].entry_bytes();
         let sealed = std::mem::take(&mut self.slots[i].sealed);
-        let mut agg: FastMap<EntryKey, u64> = FastMap::default();
         let mut changed = false;
-        for (mut k, v) in sealed.into_vec() {
+        let sealed = rekeyed(sealed, |mut k| {
             let to = self.fold_exited(k.thread, &mut memo);
             changed |= to != k.thread;
             k.thread = to;
-            *agg.entry(k).or_insert(0) += v;
-        }
-        let mut all: Vec<(EntryKey, u64)> = agg.into_iter().collect();
-        all.sort_unstable_by_key(|e| e.0);
+            k
+        });
         let slot = &mut self.slots[i];
-        slot.sealed = all.into_boxed_slice();
+        slot.sealed = sealed;
         slot.folded = true;
         self.entry_bytes += slot.entry_bytes();
         if changed {
@@ -756,8 +764,10 @@ impl Store {
     }
 
     /// The user account (not root) whose stacks cost the store the most,
-    /// if it holds over [`ACCOUNT_SHARE_HALVES`] halves of what all
-    /// accounts' stacks cost. A stack costs its nodes and its frames' texts,
+    /// if that is over half of what all accounts' stacks cost: then it is
+    /// what fills the store; where no user holds most, everyone's oldest
+    /// slots go, as before (a quarter, tried first, folded a busy host's
+    /// ordinary service whenever its full event store had a few users). A stack costs its nodes and its frames' texts,
     /// each counted once per account (what the account alone would keep);
     /// a service's few stacks come back every second and cost little
     /// however many samples they have, a churner's are new and deep.
@@ -792,7 +802,7 @@ impl Store {
             .into_iter()
             .filter(|&(account, _)| account != 0)
             .max_by_key(|&(account, n)| (n, account))
-            .filter(|&(_, n)| n * 2 > total * ACCOUNT_SHARE_HALVES)
+            .filter(|&(_, n)| n * 2 > total)
             .map(|(account, _)| account)
     }
 
@@ -855,26 +865,15 @@ impl Store {
     ) {
         let slot = &mut self.slots[i];
         self.entry_bytes -= slot.entry_bytes();
-        if !slot.sealed.is_empty() {
-            let sealed = std::mem::take(&mut slot.sealed);
-            let mut agg: FastMap<EntryKey, u64> = FastMap::default();
-            for (mut k, v) in sealed.into_vec() {
-                if theirs.contains(&k.thread) {
-                    k.stack = marker;
-                }
-                *agg.entry(k).or_insert(0) += v;
+        let fold = |mut k: EntryKey| {
+            if theirs.contains(&k.thread) {
+                k.stack = marker;
             }
-            let mut all: Vec<(EntryKey, u64)> = agg.into_iter().collect();
-            all.sort_unstable_by_key(|e| e.0);
-            slot.sealed = all.into_boxed_slice();
-        }
-        if !slot.entries.is_empty() {
-            for (mut k, v) in std::mem::take(&mut slot.entries) {
-                if theirs.contains(&k.thread) {
-                    k.stack = marker;
-                }
-                *slot.entries.entry(k).or_insert(0) += v;
-            }
+            k
+        };
+        slot.sealed = rekeyed(std::mem::take(&mut slot.sealed), fold);
+        for (k, v) in std::mem::take(&mut slot.entries) {
+            *slot.entries.entry(fold(k)).or_insert(0) += v;
         }
         if !slot.ticks.is_empty() {
             self.tick_bytes -= slot.tick_bytes();

@@ -200,17 +200,20 @@ impl Workloads {
                 .map(|k| k.workload.clone())
                 .unwrap_or_default();
         };
-        let accounts = self
-            .accounts
-            .get_or_insert_with(crate::shared::accounts::Accounts::system);
-        accounts.refresh();
-        let account = if pid.0 == 0 {
-            0
-        } else {
-            crate::shared::accounts::real_uid(pid)
-                .map_or(crate::shared::accounts::ACCOUNT_UNKNOWN, |uid| {
-                    accounts.account(uid)
-                })
+        // Read once a process (its status file): a uid changes at exec,
+        // which forgets the process, not at each refresh of its labels.
+        let account = match self.known.get(&pid) {
+            _ if pid.0 == 0 => 0,
+            Some(k) => k.account,
+            None => {
+                let accounts = self
+                    .accounts
+                    .get_or_insert_with(crate::shared::accounts::Accounts::system);
+                accounts.refresh();
+                accounts
+                    .of_pid(pid)
+                    .unwrap_or(crate::shared::accounts::ACCOUNT_UNKNOWN)
+            }
         };
         if self.known.len() >= WORKLOADS_MAX && !self.known.contains_key(&pid) {
             self.known
