@@ -715,7 +715,8 @@ fn node_read_sync_is_charged_to_the_reading_function() {
 /// JavaScript on its stack while it waits (the loop sleeps in libuv's
 /// poll); the wait is charged under it, through the stack that armed the
 /// timer, within 10%, on every release; on a quiet host and beside a
-/// compile.
+/// compile (less the main thread's own waits on page faults, which the
+/// compile's evictions cause and which are charged where they happen).
 #[test]
 fn node_timer_waits_are_charged_to_the_waiting_function() {
     require_root();
@@ -760,11 +761,26 @@ fn timer_waits(node: &Path, host: &str, report: &mut String, failed: &mut Vec<St
         !under(f) && f.iter().any(|x| x.starts_with("uv__io_poll"))
     }) as f64
         / 1e6;
+    // The main thread's stacks: V8's helper threads start in start_thread.
+    let main = |f: &[&str]| !f.contains(&"start_thread");
+    let main_total = sum_where(&p, main) as f64 / 1e6;
+    // Beside a compile, node's own pages are evicted and read back: in CI
+    // the main thread waited 0.44 s of 5 s in filemap_fault under a Maglev
+    // compile in listOnTimeout. That wait is the program's, not the timer's,
+    // so it is taken from the time waitTimer must hold; the main thread's
+    // whole must still be there.
+    let faulted = sum_where(&p, |f| {
+        main(f) && !under(f) && f.contains(&"asm_exc_page_fault_[k]")
+    }) as f64
+        / 1e6;
     let line = format!(
-        "{} ({host}): {waited:.2} s of {seconds} s under waitTimer ({armed:.2} s through setTimeout's arm), {in_poll:.2} s in the loop's poll",
+        "{} ({host}): {waited:.2} s of {seconds} s under waitTimer ({armed:.2} s through setTimeout's arm), {in_poll:.2} s in the loop's poll, {faulted:.2} s in page faults elsewhere, {main_total:.2} s on the main thread",
         node.display()
     );
-    if !(seconds * 0.9..=seconds * 1.05).contains(&waited) || armed < waited * 0.9 {
+    if !(seconds * 0.9..=seconds * 1.05).contains(&main_total)
+        || !(((seconds - faulted) * 0.9)..=seconds * 1.05).contains(&waited)
+        || armed < waited * 0.9
+    {
         failed.push(format!("{line}:\n{}", top(&p, 4)));
     }
     report.push_str(&line);
