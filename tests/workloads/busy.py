@@ -28,4 +28,6 @@ def outer(deadline):
 
 if __name__ == "__main__":
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
+    # For whoever waits for the interpreter's start-up to be over.
+    print("started", flush=True)
     print(outer(time.monotonic() + seconds))
