@@ -717,27 +717,49 @@ fn node_read_sync_is_charged_to_the_reading_function() {
 /// timer, within 10%, on every release; on a quiet host and beside a
 /// compile (less the main thread's own waits on page faults, which the
 /// compile's evictions cause and which are charged where they happen).
+/// The releases run side by side, each under its own `emberd record`: they
+/// sleep, and each recorder counts only its own process's time.
 #[test]
 fn node_timer_waits_are_charged_to_the_waiting_function() {
     require_root();
     let mut report = String::new();
     let mut failed = Vec::new();
-    for node in nodes() {
-        timer_waits(&node, "quiet", &mut report, &mut failed);
-    }
+    timer_waits_side_by_side(&nodes(), "quiet", &mut report, &mut failed);
     let mut compile = Compile::start("v8-timer-compile");
     wait(5000);
-    for node in [nodes()[0].clone(), nodes()[RELEASES.len()].clone()] {
-        timer_waits(&node, "busy", &mut report, &mut failed);
-        compile.still_running();
-    }
+    let newest = [nodes()[0].clone(), nodes()[RELEASES.len()].clone()];
+    timer_waits_side_by_side(&newest, "busy", &mut report, &mut failed);
+    compile.still_running();
     assert!(failed.is_empty(), "{}\n{report}", failed.join("\n"));
     eprintln!("{report}");
 }
 
-/// Records js_timer.js's off-CPU time for 5 s on `node`: a line of
-/// figures goes to `report`, what is wrong to `failed`.
-fn timer_waits(node: &Path, host: &str, report: &mut String, failed: &mut Vec<String>) {
+/// [`timer_waits`] on each of `nodes` at once, their lines in order.
+fn timer_waits_side_by_side(
+    nodes: &[PathBuf],
+    host: &str,
+    report: &mut String,
+    failed: &mut Vec<String>,
+) {
+    let results: Vec<(String, Option<String>)> = std::thread::scope(|s| {
+        let runs: Vec<_> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| s.spawn(move || timer_waits(node, host, i)))
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for (line, failure) in results {
+        report.push_str(&line);
+        report.push('\n');
+        failed.extend(failure);
+    }
+}
+
+/// Records js_timer.js's off-CPU time for 5 s on `node` (its profile in
+/// `node-timer-HOST-NTH.folded`): a line of figures, and what is wrong if
+/// anything is.
+fn timer_waits(node: &Path, host: &str, nth: usize) -> (String, Option<String>) {
     let mut cmd = Command::new(node);
     cmd.arg(workload("js_timer.js")).arg("14");
     // Its first timer arms at "started"; record attaches a second or more
@@ -747,7 +769,7 @@ fn timer_waits(node: &Path, host: &str, report: &mut String, failed: &mut Vec<St
     let pid = w.pid().to_string();
     let seconds = 5.0;
     let p = record_folded(
-        "node-timer.folded",
+        &format!("node-timer-{host}-{nth}.folded"),
         &["-e", "offcpu", "-s", "5", "-p", &pid],
     );
     // Off-CPU values are microseconds.
@@ -781,10 +803,10 @@ fn timer_waits(node: &Path, host: &str, report: &mut String, failed: &mut Vec<St
         || !(((seconds - faulted) * 0.9)..=seconds * 1.05).contains(&waited)
         || armed < waited * 0.9
     {
-        failed.push(format!("{line}:\n{}", top(&p, 4)));
+        let failure = format!("{line}:\n{}", top(&p, 4));
+        return (line, Some(failure));
     }
-    report.push_str(&line);
-    report.push('\n');
+    (line, None)
 }
 
 /// Per-user shares: a local user (nobody) starting more node processes
