@@ -104,6 +104,7 @@ struct io_start {
 	__u32 tgid;
 	__u32 pid;
 	__u32 requeued;        /* block_rq_requeue saw it: its next issue continues it */
+	__u32 account;         /* the issuing thread's (as sample_key's) */
 	char comm[EMBERD_COMM_LEN];
 	char dev[EMBERD_LABEL_LEN];
 };
@@ -175,6 +176,7 @@ static __always_inline void io_started(void *ctx, struct request___emberd *rq, c
 	s->requeued = 0;
 	s->tgid = id >> 32;
 	s->pid = tid;
+	s->account = account_of((__u32)bpf_get_current_uid_gid());
 	bpf_get_current_comm(&s->comm, sizeof(s->comm));
 	__builtin_memset(s->dev, 0, sizeof(s->dev));
 	if (bpf_core_field_exists(((struct request_queue___emberd *)0)->disk))
@@ -240,6 +242,7 @@ static __always_inline void io_done(struct request___emberd *rq)
 	k.event = EVENT_BLOCKIO;
 	k.tgid = s->tgid;
 	k.pid = s->pid;
+	k.account = s->account;
 	k.kstack = s->kstack;
 	k.ustack = s->ustack;
 	__builtin_memcpy(k.comm, s->comm, sizeof(k.comm));

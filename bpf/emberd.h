@@ -506,7 +506,11 @@ struct sample_key {
 	 * there are never more keys than samples.
 	 */
 	__u32 tick;
-	__u32 pad;            /* zero: keys are compared bytewise */
+	/* The thread's account (account_of its real uid), taken with the
+	 * sample: the store's fold for room weighs and folds stacks by account
+	 * (src/store/), and a process gone before the agent read its status
+	 * file must still count in its user's. */
+	__u32 account;
 };
 
 /*
@@ -561,7 +565,7 @@ struct event_key {
 	__u32 pid;
 	__u32 waker_tgid;
 	__u32 waker_pid;
-	__u32 _pad;
+	__u32 account;         /* whose stacks these are (as sample_key's): the subject's, a root waker's wakee's */
 	__u64 kstack;          /* keys of event_stacks, or EMBERD_STACK_NONE / _LOST */
 	__u64 ustack;
 	__u64 waker_kstack;
@@ -689,7 +693,7 @@ struct heap_record {
 	__u32 kind;            /* enum heap_record_kind */
 	__u32 tgid;
 	__u32 pid;
-	__u32 _pad;
+	__u32 account;         /* the allocating thread's (as sample_key's) */
 	__u64 addr;
 	__u64 ustack;          /* event_stacks key (alloc) */
 	__u64 bytes;           /* weighed bytes (alloc) */

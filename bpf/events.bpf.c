@@ -364,6 +364,7 @@ static __always_inline void charge_offcpu(void *ctx, struct task_struct *next,
 	k->event = EVENT_OFFCPU;
 	k->tgid = b->tgid;
 	k->pid = next->pid;
+	k->account = b->uid;
 	if (timer_wait_ended(b, now)) {
 		/* A poll's sleep until a node timer: the function that armed it
 		 * waited (bpf/node_timers.h). */
@@ -606,6 +607,7 @@ static __always_inline int on_wakeup_claimed(void *ctx, struct task_struct *p, c
 	k->event = EVENT_WAKEUP;
 	k->tgid = b->waker_tgid;
 	k->pid = b->waker_pid;
+	k->account = waker_account(b->uid);
 	k->kstack = b->waker_kstack;
 	k->ustack = b->waker_ustack;
 	__builtin_memcpy(k->comm, b->waker_comm, sizeof(k->comm));
@@ -684,6 +686,7 @@ static __always_inline int on_page_fault(struct bpf_perf_event_data *ctx, const 
 	k->event = EVENT_PAGEFAULT;
 	k->tgid = tgid;
 	k->pid = (__u32)id;
+	k->account = account_of((__u32)bpf_get_current_uid_gid());
 	/* The event carries user registers: the kernel stack is always absent. */
 	k->kstack = EMBERD_STACK_NONE;
 	k->ustack = user_stack(tgid, now, form);

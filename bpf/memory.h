@@ -124,6 +124,7 @@ static __always_inline void charge_current(__u32 event, __u64 value, const char 
 	k->event = event;
 	k->tgid = tgid;
 	k->pid = (__u32)id;
+	k->account = account_of((__u32)bpf_get_current_uid_gid());
 	/* At a syscall's exit the kernel stack is the syscall path itself. */
 	k->kstack = EMBERD_STACK_NONE;
 	k->ustack = user_stack(tgid, now, form);
@@ -339,7 +340,7 @@ static __always_inline int heap_record(__u32 kind, __u64 addr, struct alloc_call
 	r->kind = kind;
 	r->tgid = id >> 32;
 	r->pid = (__u32)id;
-	r->_pad = 0;
+	r->account = account_of((__u32)bpf_get_current_uid_gid());
 	r->addr = addr;
 	r->ustack = c ? c->ustack : 0;
 	r->bytes = c ? c->bytes : 0;
@@ -500,6 +501,7 @@ static __always_inline int on_alloc_exit(struct uprobe_regs *ctx)
 		k->event = EVENT_MALLOC;
 		k->tgid = id >> 32;
 		k->pid = tid;
+		k->account = account_of((__u32)bpf_get_current_uid_gid());
 		k->kstack = EMBERD_STACK_NONE;
 		k->ustack = c->ustack;
 		bpf_get_current_comm(&k->comm, sizeof(k->comm));

@@ -111,6 +111,7 @@ static __always_inline void record(void *ctx, void *counts, void *stacks, __u32 
 	key.tgid = tgid;
 	key.pid = pid;
 	key.tick = bpf_ktime_get_ns() / EMBERD_TICK_NS;
+	key.account = account_of((__u32)bpf_get_current_uid_gid());
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 	key.kstack = keep_stack(stacks, kernel_stack(ctx), COUNTER_KSTACK_COLLISION);
 	key.ustack = keep_stack(stacks, unwind_user(task, tgid, form), COUNTER_USTACK_COLLISION);

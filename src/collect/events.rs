@@ -1132,6 +1132,7 @@ impl EventSampler {
                 user: stack(k.ustack)?,
                 count: value,
                 at_ms: None,
+                account: k.account,
             };
             let waker = (kind == EventKind::OffWake).then(|| -> Result<OtherSide, CollectError> {
                 Ok(OtherSide {
@@ -1168,6 +1169,7 @@ impl EventSampler {
                         user: stack(r.ustack)?,
                         count: r.bytes,
                         at_ms: None,
+                        account: r.account,
                     },
                     objects: r.objects,
                     addr: r.addr,

@@ -159,6 +159,11 @@ pub struct RawSample {
     /// Store time (ms) of the 20 ms tick the samples fell in; `None` for
     /// events, which are aggregated per drain.
     pub at_ms: Option<u64>,
+    /// The account the samples count in, as the BPF program read it with
+    /// them (the thread's real uid, or the login user owning its subuid
+    /// range: `shared::accounts`): known for a process gone before the
+    /// agent could read its status file.
+    pub account: u32,
 }
 
 /// Errors of the collector.
@@ -713,6 +718,7 @@ fn drain_buffer(counts: &MapMut<'_>, stacks: &MapMut<'_>) -> Result<Drain, Colle
             user,
             count,
             at_ms: Some(crate::shared::clock::tick_to_store_ms(key.tick)),
+            account: key.account,
         });
     }
     Ok(drain)

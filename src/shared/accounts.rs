@@ -15,11 +15,6 @@ use super::Pid;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-/// The account of a process gone before its owner was read: counted
-/// apart from root, as any user's (a user's processes that exit at once
-/// must not pass as root's).
-pub const ACCOUNT_UNKNOWN: u32 = u32::MAX;
-
 /// How often the file's modification time is looked at.
 pub const RECHECK: Duration = Duration::from_secs(10);
 /// Bytes of the file read at most: a range a line, a million lines' worth

@@ -168,8 +168,6 @@ fn hex_id(comp: &str) -> Option<&str> {
 struct Known {
     workload: Workload,
     read: Instant,
-    /// The account its real uid counts in (`shared::accounts`).
-    account: u32,
 }
 
 /// Labels of processes, read at most every [`WORKLOAD_MAX_AGE`].
@@ -178,8 +176,6 @@ pub struct Workloads {
     known: HashMap<Pid, Known>,
     /// Strings shared by every process of a unit or container.
     names: HashSet<Arc<str>>,
-    /// The host's subuid ranges, read at the first process.
-    accounts: Option<crate::shared::accounts::Accounts>,
 }
 
 impl Workloads {
@@ -200,21 +196,6 @@ impl Workloads {
                 .map(|k| k.workload.clone())
                 .unwrap_or_default();
         };
-        // Read once a process (its status file): a uid changes at exec,
-        // which forgets the process, not at each refresh of its labels.
-        let account = match self.known.get(&pid) {
-            _ if pid.0 == 0 => 0,
-            Some(k) => k.account,
-            None => {
-                let accounts = self
-                    .accounts
-                    .get_or_insert_with(crate::shared::accounts::Accounts::system);
-                accounts.refresh();
-                accounts
-                    .of_pid(pid)
-                    .unwrap_or(crate::shared::accounts::ACCOUNT_UNKNOWN)
-            }
-        };
         if self.known.len() >= WORKLOADS_MAX && !self.known.contains_key(&pid) {
             self.known
                 .retain(|_, k| now.duration_since(k.read) < WORKLOAD_MAX_AGE);
@@ -228,22 +209,9 @@ impl Workloads {
             Known {
                 workload: fresh.clone(),
                 read: now,
-                account,
             },
         );
         fresh
-    }
-
-    /// The account of `pid` as its last [`Workloads::get`] read it;
-    /// [`ACCOUNT_UNKNOWN`](crate::shared::accounts::ACCOUNT_UNKNOWN) if
-    /// it was never read (gone first).
-    pub fn account(&self, pid: Pid) -> u32 {
-        if pid.0 == 0 {
-            return 0;
-        }
-        self.known
-            .get(&pid)
-            .map_or(crate::shared::accounts::ACCOUNT_UNKNOWN, |k| k.account)
     }
 
     /// Forgets `pid` (it exec'd: systemd and runtimes move a child into its

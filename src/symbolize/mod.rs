@@ -137,9 +137,9 @@ pub struct SymbolizedSample {
     pub frames: Vec<Frame>,
     /// The process's service labels (unit, container, executable).
     pub workload: crate::shared::Workload,
-    /// The account the process counts in (its real uid, or the login user
-    /// owning its subuid range; `shared::accounts`): the store gives up
-    /// the heaviest user account's stack detail before anyone's history.
+    /// The account the samples count in ([`RawSample::account`]): the
+    /// store gives up the heaviest user account's stack detail before
+    /// anyone's history.
     pub account: u32,
     /// Number of samples.
     pub count: u64,
@@ -723,6 +723,8 @@ impl Symbolizer {
         for (i, e) in events.into_iter().enumerate() {
             kinds.push(e.kind);
             labels.push(e.label);
+            // The waker's stacks count in the event's account (bpf/events.bpf.c).
+            let account = e.sample.account;
             raws.push(e.sample);
             if let Some(w) = e.waker {
                 wakers.push(i);
@@ -734,6 +736,7 @@ impl Symbolizer {
                     user: w.user,
                     count: 0,
                     at_ms: None,
+                    account,
                 });
             }
         }
@@ -853,7 +856,6 @@ impl Symbolizer {
                     })
                     .clone();
                 let workload = self.workloads.get(s.pid, now);
-                let account = self.workloads.account(s.pid);
                 // Sized once: growing it frame by frame was most of the
                 // collector's allocation calls.
                 let depth = |st: &RawStack| match st {
@@ -874,7 +876,7 @@ impl Symbolizer {
                     process_comm,
                     frames,
                     workload,
-                    account,
+                    account: s.account,
                     count: s.count,
                     at_ms: s.at_ms,
                 }

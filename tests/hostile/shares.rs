@@ -826,6 +826,14 @@ fn one_users_code_churn_cannot_evict_another_users_python_names() {
 /// of its off-CPU history. Now the user's own stacks are folded first
 /// (their time kept under `[stacks folded: their user filled the
 /// history]`), and root's history stays whole.
+///
+/// The churn runs as processes of half a second one after another, gone
+/// before the agent could read their status files, beside root's own short
+/// processes (`holdout_blip`, a nap binary living 0.1 s, in a loop): the
+/// account each sample counts in is the one BPF read with it. When the
+/// agent read it from /proc, both users' short processes counted as one
+/// unknown account, root's short processes were folded with the churn, and
+/// a user could split their churn between that account and their own.
 #[test]
 fn one_users_stack_churn_cannot_cut_another_users_history() {
     require_root();
@@ -843,13 +851,24 @@ fn one_users_stack_churn_cannot_cut_another_users_history() {
     // Root's service: naps of 100 ms in holdout_nap for 45 s.
     let nap = build_c_debian("holdout_nap");
     let service = Workload::spawn(Command::new(&nap).args(["450", "100"]));
+    // Root's short processes: two naps of 50 ms each, one after another.
+    let blip = dir.join("holdout_blip");
+    std::fs::copy(&nap, &blip).unwrap();
+    let _blips = Workload::spawn(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("while :; do {} 2 50; done", blip.display())),
+    );
     wait(2000);
     let from = unix_now();
     wait(10_000);
     let _hostile = Workload::spawn(
-        run_as(HOSTILE, Path::new("/usr/bin/python3"))
-            .arg(&churn)
-            .arg("25"),
+        run_as(HOSTILE, Path::new("/bin/sh"))
+            .arg("-c")
+            .arg(format!(
+                "end=$(($(date +%s) + 25)); while [ $(date +%s) -lt $end ]; do /usr/bin/python3 {} 0.5; done",
+                churn.display()
+            )),
     );
     wait(28_000);
     // The first 10 s of the service's naps, 20 s after the churn began.
@@ -871,6 +890,26 @@ fn one_users_stack_churn_cannot_cut_another_users_history() {
         napped >= 8_000_000,
         "root's service napped 10 s in its first 10 s: the store kept {napped} us of it \
          (another user's stack churn cut its history; {dropped} slots dropped for the budget):\n{}",
+        top(&p, 6)
+    );
+    // Root's short processes in the same 10 s: their naps named, none folded.
+    let r = d.get(&format!(
+        "/folded?event=offcpu&comm=^holdout_blip$&from={from}&to={}",
+        from + 10
+    ));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let p = parse_folded(&r.text());
+    let blipped = sum_where(&p, |f| has_seq(f, &["main", "holdout_nap"]));
+    let blips_folded = sum_where(&p, |f| {
+        f.contains(&"[stacks folded: their user filled the history]")
+    });
+    eprintln!(
+        "root's short processes: {blipped} us napping named in their first 10 s of history, {blips_folded} us folded"
+    );
+    assert!(
+        blips_folded == 0 && blipped >= 5_000_000,
+        "root's short processes napped most of those 10 s and none of it is another user's to fold: \
+         {blipped} us named (at least 5 s expected), {blips_folded} us folded:\n{}",
         top(&p, 6)
     );
     // The churner's own time is kept, folded.

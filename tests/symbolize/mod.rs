@@ -17,6 +17,7 @@ fn sample(pid: u32, user_ips: Vec<u64>) -> RawSample {
         },
         count: 1,
         at_ms: None,
+        account: 0,
     }
 }
 

@@ -1,6 +1,8 @@
 """Churns Python code objects for argv[1] seconds (default 20): threads
-running chains of 120 functions, each a new code object with a unique name
-(copies of one function's code, renamed), whose innermost one naps 100 us.
+running chains of 120 functions, each a new code object with a name unique
+on the host (copies of one function's code, renamed with the pid among
+them, so that short runs one after another churn too), whose innermost one
+naps 100 us.
 Each thread keeps 30 chains (3600 code objects) and runs them in turn, so
 its records stay in use as a busy program's would, and replaces one chain
 with a new one at every turn. Every nap's stack is walked by the off-CPU
@@ -8,6 +10,7 @@ program: over ten thousand code objects in use and tens of thousands of new
 ones a second reach the BPF walker, a user trying to push other users'
 Python names out of the tables they share (issue 41)."""
 
+import os
 import sys
 import threading
 import time
@@ -26,12 +29,13 @@ def step(fs, i):
 
 nap = time.sleep
 CODE = step.__code__
+PID = os.getpid()
 
 
 def chain(tag, gen):
     return [
         types.FunctionType(
-            CODE.replace(co_name=f"c{tag}_{gen}_{i}", co_qualname=f"c{tag}_{gen}_{i}"),
+            CODE.replace(co_name=f"c{PID}x{tag}_{gen}_{i}", co_qualname=f"c{PID}x{tag}_{gen}_{i}"),
             globals(),
         )
         for i in range(DEPTH)
