@@ -53,8 +53,10 @@ pub struct ThreadKey {
     pub container: NameId,
     /// The process's executable ("" if unknown).
     pub exe: NameId,
-    /// The account the process counts in ([`crate::symbolize::SymbolizedSample::account`];
-    /// 0 for rows read back from queries and disk, which are not folded).
+    /// The account the thread's samples count in, as BPF read it with them
+    /// ([`crate::symbolize::SymbolizedSample::account`]; a thread whose
+    /// samples carry two accounts is kept as two rows; 0 for rows read
+    /// back from queries and disk, which are not folded).
     pub account: u32,
 }
 

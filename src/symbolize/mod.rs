@@ -723,7 +723,8 @@ impl Symbolizer {
         for (i, e) in events.into_iter().enumerate() {
             kinds.push(e.kind);
             labels.push(e.label);
-            // The waker's stacks count in the event's account (bpf/events.bpf.c).
+            // The waker's side is drawn into the event's stack, which the
+            // store keeps under the event's account: its own is not kept.
             let account = e.sample.account;
             raws.push(e.sample);
             if let Some(w) = e.waker {

@@ -202,8 +202,26 @@ fn empty_answers_say_why() {
     assert!(!text.contains("1893456000"), "{text}");
 
     // The spinning process, over a window after it ended: seen, elsewhere.
+    // Once the daemon has stored its samples: at the start of the light
+    // tests (the quick start copying gigabytes of build, a VM booting),
+    // 3.5 s after the spinner's end the store did not have them yet
+    // ("never seen", the window's last second not drained either): the
+    // daemon was seconds behind. If they never come, that is the failure.
     spin.0.wait().expect("waiting for the spinner");
-    wait(3500);
+    let ended = Instant::now();
+    let stored = |d: &Daemon| {
+        !d.get(&format!("/folded?seconds=60&pid={spin_pid}"))
+            .body
+            .is_empty()
+    };
+    while !stored(&d) && ended.elapsed() < Duration::from_secs(30) {
+        wait(500);
+    }
+    assert!(
+        stored(&d),
+        "the spinner's samples (pid {spin_pid}) were not in the store 30 s after it exited"
+    );
+    wait(3500u64.saturating_sub(ended.elapsed().as_millis() as u64));
     let r = d.get(&format!("/folded?seconds=2&pid={spin_pid}"));
     assert_eq!(r.status, 200, "{}", r.text());
     let note = notes(&r).join(" | ");
