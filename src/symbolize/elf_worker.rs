@@ -1185,10 +1185,14 @@ mod tests {
     }
 
     /// A file slow to read for every cold worker (the slow-file hook: each
-    /// worker's first read of it takes 600 ms, three times the deadline)
-    /// misses its deadline, and once that read has answered it is waited
-    /// for by the worker that took over, as cold, if root owns it; a file
-    /// of a user's is not waited for past the deadline.
+    /// worker's first read of it takes three times the deadline) misses its
+    /// deadline, and once that read has answered it is waited for by the
+    /// worker that took over, as cold, if root owns it; a file of a user's
+    /// is not waited for past the deadline. The deadline is the daemon's
+    /// own (1 s): at 200 ms, a fresh clone's unit run, right after the
+    /// build, once saw the cold worker that took over miss it reading
+    /// `/usr/bin/false`, the file that is not slow. Root's file and the
+    /// user's each have their own worker, side by side.
     #[test]
     fn a_file_that_answered_late_is_waited_for_if_root_owns_it() {
         let dir = std::env::temp_dir().join(format!("emberd-slow-unit-{}", std::process::id()));
@@ -1200,15 +1204,16 @@ mod tests {
         }
         std::os::unix::fs::chown(&users, Some(65534), Some(65534))
             .expect("chown to nobody: this test runs as root");
-        let deadline = Duration::from_millis(200);
-        let mut worker = ElfWorker::new(8 << 20).with_deadline(deadline);
-        worker.hooks.slow = Some(dir.display().to_string());
-        worker.hooks.slow_for = Duration::from_millis(600);
+        let deadline = FILE_DEADLINE;
+        let slow_for = deadline * 3;
         let name = |worker: &mut ElfWorker, path: &Path| {
             let (id, req) = request(path, 0x100);
             (id, worker.symbolize(id, req, &mut || {}).map(|_| ()))
         };
-        for (path, waited) in [(&roots, true), (&users, false)] {
+        let one = |path: &Path, waited: bool| {
+            let mut worker = ElfWorker::new(8 << 20).with_deadline(deadline);
+            worker.hooks.slow = Some(dir.display().to_string());
+            worker.hooks.slow_for = slow_for;
             let (id, first) = name(&mut worker, path);
             assert_eq!(
                 first,
@@ -1219,11 +1224,12 @@ mod tests {
             // Another file read meanwhile: a fresh worker takes over.
             let (_, other) = name(&mut worker, Path::new("/usr/bin/false"));
             assert_eq!(other, Ok(()), "another file, by the worker that took over");
-            std::thread::sleep(Duration::from_millis(800));
+            // The slow read answers (its 3 s from the first read's start).
+            std::thread::sleep(slow_for - deadline + Duration::from_millis(500));
             let (_, again) = name(&mut worker, path);
             if waited {
                 assert_eq!(again, Ok(()), "root's file, once its late read answered");
-                assert!(worker.patience(&id) >= Duration::from_millis(1200));
+                assert!(worker.patience(&id) >= slow_for * 2);
             } else {
                 assert_eq!(
                     again,
@@ -1232,7 +1238,12 @@ mod tests {
                 );
                 assert_eq!(worker.patience(&id), deadline);
             }
-        }
+        };
+        std::thread::scope(|s| {
+            let user = s.spawn(|| one(&users, false));
+            one(&roots, true);
+            user.join().expect("the user's file's checks");
+        });
         std::fs::remove_dir_all(&dir).expect("removing the scratch directory");
     }
 
