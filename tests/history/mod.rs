@@ -16,6 +16,17 @@ fn history_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// A history directory in memory (`/dev/shm`), for a test that writes and
+/// deletes tens of thousands of files: on an ext4 without a journal (these
+/// machines' root) each new file's inode search skips every inode deleted
+/// in the last minutes (`find_inode_bit`, `recently_deleted`), which took
+/// the week's replay 13.5% of its time in open(2), and fsync 7%.
+fn history_dir_in_memory(name: &str) -> PathBuf {
+    let dir = PathBuf::from(format!("/dev/shm/emberd-test-history-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
 fn enc(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
@@ -494,7 +505,7 @@ fn a_week_replayed_keeps_the_newest_within_age_and_budget_and_the_page_spans_it(
     use std::sync::Arc;
 
     const DAY: u64 = 86400;
-    let dir = history_dir("replay");
+    let dir = history_dir_in_memory("replay");
     let options = |budget: u64| DiskOptions {
         dir: dir.clone(),
         budget_bytes: budget,
