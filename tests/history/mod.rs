@@ -11,9 +11,7 @@ use crate::common::*;
 /// A history directory under /tmp (as /var/lib is: every user may reach
 /// it, so what keeps a local user out is the directory's own mode).
 fn history_dir(name: &str) -> PathBuf {
-    let dir = PathBuf::from(format!("/tmp/emberd-test-history-{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    history_dir_under("/tmp", name)
 }
 
 /// A history directory in memory (`/dev/shm`), for a test that writes and
@@ -22,7 +20,13 @@ fn history_dir(name: &str) -> PathBuf {
 /// in the last minutes (`find_inode_bit`, `recently_deleted`), which took
 /// the week's replay 13.5% of its time in open(2), and fsync 7%.
 fn history_dir_in_memory(name: &str) -> PathBuf {
-    let dir = PathBuf::from(format!("/dev/shm/emberd-test-history-{name}"));
+    history_dir_under("/dev/shm", name)
+}
+
+/// `parent/emberd-test-history-NAME`, emptied of an earlier run's files
+/// (not created: the archive creates it).
+fn history_dir_under(parent: &str, name: &str) -> PathBuf {
+    let dir = Path::new(parent).join(format!("emberd-test-history-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }
